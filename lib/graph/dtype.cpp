@@ -1,0 +1,106 @@
+#include "ptc/dtype.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace ptc {
+namespace {
+
+struct DTypeRow {
+  DType t;
+  size_t size;
+  const char* short_name;
+  const char* name;
+  int pt2;  // torch.export schema numbering
+  int c10;  // c10::ScalarType numbering
+};
+
+constexpr DTypeRow kRows[] = {
+    {DType::Bool, 1, "bool", "bool", 12, 11},
+    {DType::UInt8, 1, "u8", "uint8", 1, 0},
+    {DType::Int8, 1, "i8", "int8", 2, 1},
+    {DType::Int16, 2, "i16", "int16", 3, 2},
+    {DType::Int32, 4, "i32", "int32", 4, 3},
+    {DType::Int64, 8, "i64", "int64", 5, 4},
+    {DType::UInt16, 2, "u16", "uint16", 28, 27},
+    {DType::Float16, 2, "f16", "float16", 6, 5},
+    {DType::BFloat16, 2, "bf16", "bfloat16", 13, 15},
+    {DType::Float32, 4, "f32", "float32", 7, 6},
+    {DType::Float64, 8, "f64", "float64", 8, 7},
+    {DType::Complex32, 4, "c32", "complex32", 9, 8},
+    {DType::Complex64, 8, "c64", "complex64", 10, 9},
+    {DType::Complex128, 16, "c128", "complex128", 11, 10},
+    {DType::Float8E4M3FN, 1, "f8e4m3fn", "float8_e4m3fn", 29, 24},
+    {DType::Float8E5M2, 1, "f8e5m2", "float8_e5m2", 30, 23},
+    {DType::Float8E4M3FNUZ, 1, "f8e4m3fnuz", "float8_e4m3fnuz", 31, 26},
+    {DType::Float8E5M2FNUZ, 1, "f8e5m2fnuz", "float8_e5m2fnuz", 32, 25},
+};
+
+const DTypeRow& row(DType t) {
+  for (const auto& r : kRows)
+    if (r.t == t) return r;
+  return kRows[0];  // unreachable: every enumerator has a row
+}
+
+}  // namespace
+
+size_t dtype_size(DType t) { return row(t).size; }
+const char* dtype_short(DType t) { return row(t).short_name; }
+const char* dtype_name(DType t) { return row(t).name; }
+
+bool dtype_is_float(DType t) {
+  switch (t) {
+    case DType::Float16: case DType::BFloat16: case DType::Float32: case DType::Float64:
+    case DType::Float8E4M3FN: case DType::Float8E5M2: case DType::Float8E4M3FNUZ:
+    case DType::Float8E5M2FNUZ:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool dtype_is_complex(DType t) {
+  return t == DType::Complex32 || t == DType::Complex64 || t == DType::Complex128;
+}
+
+std::optional<DType> dtype_from_pt2(int64_t code) {
+  for (const auto& r : kRows)
+    if (r.pt2 == code) return r.t;
+  return std::nullopt;
+}
+
+std::optional<DType> dtype_from_c10(int64_t code) {
+  for (const auto& r : kRows)
+    if (r.c10 == code) return r.t;
+  return std::nullopt;
+}
+
+std::optional<DType> dtype_from_name(const std::string& raw) {
+  std::string n = raw;
+  if (n.rfind("torch.", 0) == 0) n = n.substr(6);
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+  static const std::pair<const char*, DType> kAliases[] = {
+      {"float", DType::Float32}, {"double", DType::Float64}, {"half", DType::Float16},
+      {"long", DType::Int64},    {"int", DType::Int32},      {"short", DType::Int16},
+      {"byte", DType::UInt8},    {"char", DType::Int8},      {"cfloat", DType::Complex64},
+  };
+  for (const auto& [alias, t] : kAliases)
+    if (n == alias) return t;
+  for (const auto& r : kRows)
+    if (n == r.name || n == r.short_name) return r.t;
+  return std::nullopt;
+}
+
+std::string Device::str() const {
+  std::string s;
+  switch (type) {
+    case Type::CPU: s = "cpu"; break;
+    case Type::CUDA: s = "cuda"; break;
+    case Type::Meta: s = "meta"; break;
+    case Type::Other: s = "other"; break;
+  }
+  if (index >= 0) s += ":" + std::to_string(index);
+  return s;
+}
+
+}  // namespace ptc

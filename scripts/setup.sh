@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One command from a fresh machine to a built tree: Debian packages, the project venv with the
+# pinned torch (scripts/requirements.txt), then configure + build (build/, and build-asan/ for
+# the sanitizer job). Safe and fast to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
+              libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 libminizip-dev zlib1g-dev)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Python environment with the pinned torch (the numeric reference and the exporter).
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.ptc-requirements
+if ! cmp -s scripts/requirements.txt "$stamp"; then
+  echo "setup: installing Python packages (scripts/requirements.txt)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
+  cp scripts/requirements.txt "$stamp"
+fi
+TORCH_DIR=$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+
+# Main build (with the TorchScript reader) and a sanitizer build of the core without libtorch.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTC_TORCH_DIR="$TORCH_DIR" >/dev/null
+cmake --build build
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPTC_WITH_TORCHSCRIPT=OFF \
+      -DPTC_SANITIZE=address,undefined >/dev/null
+cmake --build build-asan
+echo "setup: done (build/bin: build/ptc; tests: scripts/test.sh)"

@@ -1,0 +1,166 @@
+// Bad input: each case gives one clear sentence naming the file and exit code 1, never a crash.
+// (scripts/test.sh also runs these under AddressSanitizer + UBSan.)
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+using nlohmann::json;
+namespace t = ptc::test;
+
+namespace {
+
+// Runs `ptc inspect` on `path` and checks: exit 1, one line starting "error: <path>", containing
+// `fragment`.
+void expect_user_error(const std::string& path, const std::string& fragment, const std::string& extra_args = "") {
+  auto r = t::run_ptc("inspect " + extra_args + " '" + path + "'");
+  INFO("output: " << r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.rfind("error: " + path, 0) == 0);
+  CHECK(r.output.find(fragment) != std::string::npos);
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+}
+
+std::string tmp(const std::string& name) { return t::temp_dir() + "/" + name; }
+
+// mlp.pt2 with model.json passed through `edit`.
+std::string with_model_json(const std::string& name, const std::function<std::string(std::string)>& edit) {
+  std::string out = tmp(name);
+  t::rewrite_zip(t::fixture("mlp.pt2"), out, [&](const std::string& entry, const std::string& bytes) -> std::optional<std::string> {
+    if (entry == "mlp/models/model.json") return edit(bytes);
+    return bytes;
+  });
+  return out;
+}
+
+std::string with_json_edit(const std::string& name, const std::function<void(json&)>& edit) {
+  return with_model_json(name, [&](std::string s) {
+    json j = json::parse(s);
+    edit(j);
+    return j.dump();
+  });
+}
+
+}  // namespace
+
+TEST_CASE("bad input: a path that does not exist", "[bad]") {
+  expect_user_error(tmp("no-such-model.pt2"), "cannot open: No such file or directory");
+}
+
+TEST_CASE("bad input: a directory", "[bad]") { expect_user_error(t::temp_dir(), "is a directory"); }
+
+TEST_CASE("bad input: an empty file and a text file", "[bad]") {
+  t::write_file(tmp("empty.pt2"), "");
+  expect_user_error(tmp("empty.pt2"), "not a model archive");
+  t::write_file(tmp("text.pt"), "this is not a model\n");
+  expect_user_error(tmp("text.pt"), "not a model archive");
+}
+
+TEST_CASE("bad input: a truncated zip", "[bad]") {
+  std::string bytes = t::read_file(t::fixture("mlp.pt2"));
+  t::write_file(tmp("truncated.pt2"), bytes.substr(0, bytes.size() / 2));
+  expect_user_error(tmp("truncated.pt2"), "not a zip archive");
+  // Cut inside the central directory too.
+  t::write_file(tmp("truncated2.pt2"), bytes.substr(0, bytes.size() - 30));
+  expect_user_error(tmp("truncated2.pt2"), "zip");
+}
+
+TEST_CASE("bad input: a corrupt zip", "[bad]") {
+  std::string bytes = t::read_file(t::fixture("mlp.pt2"));
+  // Overwrite the central directory (the last ~2 KiB) with garbage.
+  for (size_t i = bytes.size() - 2000; i < bytes.size() - 22; ++i) bytes[i] = static_cast<char>(i * 7);
+  t::write_file(tmp("corrupt.pt2"), bytes);
+  expect_user_error(tmp("corrupt.pt2"), "zip");
+}
+
+TEST_CASE("bad input: an archive without model.json", "[bad]") {
+  std::string out = tmp("no_model_json.pt2");
+  t::rewrite_zip(t::fixture("mlp.pt2"), out, [](const std::string& e, const std::string& b) -> std::optional<std::string> {
+    if (e == "mlp/models/model.json") return std::nullopt;
+    return b;
+  });
+  expect_user_error(out, "not a torch.export archive: it has no mlp/models/model.json");
+}
+
+TEST_CASE("bad input: model.json that is not JSON", "[bad]") {
+  expect_user_error(with_model_json("bad_json.pt2", [](std::string s) { return s.substr(0, s.size() / 2); }),
+                    "models/model.json is not valid JSON");
+}
+
+TEST_CASE("bad input: deeply nested JSON", "[bad]") {
+  expect_user_error(with_model_json("deep_json.pt2", [](std::string) { return std::string(100000, '[') + std::string(100000, ']'); }),
+                    "nests 100000 levels deep");
+}
+
+TEST_CASE("bad input: an unknown schema major version", "[bad]") {
+  expect_user_error(with_json_edit("schema9.pt2", [](json& j) { j["schema_version"]["major"] = 9; }),
+                    "schema version 9");
+}
+
+TEST_CASE("bad input: wrong types in model.json", "[bad]") {
+  expect_user_error(with_json_edit("wrong_type.pt2", [](json& j) {
+                      j["graph_module"]["graph"]["tensor_values"]["x"]["dtype"] = "float";
+                    }),
+                    "tensor 'x'.dtype must be an integer");
+  expect_user_error(with_json_edit("wrong_type2.pt2", [](json& j) {
+                      j["graph_module"]["graph"]["nodes"][0]["inputs"] = 5;
+                    }),
+                    "'inputs' must be a list");
+  expect_user_error(with_json_edit("wrong_type3.pt2", [](json& j) { j["schema_version"] = "8.17"; }),
+                    "schema_version");
+}
+
+TEST_CASE("bad input: a node error names the node and the user's source line", "[bad]") {
+  expect_user_error(with_json_edit("missing_arg.pt2", [](json& j) {
+                      auto& inputs = j["graph_module"]["graph"]["nodes"][0]["inputs"];
+                      inputs.erase(inputs.begin() + 1);  // linear without its weight
+                    }),
+                    "node 'linear' (aten::linear) at scripts/export_models.py:");
+  expect_user_error(with_json_edit("dangling.pt2", [](json& j) {
+                      j["graph_module"]["graph"]["nodes"][0]["inputs"][0]["arg"]["as_tensor"]["name"] = "ghost";
+                    }),
+                    "uses value 'ghost' before it is defined");
+}
+
+TEST_CASE("bad input: a missing weight file", "[bad]") {
+  std::string out = tmp("missing_weight.pt2");
+  t::rewrite_zip(t::fixture("mlp.pt2"), out, [](const std::string& e, const std::string& b) -> std::optional<std::string> {
+    if (e == "mlp/data/weights/weight_0") return std::nullopt;
+    return b;
+  });
+  expect_user_error(out, "the archive has no file data/weights/weight_0");
+}
+
+TEST_CASE("bad input: a weight file of the wrong size", "[bad]") {
+  std::string out = tmp("short_weight.pt2");
+  t::rewrite_zip(t::fixture("mlp.pt2"), out, [](const std::string& e, const std::string& b) -> std::optional<std::string> {
+    if (e == "mlp/data/weights/weight_0") return b.substr(0, b.size() / 2);
+    return b;
+  });
+  expect_user_error(out, "reach past its");
+}
+
+TEST_CASE("bad input: zip entries that escape the archive root", "[bad]") {
+  std::string out = tmp("escape.pt2");
+  t::rewrite_zip(t::fixture("mlp.pt2"), out, [](const std::string&, const std::string& b) { return std::optional<std::string>(b); },
+                 {{"mlp/../../etc/passwd", "x"}});
+  expect_user_error(out, "escapes the archive root");
+}
+
+TEST_CASE("bad input: a .pt that is not TorchScript", "[bad]") {
+  std::string out = tmp("checkpoint.pt");
+  t::rewrite_zip(t::fixture("mlp.pt2"), out, [](const std::string&, const std::string&) { return std::optional<std::string>(); },
+                 {{"archive/data.pkl", "\x80\x02}q\x00."}, {"archive/version", "3\n"}});
+  expect_user_error(out, "torch.save checkpoint");
+}
+
+TEST_CASE("bad input: the old pickled-weights layouts are refused by name", "[bad]") {
+  std::string out = tmp("old_layout.pt2");
+  t::rewrite_zip(t::fixture("mlp.pt2"), out, [](const std::string&, const std::string& b) { return std::optional<std::string>(b); },
+                 {{"mlp/data/weights/model.pt", "pickle"}});
+  expect_user_error(out, "torch 2.8");
+  std::string flat = tmp("flat_layout.pt2");
+  t::rewrite_zip(t::fixture("mlp.pt2"), flat, [](const std::string&, const std::string&) { return std::optional<std::string>(); },
+                 {{"serialized_exported_program.json", "{}"}, {"serialized_state_dict.pt", "x"}, {"version", "1"}});
+  expect_user_error(flat, "torch 2.7 or older");
+}

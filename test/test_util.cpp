@@ -1,0 +1,84 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <unzip.h>
+#include <zip.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace ptc::test {
+
+std::string source_dir() { return PTC_SOURCE_DIR; }
+std::string fixture(const std::string& name) { return source_dir() + "/models/" + name; }
+
+std::string temp_dir() {
+  static std::string dir = [] {
+    char tmpl[] = "/tmp/ptc-test-XXXXXX";
+    if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+    return std::string(tmpl);
+  }();
+  return dir;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+RunResult run_ptc(const std::string& args) {
+  std::string cmd = std::string(PTC_BINARY) + " " + args + " 2>&1";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) throw std::runtime_error("popen failed");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+void rewrite_zip(const std::string& src, const std::string& dst,
+                 const std::function<std::optional<std::string>(const std::string&, const std::string&)>& edit,
+                 const std::vector<std::pair<std::string, std::string>>& extra) {
+  unzFile in = unzOpen64(src.c_str());
+  if (!in) throw std::runtime_error("cannot open zip " + src);
+  zipFile out = zipOpen64(dst.c_str(), APPEND_STATUS_CREATE);
+  if (!out) throw std::runtime_error("cannot create zip " + dst);
+  auto add = [&](const std::string& name, const std::string& bytes) {
+    zip_fileinfo fi{};
+    if (zipOpenNewFileInZip64(out, name.c_str(), &fi, nullptr, 0, nullptr, 0, nullptr, 0, 0, 1) != ZIP_OK ||
+        zipWriteInFileInZip(out, bytes.data(), static_cast<unsigned>(bytes.size())) != ZIP_OK ||
+        zipCloseFileInZip(out) != ZIP_OK)
+      throw std::runtime_error("cannot write zip entry " + name);
+  };
+  for (int rc = unzGoToFirstFile(in); rc == UNZ_OK; rc = unzGoToNextFile(in)) {
+    unz_file_info64 info{};
+    char name[4096];
+    unzGetCurrentFileInfo64(in, &info, name, sizeof name, nullptr, 0, nullptr, 0);
+    std::string bytes(static_cast<size_t>(info.uncompressed_size), '\0');
+    unzOpenCurrentFile(in);
+    if (!bytes.empty()) unzReadCurrentFile(in, bytes.data(), static_cast<unsigned>(bytes.size()));
+    unzCloseCurrentFile(in);
+    auto edited = edit(name, bytes);
+    if (edited) add(name, *edited);
+  }
+  for (const auto& [name, bytes] : extra) add(name, bytes);
+  unzClose(in);
+  zipClose(out, nullptr);
+}
+
+}  // namespace ptc::test

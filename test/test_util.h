@@ -1,0 +1,31 @@
+// Shared helpers for the tests: fixture paths, files, running the ptc binary, rewriting zips.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ptc::test {
+
+std::string source_dir();                         // the repository root
+std::string fixture(const std::string& name);     // models/<name>
+std::string temp_dir();                           // a fresh folder for this test process
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& bytes);
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+// Runs `ptc ARGS` (the binary built next to the tests) through the shell.
+RunResult run_ptc(const std::string& args);
+
+// Copies a zip archive entry by entry; `edit(name, bytes)` may change an entry's bytes or
+// return nullopt to drop it. Entries are written stored (uncompressed). `extra` entries are
+// appended (name, bytes).
+void rewrite_zip(const std::string& src, const std::string& dst,
+                 const std::function<std::optional<std::string>(const std::string&, const std::string&)>& edit,
+                 const std::vector<std::pair<std::string, std::string>>& extra = {});
+
+}  // namespace ptc::test

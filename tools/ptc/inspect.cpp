@@ -1,0 +1,211 @@
+// `ptc inspect MODEL`: the graph as text (or JSON), with weights, an op histogram and the ops
+// ptc does not know yet.
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "ptc/frontend.h"
+
+namespace ptc::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+struct WeightTotals {
+  int64_t count = 0, numel = 0, bytes = 0;
+};
+
+struct Summary {
+  std::map<GraphInput::Role, WeightTotals> by_role;
+  WeightTotals total;
+  std::map<std::string, int> histogram;         // op name -> count
+  std::map<std::string, const Node*> unknown;   // op name -> first node using it
+  std::map<std::string, int> unknown_count;
+};
+
+Summary summarize(const Graph& g) {
+  Summary s;
+  for (const auto& in : g.inputs) {
+    if (in.role == GraphInput::Role::User) continue;
+    auto numel = in.value->type.static_numel().value_or(0);
+    int64_t bytes = numel * static_cast<int64_t>(dtype_size(in.value->type.dtype));
+    for (WeightTotals* t : {&s.by_role[in.role], &s.total}) {
+      t->count += 1;
+      t->numel += numel;
+      t->bytes += bytes;
+    }
+  }
+  for (const auto& n : g.nodes()) {
+    std::string op = n->op_name();
+    s.histogram[op]++;
+    if (n->kind == OpKind::Unknown) {
+      s.unknown.emplace(op, n.get());
+      s.unknown_count[op]++;
+    }
+  }
+  return s;
+}
+
+json sym_json(const sym::Expr& e) {
+  if (auto c = e.as_const()) return *c;
+  return e.str();
+}
+
+json type_json(const Type& t) {
+  json j;
+  j["kind"] = t.kind == Type::Kind::Tensor ? "tensor" : t.kind == Type::Kind::Unknown ? "unknown" : "scalar";
+  if (t.is_tensor()) {
+    j["dtype"] = dtype_name(t.dtype);
+    j["sizes"] = json::array();
+    for (const auto& s : t.sizes) j["sizes"].push_back(sym_json(s));
+    if (t.strides != contiguous_strides(t.sizes)) {
+      j["strides"] = json::array();
+      for (const auto& s : t.strides) j["strides"].push_back(sym_json(s));
+    }
+  } else if (t.value) {
+    j["value"] = sym_json(*t.value);
+  }
+  j["text"] = t.str();
+  return j;
+}
+
+json totals_json(const WeightTotals& t) { return {{"count", t.count}, {"numel", t.numel}, {"bytes", t.bytes}}; }
+
+json range_json(const sym::Range& r) {
+  json lo = r.bounded_below() ? json(r.lo) : json(nullptr);
+  json hi = r.bounded_above() ? json(r.hi) : json(nullptr);
+  return json::array({lo, hi});
+}
+
+json to_json(const std::string& path, const Graph& g, const Summary& s) {
+  json j;
+  j["file"] = path;
+  j["format"] = g.source_format;
+  j["name"] = g.name;
+  j["symbols"] = json::object();
+  for (const auto& [name, r] : g.symbols) j["symbols"][name] = range_json(r);
+  j["inputs"] = json::array();
+  for (const auto& in : g.inputs)
+    if (in.role == GraphInput::Role::User) {
+      json v = type_json(in.value->type);
+      v["name"] = in.value->name;
+      j["inputs"].push_back(v);
+    }
+  j["outputs"] = json::array();
+  for (const Value* o : g.outputs) {
+    json v = type_json(o->type);
+    v["name"] = o->name;
+    j["outputs"].push_back(v);
+  }
+  auto role_totals = [&](GraphInput::Role r) {
+    auto it = s.by_role.find(r);
+    return totals_json(it == s.by_role.end() ? WeightTotals{} : it->second);
+  };
+  j["weights"] = {{"parameters", role_totals(GraphInput::Role::Parameter)},
+                  {"buffers", role_totals(GraphInput::Role::Buffer)},
+                  {"constants", role_totals(GraphInput::Role::Constant)},
+                  {"total", totals_json(s.total)}};
+  j["nodes"] = json::array();
+  for (const auto& n : g.nodes()) {
+    json jn{{"name", n->name}, {"op", n->op_name()}, {"target", n->target}, {"known", n->kind != OpKind::Unknown}};
+    jn["outputs"] = json::array();
+    for (const Value* o : n->outputs) {
+      json v = type_json(o->type);
+      v["name"] = o->name;
+      jn["outputs"].push_back(v);
+    }
+    std::string frame = n->source.user_frame();
+    if (!frame.empty()) jn["source"] = frame;
+    j["nodes"].push_back(jn);
+  }
+  j["op_histogram"] = json::object();
+  for (const auto& [op, c] : s.histogram) j["op_histogram"][op] = c;
+  j["unknown_ops"] = json::array();
+  for (const auto& [op, n] : s.unknown) {
+    json u{{"op", op}, {"count", s.unknown_count.at(op)}, {"first_node", n->name}};
+    std::string frame = n->source.user_frame();
+    if (!frame.empty()) u["source"] = frame;
+    j["unknown_ops"].push_back(u);
+  }
+  return j;
+}
+
+std::string with_commas(int64_t v) {
+  std::string s = std::to_string(v), out;
+  int k = 0;
+  for (size_t i = s.size(); i-- > 0;) {
+    out.insert(out.begin(), s[i]);
+    if (++k % 3 == 0 && i > 0 && s[i - 1] != '-') out.insert(out.begin(), ',');
+  }
+  return out;
+}
+
+void print_text(std::ostream& os, const std::string& path, const Graph& g, const Summary& s) {
+  os << "model:   " << path << " (" << g.source_format << ")\n";
+  if (!g.symbols.empty()) {
+    os << "symbols:\n";
+    for (const auto& [name, r] : g.symbols) {
+      json rj = range_json(r);
+      os << "  " << name << " in [" << (r.bounded_below() ? std::to_string(r.lo) : "-inf") << ", "
+         << (r.bounded_above() ? std::to_string(r.hi) : "inf") << "]\n";
+    }
+  }
+  os << "inputs:\n";
+  for (const auto& in : g.inputs)
+    if (in.role == GraphInput::Role::User) os << "  " << in.value->name << ": " << in.value->type.str() << "\n";
+  os << "outputs:\n";
+  for (const Value* o : g.outputs) os << "  " << o->name << ": " << o->type.str() << "\n";
+  auto role = [&](GraphInput::Role r) {
+    auto it = s.by_role.find(r);
+    return it == s.by_role.end() ? WeightTotals{} : it->second;
+  };
+  os << "weights: " << with_commas(s.total.count) << " tensors, " << with_commas(s.total.numel) << " elements, "
+     << with_commas(s.total.bytes) << " bytes (parameters " << role(GraphInput::Role::Parameter).count
+     << ", buffers " << role(GraphInput::Role::Buffer).count << ", constants "
+     << role(GraphInput::Role::Constant).count << ")\n\n";
+  os << print_graph(g) << "\n";
+  os << "op histogram (" << g.nodes().size() << " nodes):\n";
+  std::vector<std::pair<std::string, int>> ops(s.histogram.begin(), s.histogram.end());
+  std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  for (const auto& [op, c] : ops) os << "  " << c << "\t" << op << "\n";
+  if (s.unknown.empty()) {
+    os << "unknown ops: none\n";
+  } else {
+    os << "unknown ops (" << s.unknown.size() << "; ptc cannot compile these yet):\n";
+    for (const auto& [op, n] : s.unknown) {
+      std::string frame = n->source.user_frame();
+      os << "  " << op << " x" << s.unknown_count.at(op) << " (first: node " << n->name
+         << (frame.empty() ? "" : " at " + frame) << ")\n";
+    }
+  }
+}
+
+}  // namespace
+
+std::function<int()> add_inspect(CLI::App& app) {
+  struct Opts {
+    std::string model;
+    bool as_json = false;
+    LoadOptions load;
+  };
+  auto opts = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Print a model's graph, inputs, outputs, weights and ops");
+  cmd->add_option("model", opts->model, "A torch.export archive (.pt2) or TorchScript archive (.pt)")->required();
+  cmd->add_flag("--json", opts->as_json, "Machine-readable output");
+  cmd->add_option("--input-shape", opts->load.input_shapes,
+                  "TorchScript only: shape of each input, e.g. 1x3x224x224, s0x64, int64:1x128");
+  cmd->add_option("--symbol", opts->load.symbol_ranges, "TorchScript only: a symbol's range, e.g. s0=1..1024");
+  return [opts]() {
+    spdlog::debug("reading {}", opts->model);
+    std::unique_ptr<Graph> g = load_model(opts->model, opts->load);
+    Summary s = summarize(*g);
+    if (opts->as_json) std::cout << to_json(opts->model, *g, s).dump(2) << "\n";
+    else print_text(std::cout, opts->model, *g, s);
+    return 0;
+  };
+}
+
+}  // namespace ptc::cli

@@ -1,0 +1,53 @@
+// ptc: ahead-of-time compiler for PyTorch models.
+//
+// Exit codes: 0 success; 1 user error (bad model, unsupported op, bad flag: one sentence on
+// stderr); 2 internal error (a bug in ptc: please report it with the message).
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "commands.h"
+#include "ptc/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ptc " PTC_VERSION " - ahead-of-time compiler for PyTorch models (.pt2 / .pt)", "ptc"};
+  app.set_version_flag("--version", std::string("ptc ") + PTC_VERSION);
+  app.require_subcommand(1);
+  bool verbose = false, quiet = false;
+  app.add_flag("-v,--verbose", verbose, "Log each stage with its time");
+  app.add_flag("-q,--quiet", quiet, "Only print errors");
+  app.footer(
+      "Exit codes: 0 success, 1 user error (bad model, unsupported op, bad flag), 2 internal error.\n"
+      "Examples:\n"
+      "  ptc inspect models/mlp_dyn.pt2\n"
+      "  ptc inspect --json models/small_cnn.pt2");
+  std::function<int()> run_inspect = ptc::cli::add_inspect(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "error: " << e.what() << " (see ptc --help)\n";
+    return 1;
+  }
+  auto logger = spdlog::stderr_color_mt("ptc");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%^%l%$: %v");
+  spdlog::set_level(quiet ? spdlog::level::err : verbose ? spdlog::level::debug : spdlog::level::info);
+
+  try {
+    if (app.got_subcommand("inspect")) return run_inspect();
+    return 1;
+  } catch (const ptc::UserError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "internal error: " << e.what() << "\n";
+    return 2;
+  }
+}
