@@ -1,0 +1,126 @@
+// The loop IR: buffers, and for each computed buffer an iteration domain plus an element
+// expression (Pointwise), a reduction (Reduction), or a library/template call (Extern).
+//
+// Bodies are small scalar expression DAGs (loop::Expr): loads with symbolic index expressions,
+// constants, index values, unary/binary/ternary math, casts. Index expressions are sym::Exprs
+// over the loop variables (symbols named x0, x1, ... for the domain and r0, r1, ... for the
+// reduced domain, each with range [0, size-1]) and the graph's size symbols. Views never copy:
+// they rewrite the index expressions of the loads that read them.
+//
+// Nodes are immutable and shared (ExprRef); a Program is built once by lowering and then only
+// read (the scheduler and the printers build new structures).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ptc/dtype.h"
+#include "ptc/sym.h"
+
+namespace ptc::loop {
+
+enum class Op : uint8_t {
+  // leaves
+  Load,      // buffer[index]: `buffer`, `index` (flat element offset into the buffer's storage)
+  Const,     // `value` (stored as double; integral dtypes hold exact integers up to 2^53)
+  IndexVal,  // `index` evaluated as an integer value (iota / arange / masks)
+  // unary
+  Neg, Abs, Exp, Log, Log1p, Sqrt, Rsqrt, Sin, Cos, Tanh, Erf, Sigmoid, Relu, Floor, Ceil,
+  Round, Sign, Reciprocal, Not, IsNan, IsInf,
+  Cast,      // to `dtype`
+  // binary
+  Add, Sub, Mul, Div, Pow, Max, Min, FloorDiv, Mod,  // FloorDiv/Mod: Python semantics
+  Eq, Ne, Lt, Le, Gt, Ge, And, Or,
+  // ternary
+  Where,     // args: cond, a, b
+};
+const char* op_name(Op op);
+int op_arity(Op op);
+
+struct Expr;
+using ExprRef = std::shared_ptr<const Expr>;
+
+struct Expr {
+  Op op;
+  DType dtype;
+  std::vector<ExprRef> args;
+  int buffer = -1;   // Load
+  sym::Expr index;   // Load, IndexVal
+  double value = 0;  // Const
+};
+
+// Builders (they fold constants and a few identities: x+0, x*1, cast to the same dtype).
+ExprRef load(int buffer, DType dt, sym::Expr index);
+ExprRef constant(double v, DType dt);
+ExprRef index_value(sym::Expr index, DType dt = DType::Int64);
+ExprRef unary(Op op, ExprRef a);
+ExprRef cast(ExprRef a, DType dt);
+ExprRef binary(Op op, ExprRef a, ExprRef b);  // result dtype: bool for comparisons, else a's
+ExprRef where(ExprRef c, ExprRef a, ExprRef b);
+
+// Loop variables: the symbol for domain dimension d / reduced dimension d, whose range is
+// [0, hi-1] for a size whose upper bound is hi.
+sym::Expr loop_var(int d, const sym::Expr& size);
+sym::Expr reduce_var(int d, const sym::Expr& size);
+bool is_loop_var(const sym::Expr& s);
+
+struct Buffer {
+  enum class Kind : uint8_t { Input, Weight, Temp, Output };
+  std::string name;
+  Kind kind = Kind::Temp;
+  DType dtype = DType::Float32;
+  std::vector<sym::Expr> sizes;    // logical shape
+  std::vector<sym::Expr> strides;  // in elements; row-major for buffers ptc allocates
+  sym::Expr offset;                // element offset into the storage (inputs/weights views)
+  int io_index = -1;               // Input: user-input position; Output: output position
+  std::string weight;              // Weight: state-dict name in Graph::weights
+  sym::Expr numel() const;
+};
+
+enum class ReduceOp : uint8_t { Sum, Max, Min, Prod, ArgMax, ArgMin, Any, All };
+const char* reduce_name(ReduceOp r);
+
+enum class ExternKind : uint8_t {
+  Gemm,         // out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands {a, b}, views in params
+  Convolution,  // NCHW direct convolution; operands {input, weight, bias?}
+};
+const char* extern_name(ExternKind k);
+
+// Strided view of a buffer as an extern operand: element (i0..in) is at
+// offset + sum(i_d * strides_d) of buffer `buffer`.
+struct View {
+  int buffer = -1;
+  std::vector<sym::Expr> sizes, strides;
+  sym::Expr offset;
+};
+
+struct Computation {
+  enum class Kind : uint8_t { Pointwise, Reduction, Extern };
+  Kind kind = Kind::Pointwise;
+  int out = -1;                          // the buffer written
+  std::vector<sym::Expr> domain;         // loop sizes; the output element index is row-major
+  std::vector<sym::Expr> reduce_domain;  // Reduction only
+  ReduceOp reduce = ReduceOp::Sum;
+  ExprRef body;                          // over x_i (and r_j for reductions)
+  // Extern:
+  ExternKind extern_kind = ExternKind::Gemm;
+  std::vector<View> operands;
+  std::vector<int64_t> params;           // conv: stride[2], padding[2], dilation[2], groups
+  std::string origin;                    // graph node(s) it came from, for reports
+};
+
+struct Program {
+  std::vector<Buffer> buffers;
+  std::vector<Computation> comps;  // in execution order
+  std::map<std::string, sym::Range> symbols;
+  std::vector<int> inputs;   // buffer ids of user inputs, in order
+  std::vector<int> outputs;  // buffer ids of graph outputs, in order
+};
+
+std::string print_expr(const Program& p, const ExprRef& e);
+std::string print_program(const Program& p);
+
+}  // namespace ptc::loop

@@ -1,0 +1,27 @@
+// Lowering: graph IR -> loop IR, and the loop IR's reference interpreter.
+//
+// lower_to_loops: precondition: every tensor value has a known type (run shape propagation on
+// TorchScript graphs first). Pointwise ops are composed into their consumers (vertical fusion);
+// buffers are created for reductions, externs (GEMM, convolution), values with several users
+// and graph outputs. Views never copy. Throws UserError naming the node for ops ptc cannot lower.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "ptc/graph.h"
+#include "ptc/loop.h"
+
+namespace ptc {
+
+loop::Program lower_to_loops(const Graph& g);
+
+// Runs a loop program on the CPU, slowly and simply (double precision arithmetic, rounded to
+// each buffer's dtype on store): the reference for lowering and scheduling tests.
+// `inputs` are the user inputs (contiguous, in order, as raw little-endian bytes of their
+// dtype); `symbols` gives each size symbol's value; weights are read from `g`.
+std::vector<std::vector<std::byte>> interpret(const loop::Program& p, const Graph& g,
+                                              const std::vector<std::vector<std::byte>>& inputs,
+                                              const std::map<std::string, int64_t>& symbols);
+
+}  // namespace ptc

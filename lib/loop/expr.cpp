@@ -1,0 +1,252 @@
+// Loop IR scalar expressions: builders with light folding, and the text printer.
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "ptc/error.h"
+#include "ptc/loop.h"
+
+namespace ptc::loop {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::Load: return "load";
+    case Op::Const: return "const";
+    case Op::IndexVal: return "index";
+    case Op::Neg: return "neg";
+    case Op::Abs: return "abs";
+    case Op::Exp: return "exp";
+    case Op::Log: return "log";
+    case Op::Log1p: return "log1p";
+    case Op::Sqrt: return "sqrt";
+    case Op::Rsqrt: return "rsqrt";
+    case Op::Sin: return "sin";
+    case Op::Cos: return "cos";
+    case Op::Tanh: return "tanh";
+    case Op::Erf: return "erf";
+    case Op::Sigmoid: return "sigmoid";
+    case Op::Relu: return "relu";
+    case Op::Floor: return "floor";
+    case Op::Ceil: return "ceil";
+    case Op::Round: return "round";
+    case Op::Sign: return "sign";
+    case Op::Reciprocal: return "reciprocal";
+    case Op::Not: return "not";
+    case Op::IsNan: return "isnan";
+    case Op::IsInf: return "isinf";
+    case Op::Cast: return "cast";
+    case Op::Add: return "add";
+    case Op::Sub: return "sub";
+    case Op::Mul: return "mul";
+    case Op::Div: return "div";
+    case Op::Pow: return "pow";
+    case Op::Max: return "max";
+    case Op::Min: return "min";
+    case Op::FloorDiv: return "floordiv";
+    case Op::Mod: return "mod";
+    case Op::Eq: return "eq";
+    case Op::Ne: return "ne";
+    case Op::Lt: return "lt";
+    case Op::Le: return "le";
+    case Op::Gt: return "gt";
+    case Op::Ge: return "ge";
+    case Op::And: return "and";
+    case Op::Or: return "or";
+    case Op::Where: return "where";
+  }
+  return "?";
+}
+
+int op_arity(Op op) {
+  if (op == Op::Load || op == Op::Const || op == Op::IndexVal) return 0;
+  if (op == Op::Where) return 3;
+  if (op >= Op::Add) return 2;
+  return 1;
+}
+
+namespace {
+
+ExprRef make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
+
+bool is_const(const ExprRef& e, double v) { return e->op == Op::Const && e->value == v; }
+
+bool is_comparison(Op op) {
+  return op == Op::Eq || op == Op::Ne || op == Op::Lt || op == Op::Le || op == Op::Gt || op == Op::Ge;
+}
+
+}  // namespace
+
+ExprRef load(int buffer, DType dt, sym::Expr index) {
+  Expr e{Op::Load, dt, {}, buffer, index, 0};
+  return make(std::move(e));
+}
+
+ExprRef constant(double v, DType dt) { return make(Expr{Op::Const, dt, {}, -1, sym::Expr(), v}); }
+
+ExprRef index_value(sym::Expr index, DType dt) {
+  if (auto c = index.as_const()) return constant(static_cast<double>(*c), dt);
+  return make(Expr{Op::IndexVal, dt, {}, -1, index, 0});
+}
+
+ExprRef unary(Op op, ExprRef a) {
+  PTC_CHECK(op_arity(op) == 1 && op != Op::Cast, "unary() of ", op_name(op));
+  DType dt = (op == Op::Not || op == Op::IsNan || op == Op::IsInf) ? DType::Bool : a->dtype;
+  return make(Expr{op, dt, {std::move(a)}, -1, sym::Expr(), 0});
+}
+
+ExprRef cast(ExprRef a, DType dt) {
+  if (a->dtype == dt) return a;
+  if (a->op == Op::Const) {
+    double v = a->value;
+    if (!dtype_is_float(dt) && dt != DType::Bool) v = std::trunc(v);
+    if (dt == DType::Bool) v = v != 0 ? 1 : 0;
+    return constant(v, dt);
+  }
+  return make(Expr{Op::Cast, dt, {std::move(a)}, -1, sym::Expr(), 0});
+}
+
+ExprRef binary(Op op, ExprRef a, ExprRef b) {
+  PTC_CHECK(op_arity(op) == 2, "binary() of ", op_name(op));
+  if (op == Op::Add && is_const(b, 0)) return a;
+  if (op == Op::Add && is_const(a, 0)) return b;
+  if (op == Op::Sub && is_const(b, 0)) return a;
+  if ((op == Op::Mul || op == Op::Div) && is_const(b, 1)) return a;
+  if (op == Op::Mul && is_const(a, 1)) return b;
+  DType dt = is_comparison(op) || op == Op::And || op == Op::Or ? DType::Bool : a->dtype;
+  return make(Expr{op, dt, {std::move(a), std::move(b)}, -1, sym::Expr(), 0});
+}
+
+ExprRef where(ExprRef c, ExprRef a, ExprRef b) {
+  if (c->op == Op::Const) return c->value != 0 ? a : b;
+  DType dt = a->dtype;
+  return make(Expr{Op::Where, dt, {std::move(c), std::move(a), std::move(b)}, -1, sym::Expr(), 0});
+}
+
+sym::Expr loop_var(int d, const sym::Expr& size) {
+  sym::Range r = sym::bounds(size);
+  return sym::symbol("x" + std::to_string(d), {0, r.bounded_above() ? r.hi - 1 : sym::Range::kPosInf});
+}
+
+sym::Expr reduce_var(int d, const sym::Expr& size) {
+  sym::Range r = sym::bounds(size);
+  return sym::symbol("r" + std::to_string(d), {0, r.bounded_above() ? r.hi - 1 : sym::Range::kPosInf});
+}
+
+bool is_loop_var(const sym::Expr& s) {
+  if (s.kind() != sym::Kind::Symbol) return false;
+  const std::string& n = s.name();
+  return n.size() > 1 && (n[0] == 'x' || n[0] == 'r') && n.find_first_not_of("0123456789", 1) == std::string::npos;
+}
+
+sym::Expr Buffer::numel() const {
+  sym::Expr n = 1;
+  for (const auto& s : sizes) n = n * s;
+  return n;
+}
+
+const char* reduce_name(ReduceOp r) {
+  switch (r) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Prod: return "prod";
+    case ReduceOp::ArgMax: return "argmax";
+    case ReduceOp::ArgMin: return "argmin";
+    case ReduceOp::Any: return "any";
+    case ReduceOp::All: return "all";
+  }
+  return "?";
+}
+
+const char* extern_name(ExternKind k) {
+  switch (k) {
+    case ExternKind::Gemm: return "gemm";
+    case ExternKind::Convolution: return "conv";
+  }
+  return "?";
+}
+
+std::string print_expr(const Program& p, const ExprRef& e) {
+  switch (e->op) {
+    case Op::Load: {
+      const std::string& name = e->buffer >= 0 && e->buffer < static_cast<int>(p.buffers.size()) ? p.buffers[e->buffer].name : "?";
+      return name + "[" + e->index.str() + "]";
+    }
+    case Op::Const: {
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "%.9g", e->value);
+      return buf;
+    }
+    case Op::IndexVal: return "index(" + e->index.str() + ")";
+    case Op::Cast: return std::string("cast<") + dtype_short(e->dtype) + ">(" + print_expr(p, e->args[0]) + ")";
+    default: break;
+  }
+  std::string s = std::string(op_name(e->op)) + "(";
+  for (size_t i = 0; i < e->args.size(); ++i) s += (i ? ", " : "") + print_expr(p, e->args[i]);
+  return s + ")";
+}
+
+namespace {
+
+std::string sizes_str(const std::vector<sym::Expr>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i].str();
+  return s + "]";
+}
+
+const char* kind_name(Buffer::Kind k) {
+  switch (k) {
+    case Buffer::Kind::Input: return "input";
+    case Buffer::Kind::Weight: return "weight";
+    case Buffer::Kind::Temp: return "temp";
+    case Buffer::Kind::Output: return "output";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string print_program(const Program& p) {
+  std::ostringstream os;
+  for (const auto& b : p.buffers) {
+    os << kind_name(b.kind) << " " << b.name << ": " << dtype_short(b.dtype) << sizes_str(b.sizes);
+    if (b.kind == Buffer::Kind::Input || b.kind == Buffer::Kind::Weight) {
+      if (b.strides != std::vector<sym::Expr>() ) os << " strides " << sizes_str(b.strides);
+      if (!(b.offset == sym::Expr(0))) os << " offset " << b.offset.str();
+    }
+    if (!b.weight.empty()) os << " = \"" << b.weight << "\"";
+    os << "\n";
+  }
+  for (const auto& c : p.comps) {
+    const std::string& out = p.buffers[c.out].name;
+    switch (c.kind) {
+      case Computation::Kind::Pointwise:
+        os << out << " = pointwise " << sizes_str(c.domain) << " { " << print_expr(p, c.body) << " }";
+        break;
+      case Computation::Kind::Reduction:
+        os << out << " = reduce_" << reduce_name(c.reduce) << " " << sizes_str(c.domain) << " over "
+           << sizes_str(c.reduce_domain) << " { " << print_expr(p, c.body) << " }";
+        break;
+      case Computation::Kind::Extern: {
+        os << out << " = " << extern_name(c.extern_kind) << "(";
+        for (size_t i = 0; i < c.operands.size(); ++i) {
+          const View& v = c.operands[i];
+          os << (i ? ", " : "") << p.buffers[v.buffer].name << sizes_str(v.sizes) << "{" << sizes_str(v.strides) << "+"
+             << v.offset.str() << "}";
+        }
+        os << ")";
+        if (!c.params.empty()) {
+          os << " params [";
+          for (size_t i = 0; i < c.params.size(); ++i) os << (i ? ", " : "") << c.params[i];
+          os << "]";
+        }
+        break;
+      }
+    }
+    if (!c.origin.empty()) os << "  # " << c.origin;
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace ptc::loop

@@ -1,0 +1,290 @@
+// The loop IR's reference interpreter: slow, simple, and bounds-checked on every load, so that
+// lowering and scheduling can be tested without compiling anything.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "ptc/error.h"
+#include "ptc/lower.h"
+
+namespace ptc {
+namespace {
+
+using loop::Buffer;
+using loop::Computation;
+using loop::ExprRef;
+using loop::Op;
+
+double read_elem(const std::byte* p, DType dt) {
+  switch (dt) {
+    case DType::Float32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::Float64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DType::Int64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DType::Int32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DType::Int16: { int16_t v; std::memcpy(&v, p, 2); return v; }
+    case DType::Int8: return static_cast<double>(static_cast<int8_t>(*p));
+    case DType::UInt8: return static_cast<double>(static_cast<uint8_t>(*p));
+    case DType::Bool: return *p != std::byte{0} ? 1 : 0;
+    default: user_error("the reference interpreter does not support dtype ", dtype_name(dt));
+  }
+}
+
+void write_elem(std::byte* p, DType dt, double v) {
+  switch (dt) {
+    case DType::Float32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); return; }
+    case DType::Float64: std::memcpy(p, &v, 8); return;
+    case DType::Int64: { int64_t i = static_cast<int64_t>(v); std::memcpy(p, &i, 8); return; }
+    case DType::Int32: { int32_t i = static_cast<int32_t>(v); std::memcpy(p, &i, 4); return; }
+    case DType::Int16: { int16_t i = static_cast<int16_t>(v); std::memcpy(p, &i, 2); return; }
+    case DType::Int8: *p = static_cast<std::byte>(static_cast<int8_t>(v)); return;
+    case DType::UInt8: *p = static_cast<std::byte>(static_cast<uint8_t>(v)); return;
+    case DType::Bool: *p = static_cast<std::byte>(v != 0 ? 1 : 0); return;
+    default: user_error("the reference interpreter does not support dtype ", dtype_name(dt));
+  }
+}
+
+double round_to(double v, DType dt) {
+  if (dt == DType::Float32) return static_cast<float>(v);
+  if (dt == DType::Float64) return v;
+  if (dt == DType::Bool) return v != 0 ? 1 : 0;
+  if (std::isnan(v)) return 0;
+  return std::trunc(v);
+}
+
+class Interp {
+ public:
+  Interp(const loop::Program& p, const Graph& g, const std::map<std::string, int64_t>& symbols) : p_(p), g_(g), env_(symbols) {}
+
+  std::vector<std::vector<std::byte>> run(const std::vector<std::vector<std::byte>>& inputs) {
+    data_.resize(p_.buffers.size());
+    for (size_t b = 0; b < p_.buffers.size(); ++b) {
+      const Buffer& buf = p_.buffers[b];
+      size_t item = dtype_size(buf.dtype);
+      if (buf.kind == Buffer::Kind::Input) {
+        const auto& bytes = inputs.at(static_cast<size_t>(buf.io_index));
+        size_t n = static_cast<size_t>(eval(buf.numel()));
+        if (bytes.size() != n * item) user_error("input ", buf.io_index, " has ", bytes.size(), " bytes, expected ", n * item);
+        for (size_t i = 0; i < n; ++i) data_[b].push_back(read_elem(bytes.data() + i * item, buf.dtype));
+      } else if (buf.kind == Buffer::Kind::Weight) {
+        const TensorData& td = g_.weights.at(buf.weight);
+        for (size_t i = 0; i + item <= td.storage_bytes; i += item) data_[b].push_back(read_elem(td.storage + i, buf.dtype));
+      } else {
+        data_[b].assign(static_cast<size_t>(eval(buf.numel())), std::numeric_limits<double>::quiet_NaN());
+      }
+    }
+    for (const Computation& c : p_.comps) run(c);
+    std::vector<std::vector<std::byte>> outs;
+    for (int b : p_.outputs) {
+      const Buffer& buf = p_.buffers[b];
+      size_t item = dtype_size(buf.dtype);
+      std::vector<std::byte> bytes(data_[b].size() * item);
+      for (size_t i = 0; i < data_[b].size(); ++i) write_elem(bytes.data() + i * item, buf.dtype, data_[b][i]);
+      outs.push_back(std::move(bytes));
+    }
+    return outs;
+  }
+
+ private:
+  int64_t eval(const sym::Expr& e) { return sym::evaluate(e, env_); }
+
+  // Calls f for every index of `sizes` with loop variables named `prefix`i set in env_.
+  template <class F>
+  void for_each(const std::vector<sym::Expr>& sizes, char prefix, F&& f) {
+    std::vector<int64_t> n;
+    for (const auto& s : sizes) n.push_back(eval(s));
+    for (int64_t v : n)
+      if (v == 0) return;
+    std::vector<int64_t> idx(n.size(), 0);
+    std::vector<std::string> names;
+    for (size_t d = 0; d < n.size(); ++d) names.push_back(prefix + std::to_string(d));
+    while (true) {
+      for (size_t d = 0; d < n.size(); ++d) env_[names[d]] = idx[d];
+      f(idx);
+      size_t d = n.size();
+      while (d > 0) {
+        --d;
+        if (++idx[d] < n[d]) break;
+        idx[d] = 0;
+        if (d == 0) return;
+      }
+      if (n.empty()) return;
+    }
+  }
+
+  double value(const ExprRef& e) {
+    switch (e->op) {
+      case Op::Load: {
+        int64_t i = eval(e->index);
+        const auto& d = data_.at(static_cast<size_t>(e->buffer));
+        PTC_CHECK(i >= 0 && static_cast<size_t>(i) < d.size(), "load of ", p_.buffers[e->buffer].name, "[", i,
+                  "] out of range (", d.size(), " elements), index ", e->index.str());
+        return d[i];
+      }
+      case Op::Const: return e->value;
+      case Op::IndexVal: return static_cast<double>(eval(e->index));
+      case Op::Where: return value(e->args[0]) != 0 ? value(e->args[1]) : value(e->args[2]);
+      case Op::Cast: return round_to(value(e->args[0]), e->dtype);
+      default: break;
+    }
+    double a = value(e->args[0]);
+    if (e->args.size() == 1) {
+      switch (e->op) {
+        case Op::Neg: return -a;
+        case Op::Abs: return std::fabs(a);
+        case Op::Exp: return std::exp(a);
+        case Op::Log: return std::log(a);
+        case Op::Log1p: return std::log1p(a);
+        case Op::Sqrt: return std::sqrt(a);
+        case Op::Rsqrt: return 1.0 / std::sqrt(a);
+        case Op::Sin: return std::sin(a);
+        case Op::Cos: return std::cos(a);
+        case Op::Tanh: return std::tanh(a);
+        case Op::Erf: return std::erf(a);
+        case Op::Sigmoid: return 1.0 / (1.0 + std::exp(-a));
+        case Op::Relu: return a > 0 ? a : 0;
+        case Op::Floor: return std::floor(a);
+        case Op::Ceil: return std::ceil(a);
+        case Op::Round: return std::nearbyint(a);
+        case Op::Sign: return a > 0 ? 1 : a < 0 ? -1 : 0;
+        case Op::Reciprocal: return 1.0 / a;
+        case Op::Not: return a == 0 ? 1 : 0;
+        case Op::IsNan: return std::isnan(a) ? 1 : 0;
+        case Op::IsInf: return std::isinf(a) ? 1 : 0;
+        default: break;
+      }
+    }
+    double b = value(e->args[1]);
+    bool integral = !dtype_is_float(e->args[0]->dtype);
+    switch (e->op) {
+      case Op::Add: return a + b;
+      case Op::Sub: return a - b;
+      case Op::Mul: return a * b;
+      case Op::Div: return integral && !dtype_is_float(e->dtype) ? std::trunc(a / b) : a / b;
+      case Op::Pow: return std::pow(a, b);
+      case Op::Max: return (std::isnan(a) || a > b) ? a : b;
+      case Op::Min: return (std::isnan(a) || a < b) ? a : b;
+      case Op::FloorDiv: return std::floor(a / b);
+      case Op::Mod: return a - b * std::floor(a / b);
+      case Op::Eq: return a == b;
+      case Op::Ne: return a != b;
+      case Op::Lt: return a < b;
+      case Op::Le: return a <= b;
+      case Op::Gt: return a > b;
+      case Op::Ge: return a >= b;
+      case Op::And: return (a != 0) && (b != 0);
+      case Op::Or: return (a != 0) || (b != 0);
+      default: break;
+    }
+    PTC_CHECK(false, "interpreter: unhandled op ", loop::op_name(e->op));
+  }
+
+  // Element (indices) of a strided view.
+  double at(const loop::View& v, const std::vector<int64_t>& idx) {
+    int64_t off = eval(v.offset);
+    for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * eval(v.strides[d]);
+    const auto& data = data_.at(static_cast<size_t>(v.buffer));
+    PTC_CHECK(off >= 0 && static_cast<size_t>(off) < data.size(), "extern operand ", p_.buffers[v.buffer].name, " read out of range");
+    return data[off];
+  }
+
+  void run(const Computation& c) {
+    auto& out = data_[c.out];
+    DType dt = p_.buffers[c.out].dtype;
+    size_t pos = 0;
+    switch (c.kind) {
+      case Computation::Kind::Pointwise:
+        for_each(c.domain, 'x', [&](const std::vector<int64_t>&) { out.at(pos++) = round_to(value(c.body), dt); });
+        break;
+      case Computation::Kind::Reduction:
+        for_each(c.domain, 'x', [&](const std::vector<int64_t>&) {
+          double acc = 0, best = 0;
+          int64_t arg = 0, k = 0;
+          bool first = true;
+          switch (c.reduce) {
+            case loop::ReduceOp::Max: acc = -std::numeric_limits<double>::infinity(); break;
+            case loop::ReduceOp::Min: acc = std::numeric_limits<double>::infinity(); break;
+            case loop::ReduceOp::Prod: case loop::ReduceOp::All: acc = 1; break;
+            default: break;
+          }
+          for_each(c.reduce_domain, 'r', [&](const std::vector<int64_t>&) {
+            double v = value(c.body);
+            switch (c.reduce) {
+              case loop::ReduceOp::Sum: acc += v; break;
+              case loop::ReduceOp::Max: acc = (std::isnan(v) || v > acc) ? v : acc; break;
+              case loop::ReduceOp::Min: acc = (std::isnan(v) || v < acc) ? v : acc; break;
+              case loop::ReduceOp::Prod: acc *= v; break;
+              case loop::ReduceOp::Any: acc = acc != 0 || v != 0; break;
+              case loop::ReduceOp::All: acc = acc != 0 && v != 0; break;
+              case loop::ReduceOp::ArgMax: if (first || v > best) { best = v; arg = k; } break;
+              case loop::ReduceOp::ArgMin: if (first || v < best) { best = v; arg = k; } break;
+            }
+            first = false;
+            ++k;
+          });
+          if (c.reduce == loop::ReduceOp::ArgMax || c.reduce == loop::ReduceOp::ArgMin) acc = static_cast<double>(arg);
+          out.at(pos++) = round_to(acc, dt);
+        });
+        break;
+      case Computation::Kind::Extern:
+        if (c.extern_kind == loop::ExternKind::Gemm) gemm(c, out, dt);
+        else conv(c, out, dt);
+        break;
+    }
+  }
+
+  void gemm(const Computation& c, std::vector<double>& out, DType dt) {
+    const loop::View& a = c.operands[0];
+    const loop::View& b = c.operands[1];
+    size_t r = c.domain.size();
+    int64_t K = eval(a.sizes[r - 1]);
+    size_t pos = 0;
+    for_each(c.domain, 'x', [&](const std::vector<int64_t>& idx) {
+      std::vector<int64_t> ia = idx, ib = idx;
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        ia[r - 1] = k;
+        ib[r - 2] = k;
+        acc += at(a, ia) * at(b, ib);
+      }
+      out.at(pos++) = round_to(acc, dt);
+    });
+  }
+
+  void conv(const Computation& c, std::vector<double>& out, DType dt) {
+    const loop::View& x = c.operands[0];
+    const loop::View& w = c.operands[1];
+    int64_t C = eval(x.sizes[1]), H = eval(x.sizes[2]), W = eval(x.sizes[3]);
+    int64_t O = eval(w.sizes[0]), Cg = eval(w.sizes[1]), KH = eval(w.sizes[2]), KW = eval(w.sizes[3]);
+    int64_t sh = c.params[0], sw = c.params[1], ph = c.params[2], pw = c.params[3], dh = c.params[4], dw = c.params[5], groups = c.params[6];
+    PTC_CHECK(Cg * groups == C, "conv channel mismatch");
+    int64_t Og = O / groups;
+    size_t pos = 0;
+    for_each(c.domain, 'x', [&](const std::vector<int64_t>& i) {
+      int64_t n = i[0], o = i[1], oh = i[2], ow = i[3], g = o / Og;
+      double acc = c.operands.size() > 2 ? at(c.operands[2], {o}) : 0;
+      for (int64_t ci = 0; ci < Cg; ++ci)
+        for (int64_t kh = 0; kh < KH; ++kh)
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            int64_t ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
+            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+            acc += at(x, {n, g * Cg + ci, ih, iw}) * at(w, {o, ci, kh, kw});
+          }
+      out.at(pos++) = round_to(acc, dt);
+    });
+  }
+
+  const loop::Program& p_;
+  const Graph& g_;
+  std::map<std::string, int64_t> env_;
+  std::vector<std::vector<double>> data_;
+};
+
+}  // namespace
+
+std::vector<std::vector<std::byte>> interpret(const loop::Program& p, const Graph& g,
+                                              const std::vector<std::vector<std::byte>>& inputs,
+                                              const std::map<std::string, int64_t>& symbols) {
+  return Interp(p, g, symbols).run(inputs);
+}
+
+}  // namespace ptc

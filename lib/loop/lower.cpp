@@ -1,0 +1,255 @@
+// Lowering driver: graph IR -> loop IR (see lower_internal.h for the model).
+#include "lower_internal.h"
+#include "ptc/lower.h"
+
+namespace ptc::loop {
+
+Index row_major_strides(const Index& sizes) { return contiguous_strides(sizes); }
+
+sym::Expr flat_index(const Index& idx, const Index& strides, const sym::Expr& offset) {
+  sym::Expr e = offset;
+  for (size_t d = 0; d < idx.size(); ++d) e = e + idx[d] * strides[d];
+  return e;
+}
+
+std::optional<Index> broadcast_shapes(const Index& a, const Index& b) {
+  size_t n = std::max(a.size(), b.size());
+  Index out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const sym::Expr* x = i < n - a.size() ? nullptr : &a[i - (n - a.size())];
+    const sym::Expr* y = i < n - b.size() ? nullptr : &b[i - (n - b.size())];
+    if (!x) out[i] = *y;
+    else if (!y) out[i] = *x;
+    else if (*x == *y || *y == sym::Expr(1)) out[i] = *x;
+    else if (*x == sym::Expr(1)) out[i] = *y;
+    else return std::nullopt;
+  }
+  return out;
+}
+
+int64_t normalize_dim(Lowering& L, int64_t dim, size_t rank) {
+  int64_t r = static_cast<int64_t>(rank);
+  int64_t d = dim < 0 ? dim + r : dim;
+  if (d < 0 || d >= std::max<int64_t>(r, 1)) L.fail("dimension ", dim, " is out of range for a tensor of rank ", rank);
+  return d;
+}
+
+Lowering::Lowering(const Graph& g) : graph(g) { prog_.symbols = g.symbols; }
+
+std::string Lowering::origin() const { return current ? current->name : std::string(); }
+
+TensorRef Lowering::of_view(View v, DType dt) const {
+  TensorRef t;
+  t.dtype = dt;
+  t.sizes = v.sizes;
+  View copy = v;
+  t.fn = [copy, dt](const Index& idx) { return load(copy.buffer, dt, flat_index(idx, copy.strides, copy.offset)); };
+  t.view = std::move(v);
+  return t;
+}
+
+TensorRef Lowering::pointwise(DType dt, Index sizes, std::function<ExprRef(const Index&)> fn) const {
+  TensorRef t;
+  t.dtype = dt;
+  t.sizes = std::move(sizes);
+  t.fn = std::move(fn);
+  return t;
+}
+
+int Lowering::new_buffer(const std::string& prefix, DType dt, const Index& sizes) {
+  Buffer b;
+  b.name = prefix + std::to_string(temp_count_++);
+  b.kind = Buffer::Kind::Temp;
+  b.dtype = dt;
+  b.sizes = sizes;
+  b.strides = row_major_strides(sizes);
+  prog_.buffers.push_back(std::move(b));
+  return static_cast<int>(prog_.buffers.size()) - 1;
+}
+
+namespace {
+
+bool is_whole_buffer(const Program& p, const View& v) {
+  const Buffer& b = p.buffers[v.buffer];
+  return b.kind == Buffer::Kind::Temp && v.offset == sym::Expr(0) && v.sizes == b.sizes && v.strides == b.strides;
+}
+
+Index loop_vars(const Index& sizes) {
+  Index idx;
+  for (size_t d = 0; d < sizes.size(); ++d) idx.push_back(loop_var(static_cast<int>(d), sizes[d]));
+  return idx;
+}
+
+}  // namespace
+
+TensorRef Lowering::realize(const TensorRef& t, const std::string& origin) {
+  if (t.view && is_whole_buffer(prog_, *t.view)) return t;
+  int buf = new_buffer("buf", t.dtype, t.sizes);
+  Computation c;
+  c.kind = Computation::Kind::Pointwise;
+  c.out = buf;
+  c.domain = t.sizes;
+  c.body = cast(t.at(loop_vars(t.sizes)), t.dtype);
+  c.origin = origin;
+  emit(std::move(c));
+  return of_view(View{buf, t.sizes, prog_.buffers[buf].strides, 0}, t.dtype);
+}
+
+View Lowering::as_view(const TensorRef& t, const std::string& origin) {
+  if (t.view) return *t.view;
+  return *realize(t, origin).view;
+}
+
+TensorRef Lowering::reduce(const TensorRef& in, std::vector<int64_t> dims, bool keepdim, ReduceOp op,
+                           DType out_dtype, const std::string& origin) {
+  std::vector<bool> reduced(in.rank(), false);
+  for (int64_t d : dims) reduced[static_cast<size_t>(d)] = true;
+  Index kept, red;
+  for (size_t d = 0; d < in.rank(); ++d) (reduced[d] ? red : kept).push_back(in.sizes[d]);
+  int buf = new_buffer("buf", out_dtype, kept);
+  Index idx(in.rank());
+  size_t k = 0, r = 0;
+  for (size_t d = 0; d < in.rank(); ++d) {
+    if (reduced[d]) {
+      idx[d] = reduce_var(static_cast<int>(r), red[r]);
+      ++r;
+    } else {
+      idx[d] = loop_var(static_cast<int>(k), kept[k]);
+      ++k;
+    }
+  }
+  Computation c;
+  c.kind = Computation::Kind::Reduction;
+  c.out = buf;
+  c.domain = kept;
+  c.reduce_domain = red;
+  c.reduce = op;
+  ExprRef body = in.at(idx);
+  c.body = (op == ReduceOp::ArgMax || op == ReduceOp::ArgMin) ? body : cast(body, out_dtype);
+  c.origin = origin;
+  emit(std::move(c));
+  TensorRef out = of_view(View{buf, kept, prog_.buffers[buf].strides, 0}, out_dtype);
+  if (!keepdim) return out;
+  View v;
+  v.buffer = buf;
+  v.offset = 0;
+  Index st = prog_.buffers[buf].strides;
+  k = 0;
+  for (size_t d = 0; d < in.rank(); ++d) {
+    v.sizes.push_back(reduced[d] ? sym::Expr(1) : kept[k]);
+    v.strides.push_back(reduced[d] ? sym::Expr(0) : st[k]);
+    if (!reduced[d]) ++k;
+  }
+  return of_view(v, out_dtype);
+}
+
+TensorRef Lowering::broadcast_to(const TensorRef& t, const Index& sizes) const {
+  if (t.sizes == sizes) return t;
+  size_t diff = sizes.size() - t.rank();
+  std::vector<bool> bcast(t.rank());
+  for (size_t d = 0; d < t.rank(); ++d) bcast[d] = t.sizes[d] == sym::Expr(1) && !(sizes[d + diff] == sym::Expr(1));
+  if (t.view) {
+    View v;
+    v.buffer = t.view->buffer;
+    v.offset = t.view->offset;
+    v.sizes = sizes;
+    for (size_t d = 0; d < sizes.size(); ++d)
+      v.strides.push_back(d < diff || bcast[d - diff] ? sym::Expr(0) : t.view->strides[d - diff]);
+    return of_view(v, t.dtype);
+  }
+  TensorRef src = t;
+  return pointwise(t.dtype, sizes, [src, diff, bcast](const Index& idx) {
+    Index in(src.rank());
+    for (size_t d = 0; d < src.rank(); ++d) in[d] = bcast[d] ? sym::Expr(0) : idx[d + diff];
+    return src.at(in);
+  });
+}
+
+const TensorRef& Lowering::ref(const Value* v) const {
+  auto it = env_.find(v);
+  if (it == env_.end()) fail("uses %", v->name, ", which ptc could not lower");
+  return it->second;
+}
+
+Program Lowering::run() {
+  for (const auto& in : graph.inputs) {
+    const Value* v = in.value;
+    if (!v->type.is_tensor()) continue;
+    Buffer b;
+    b.name = v->name;
+    b.dtype = v->type.dtype;
+    b.sizes = v->type.sizes;
+    b.strides = v->type.strides;
+    b.offset = v->type.storage_offset;
+    if (in.role == GraphInput::Role::User) {
+      b.kind = Buffer::Kind::Input;
+      b.io_index = static_cast<int>(prog_.inputs.size());
+      b.strides = row_major_strides(b.sizes);  // callers pass contiguous tensors (checked at run time)
+      b.offset = 0;
+    } else {
+      b.kind = Buffer::Kind::Weight;
+      b.weight = in.target;
+      const TensorData& td = graph.weights.at(in.target);
+      b.strides = td.type.strides;
+      b.offset = td.type.storage_offset;
+    }
+    prog_.buffers.push_back(b);
+    int id = static_cast<int>(prog_.buffers.size()) - 1;
+    if (b.kind == Buffer::Kind::Input) prog_.inputs.push_back(id);
+    env_[v] = of_view(View{id, b.sizes, b.strides, b.offset}, b.dtype);
+  }
+  for (const auto& n : graph.nodes())
+    for (const Value* v : n->inputs()) uses_[v]++;
+  for (const Value* o : graph.outputs) uses_[o]++;
+
+  for (const auto& n : graph.nodes()) {
+    bool any_tensor = false;
+    for (const Value* o : n->outputs) any_tensor = any_tensor || o->type.is_tensor();
+    if (!any_tensor) continue;  // size arithmetic: its expressions are used directly
+    current = n.get();
+    if (n->kind == OpKind::Unknown) fail("ptc does not know this operator yet");
+    std::vector<TensorRef> outs = lower_node(*this, *n);
+    if (outs.size() != n->outputs.size()) fail("lowered to ", outs.size(), " results, expected ", n->outputs.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const Value* v = n->outputs[i];
+      TensorRef t = std::move(outs[i]);
+      if (uses_[v] > 1 && !t.view) t = realize(t, n->name);
+      env_[v] = std::move(t);
+    }
+  }
+  current = nullptr;
+
+  for (size_t i = 0; i < graph.outputs.size(); ++i) {
+    const Value* o = graph.outputs[i];
+    const TensorRef& t = ref(o);
+    bool reuse = t.view && is_whole_buffer(prog_, *t.view);
+    for (int prev : prog_.outputs) reuse = reuse && prev != t.view->buffer;
+    int buf;
+    if (reuse) {
+      buf = t.view->buffer;
+    } else {
+      buf = new_buffer("out", t.dtype, t.sizes);
+      Computation c;
+      c.kind = Computation::Kind::Pointwise;
+      c.out = buf;
+      c.domain = t.sizes;
+      c.body = cast(t.at(loop_vars(t.sizes)), t.dtype);
+      c.origin = o->producer ? o->producer->name : o->name;
+      emit(std::move(c));
+    }
+    Buffer& b = prog_.buffers[buf];
+    b.kind = Buffer::Kind::Output;
+    b.io_index = static_cast<int>(i);
+    b.name = "out" + std::to_string(i);
+    prog_.outputs.push_back(buf);
+  }
+  return std::move(prog_);
+}
+
+}  // namespace ptc::loop
+
+namespace ptc {
+
+loop::Program lower_to_loops(const Graph& g) { return loop::Lowering(g).run(); }
+
+}  // namespace ptc

@@ -1,0 +1,160 @@
+// Extern lowerings: GEMM (linear, addmm, mm, bmm, matmul), convolution, and attention as GEMMs
+// around a softmax (the fused flash-style kernel comes later).
+#include <cmath>
+#include <limits>
+
+#include "lower_internal.h"
+
+namespace ptc::loop {
+namespace {
+
+std::vector<TensorRef> one(TensorRef t) { return {std::move(t)}; }
+
+TensorRef transpose_last(Lowering& L, const TensorRef& x) {
+  std::vector<int64_t> perm(x.rank());
+  for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int64_t>(d);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return permute(L, x, perm);
+}
+
+TensorRef add_bias(Lowering& L, const TensorRef& y, const TensorRef& bias, DType dt, ExprRef beta = nullptr) {
+  return map2(L, y, bias, dt, [dt, beta](ExprRef p, ExprRef q) {
+    q = cast(q, dt);
+    if (beta) q = binary(Op::Mul, q, beta);
+    return binary(Op::Add, p, q);
+  });
+}
+
+// matmul with torch's rank rules.
+TensorRef matmul(Lowering& L, TensorRef a, TensorRef b, DType dt, const Index& out_sizes) {
+  bool a1 = a.rank() == 1, b1 = b.rank() == 1;
+  if (a1) a = reshape(L, a, {1, a.sizes[0]});
+  if (b1) b = reshape(L, b, {b.sizes[0], 1});
+  if (b.rank() == 2 && a.rank() > 2) {  // fold a's batch dims into M
+    Index s = a.sizes;
+    sym::Expr m = 1;
+    for (size_t d = 0; d + 1 < s.size(); ++d) m = m * s[d];
+    TensorRef y = gemm(L, reshape(L, a, {m, s.back()}), b, dt);
+    return reshape(L, y, out_sizes);
+  }
+  Index ba(a.sizes.begin(), a.sizes.end() - 2), bb(b.sizes.begin(), b.sizes.end() - 2);
+  auto batch = broadcast_shapes(ba, bb);
+  if (!batch) L.fail("matmul batch dimensions do not broadcast");
+  Index sa = *batch, sb = *batch;
+  sa.insert(sa.end(), a.sizes.end() - 2, a.sizes.end());
+  sb.insert(sb.end(), b.sizes.end() - 2, b.sizes.end());
+  TensorRef y = gemm(L, L.broadcast_to(a, sa), L.broadcast_to(b, sb), dt);
+  return reshape(L, y, out_sizes);
+}
+
+}  // namespace
+
+TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
+  if (a.rank() < 2 || a.rank() != b.rank()) L.fail("GEMM operands must have equal rank >= 2");
+  const sym::Expr& k1 = a.sizes.back();
+  const sym::Expr& k2 = b.sizes[b.rank() - 2];
+  if (!(k1 == k2)) L.fail("GEMM inner sizes differ: ", k1.str(), " and ", k2.str());
+  TensorRef ac = a.dtype == dt ? a : map1(L, a, dt, [dt](ExprRef v) { return cast(v, dt); });
+  TensorRef bc = b.dtype == dt ? b : map1(L, b, dt, [dt](ExprRef v) { return cast(v, dt); });
+  Index out = a.sizes;
+  out.back() = b.sizes.back();
+  int buf = L.new_buffer("buf", dt, out);
+  Computation c;
+  c.kind = Computation::Kind::Extern;
+  c.extern_kind = ExternKind::Gemm;
+  c.out = buf;
+  c.domain = out;
+  c.operands = {L.as_view(ac, L.origin()), L.as_view(bc, L.origin())};
+  c.origin = L.origin();
+  L.emit(std::move(c));
+  return L.of_view(View{buf, out, L.prog_.buffers[buf].strides, 0}, dt);
+}
+
+Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
+  switch (n.kind) {
+    case OpKind::Linear: {
+      TensorRef x = a.tensor("input"), w = a.tensor("weight");
+      DType dt = a.out_dtype();
+      Index out = a.out_sizes();
+      sym::Expr m = 1;
+      for (size_t d = 0; d + 1 < x.rank(); ++d) m = m * x.sizes[d];
+      TensorRef y = gemm(L, reshape(L, x, {m, x.sizes.back()}), transpose_last(L, w), dt);
+      if (!a.is_none("bias")) y = add_bias(L, y, a.tensor("bias"), dt);
+      return one(reshape(L, y, out));
+    }
+    case OpKind::Addmm: case OpKind::Baddbmm: {
+      DType dt = a.out_dtype();
+      TensorRef y = gemm(L, a.tensor(n.kind == OpKind::Addmm ? "mat1" : "batch1"), a.tensor(n.kind == OpKind::Addmm ? "mat2" : "batch2"), dt);
+      ExprRef alpha = a.scalar("alpha", dt), beta = a.scalar("beta", dt);
+      if (!(alpha->op == Op::Const && alpha->value == 1))
+        y = map1(L, y, dt, [alpha](ExprRef v) { return binary(Op::Mul, v, alpha); });
+      if (beta->op == Op::Const && beta->value == 0) return one(y);
+      return one(add_bias(L, y, a.tensor("self"), dt, beta->op == Op::Const && beta->value == 1 ? nullptr : beta));
+    }
+    case OpKind::Mm: return one(gemm(L, a.tensor("self"), a.tensor("mat2"), a.out_dtype()));
+    case OpKind::Bmm: return one(gemm(L, a.tensor("self"), a.tensor("mat2"), a.out_dtype()));
+    case OpKind::Matmul: return one(matmul(L, a.tensor("self"), a.tensor("other"), a.out_dtype(), a.out_sizes()));
+    case OpKind::Conv2d: case OpKind::Convolution: case OpKind::UnderscoreConvolution: {
+      TensorRef x = a.tensor("input"), w = a.tensor("weight");
+      if (x.rank() != 4) L.fail("ptc supports 2-D convolution (rank-4 input) so far");
+      if (n.kind != OpKind::Conv2d && a.b("transposed")) L.fail("transposed convolution is not supported yet");
+      auto pair = [&](const char* name, int64_t dflt) {
+        std::vector<int64_t> v = a.ints(name);
+        if (v.empty()) v = {dflt};
+        if (v.size() == 1) v.push_back(v[0]);
+        return v;
+      };
+      auto st = pair("stride", 1), pd = pair("padding", 0), dl = pair("dilation", 1);
+      DType dt = a.out_dtype();
+      Index out = a.out_sizes();
+      int buf = L.new_buffer("buf", dt, out);
+      Computation c;
+      c.kind = Computation::Kind::Extern;
+      c.extern_kind = ExternKind::Convolution;
+      c.out = buf;
+      c.domain = out;
+      c.operands = {L.as_view(x, L.origin()), L.as_view(w, L.origin())};
+      if (!a.is_none("bias")) c.operands.push_back(L.as_view(a.tensor("bias"), L.origin()));
+      c.params = {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups")};
+      c.origin = L.origin();
+      L.emit(std::move(c));
+      return one(L.of_view(View{buf, out, L.prog_.buffers[buf].strides, 0}, dt));
+    }
+    case OpKind::ScaledDotProductAttention: case OpKind::UnderscoreScaledDotProductFlashAttentionForCpu: {
+      TensorRef q = a.tensor("query"), k = a.tensor("key"), v = a.tensor("value");
+      if (a.f("dropout_p") != 0) L.fail("attention dropout is not supported for inference compiles");
+      if (n.arg("enable_gqa") && a.b("enable_gqa")) L.fail("grouped-query attention (enable_gqa) is not supported yet");
+      DType dt = a.out_dtype();
+      DType compute = dtype_size(dt) < 4 ? DType::Float32 : dt;
+      double scale = a.is_none("scale") ? 1.0 / std::sqrt(static_cast<double>(q.sizes.back().as_const().value_or(0))) : a.f("scale");
+      if (a.is_none("scale") && !q.sizes.back().as_const()) L.fail("attention with a symbolic head size needs an explicit scale");
+      TensorRef s = gemm(L, q, transpose_last(L, k), compute);
+      bool causal = a.b("is_causal");
+      std::optional<TensorRef> mask;
+      if (!a.is_none("attn_mask")) mask = L.broadcast_to(a.tensor("attn_mask"), s.sizes);
+      size_t r = s.rank();
+      const double ninf = -std::numeric_limits<double>::infinity();
+      TensorRef scores = L.pointwise(compute, s.sizes, [=](const Index& idx) {
+        ExprRef e = binary(Op::Mul, s.at(idx), constant(scale, compute));
+        if (mask) {
+          ExprRef m = mask->at(idx);
+          e = mask->dtype == DType::Bool ? where(m, e, constant(ninf, compute)) : binary(Op::Add, e, cast(m, compute));
+        }
+        if (causal)
+          e = where(binary(Op::Le, index_value(idx[r - 1]), index_value(idx[r - 2])), e, constant(ninf, compute));
+        return e;
+      });
+      TensorRef p = softmax(L, scores, static_cast<int64_t>(r - 1), false, compute);
+      TensorRef out = gemm(L, p, v, compute);
+      if (compute != dt) out = map1(L, out, dt, [dt](ExprRef e) { return cast(e, dt); });
+      if (n.outputs.size() == 1) return one(out);
+      Lowering* lp = &L;
+      return std::vector<TensorRef>{out, L.pointwise(DType::Float32, a.out_sizes(1), [lp](const Index&) -> ExprRef {
+                                      lp->fail("the logsumexp output of attention is not supported yet");
+                                    })};
+    }
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace ptc::loop

@@ -1,0 +1,123 @@
+// Lowering state shared by lib/loop/lower*.cpp (internal header).
+//
+// Each graph Value lowers to a TensorRef: a dtype, symbolic sizes and a function giving the
+// element expression at a symbolic index. Pointwise ops compose these functions (vertical
+// fusion is the default); a value is realized into a buffer only when something needs memory:
+// a reduction or extern result, a value with several users, a graph output, or an extern
+// operand that is not already a strided view of a buffer.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "ptc/error.h"
+#include "ptc/graph.h"
+#include "ptc/loop.h"
+
+namespace ptc::loop {
+
+using Index = std::vector<sym::Expr>;
+
+struct TensorRef {
+  DType dtype = DType::Float32;
+  Index sizes;
+  std::optional<View> view;  // set when the tensor is a strided view of a buffer
+  std::function<ExprRef(const Index&)> fn;
+  ExprRef at(const Index& idx) const { return fn(idx); }
+  size_t rank() const { return sizes.size(); }
+};
+
+class Lowering {
+ public:
+  explicit Lowering(const Graph& g);
+  Program run();
+
+  // --- building blocks for op lowerings ---------------------------------------------------
+  TensorRef of_view(View v, DType dt) const;
+  TensorRef pointwise(DType dt, Index sizes, std::function<ExprRef(const Index&)> fn) const;
+  // Writes `t` to a new buffer (unless it already is a whole contiguous buffer) and returns
+  // a TensorRef reading it.
+  TensorRef realize(const TensorRef& t, const std::string& origin);
+  // A strided view for an extern operand (realizing when needed).
+  View as_view(const TensorRef& t, const std::string& origin);
+  // Reduces `in` over `dims` (sorted, non-negative); kept dims become size 1 when keepdim.
+  TensorRef reduce(const TensorRef& in, std::vector<int64_t> dims, bool keepdim, ReduceOp op,
+                   DType out_dtype, const std::string& origin);
+  int new_buffer(const std::string& prefix, DType dt, const Index& sizes);
+  void emit(Computation c) { prog_.comps.push_back(std::move(c)); }
+  // Broadcasts `t` to `sizes` (numpy rules, aligned from the right).
+  TensorRef broadcast_to(const TensorRef& t, const Index& sizes) const;
+
+  const TensorRef& ref(const Value* v) const;
+  const Node* current = nullptr;  // the node being lowered, for messages and origins
+  std::string origin() const;
+  template <class... Parts>
+  [[noreturn]] void fail(const Parts&... parts) const {
+    std::string where = current ? "node '" + current->name + "' (" + current->op_name() + ")" : "lowering";
+    if (current) {
+      std::string frame = current->source.user_frame();
+      if (!frame.empty()) where += " at " + frame;
+    }
+    user_error(where, ": ", parts...);
+  }
+
+  const Graph& graph;
+  Program prog_;
+
+ private:
+  std::map<const Value*, TensorRef> env_;
+  std::map<const Value*, int> uses_;
+  int temp_count_ = 0;
+};
+
+// Per-op lowerings (lower_ops.cpp): the tensors a node's outputs lower to, in order.
+std::vector<TensorRef> lower_node(Lowering& L, const Node& n);
+
+// Broadcast result shape of two shapes; nullopt when they cannot broadcast.
+std::optional<Index> broadcast_shapes(const Index& a, const Index& b);
+int64_t normalize_dim(Lowering& L, int64_t dim, size_t rank);
+Index row_major_strides(const Index& sizes);
+sym::Expr flat_index(const Index& idx, const Index& strides, const sym::Expr& offset);
+
+}  // namespace ptc::loop
+
+namespace ptc::loop {
+
+// Argument access for op lowerings (by schema name), with user errors for surprises.
+struct Args {
+  Lowering& L;
+  const Node& n;
+  const Arg& raw(const char* name) const;
+  bool is_none(const char* name) const;
+  TensorRef tensor(const char* name) const;
+  std::vector<TensorRef> tensors(const char* name) const;
+  int64_t i(const char* name) const;
+  double f(const char* name) const;
+  bool b(const char* name) const;
+  std::string s(const char* name) const;
+  Index syms(const char* name) const;            // int[] / SymInt[]
+  std::vector<int64_t> ints(const char* name) const;  // int[] with constant entries
+  ExprRef scalar(const char* name, DType dt) const;  // Scalar (number or SymInt) as an expression
+  std::optional<DType> dtype(const char* name) const;
+  DType out_dtype(size_t i = 0) const;
+  Index out_sizes(size_t i = 0) const;
+};
+
+// Family lowerings; each returns nullopt when the op is not in its family.
+using Lowered = std::optional<std::vector<TensorRef>>;
+Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a);
+Lowered lower_view(Lowering& L, const Node& n, const Args& a);
+Lowered lower_reduction(Lowering& L, const Node& n, const Args& a);
+Lowered lower_extern(Lowering& L, const Node& n, const Args& a);
+
+// Shared pieces.
+TensorRef map1(Lowering& L, const TensorRef& x, DType dt, const std::function<ExprRef(ExprRef)>& f);
+TensorRef map2(Lowering& L, const TensorRef& x, const TensorRef& y, DType dt,
+               const std::function<ExprRef(ExprRef, ExprRef)>& f);
+TensorRef softmax(Lowering& L, const TensorRef& x, int64_t dim, bool log, DType dt);
+TensorRef reshape(Lowering& L, const TensorRef& x, const Index& sizes);
+TensorRef permute(Lowering& L, const TensorRef& x, const std::vector<int64_t>& perm);
+TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt);  // [...,M,K] x [...,K,N]
+
+}  // namespace ptc::loop

@@ -1,0 +1,251 @@
+// Pointwise lowerings: unary and binary math, comparisons, where/masked_fill/clamp, casts and
+// tensor creation. All of them compose into their consumers (no buffer of their own).
+#include <cmath>
+
+#include "lower_internal.h"
+
+namespace ptc::loop {
+namespace {
+
+ExprRef c(double v, DType dt) { return constant(v, dt); }
+
+ExprRef gelu(ExprRef x, bool tanh_approx) {
+  DType dt = x->dtype;
+  if (tanh_approx) {
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    ExprRef x3 = binary(Op::Mul, binary(Op::Mul, x, x), x);
+    ExprRef inner = binary(Op::Mul, c(std::sqrt(2.0 / M_PI), dt), binary(Op::Add, x, binary(Op::Mul, c(0.044715, dt), x3)));
+    return binary(Op::Mul, binary(Op::Mul, c(0.5, dt), x), binary(Op::Add, c(1, dt), unary(Op::Tanh, inner)));
+  }
+  ExprRef e = unary(Op::Erf, binary(Op::Mul, x, c(M_SQRT1_2, dt)));
+  return binary(Op::Mul, binary(Op::Mul, c(0.5, dt), x), binary(Op::Add, c(1, dt), e));
+}
+
+ExprRef clamp(ExprRef x, ExprRef lo, ExprRef hi) {
+  if (lo) x = binary(Op::Max, x, lo);
+  if (hi) x = binary(Op::Min, x, hi);
+  return x;
+}
+
+DType promote(DType a, DType b) {
+  auto rank = [](DType t) { return t == DType::Bool ? 0 : dtype_is_float(t) ? 2 : 1; };
+  if (rank(a) != rank(b)) return rank(a) > rank(b) ? a : b;
+  if (a == b) return a;
+  if (rank(a) == 2 && dtype_size(a) == 2 && dtype_size(b) == 2) return DType::Float32;  // f16 vs bf16
+  return dtype_size(a) >= dtype_size(b) ? a : b;
+}
+
+std::optional<Op> simple_unary(OpKind k) {
+  switch (k) {
+    case OpKind::Relu: case OpKind::ReluInplace: return Op::Relu;
+    case OpKind::Sigmoid: return Op::Sigmoid;
+    case OpKind::Tanh: return Op::Tanh;
+    case OpKind::Erf: return Op::Erf;
+    case OpKind::Exp: return Op::Exp;
+    case OpKind::Log: return Op::Log;
+    case OpKind::Log1p: return Op::Log1p;
+    case OpKind::Sqrt: return Op::Sqrt;
+    case OpKind::Rsqrt: return Op::Rsqrt;
+    case OpKind::Abs: return Op::Abs;
+    case OpKind::Neg: return Op::Neg;
+    case OpKind::Reciprocal: return Op::Reciprocal;
+    case OpKind::Sin: return Op::Sin;
+    case OpKind::Cos: return Op::Cos;
+    case OpKind::Floor: return Op::Floor;
+    case OpKind::Ceil: return Op::Ceil;
+    case OpKind::Round: return Op::Round;
+    case OpKind::Sign: return Op::Sign;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<Op> comparison(OpKind k) {
+  switch (k) {
+    case OpKind::EqTensor: case OpKind::EqScalar: return Op::Eq;
+    case OpKind::NeScalar: return Op::Ne;
+    case OpKind::LtScalar: case OpKind::LtTensor: return Op::Lt;
+    case OpKind::LeScalar: return Op::Le;
+    case OpKind::GtScalar: case OpKind::GtTensor: return Op::Gt;
+    case OpKind::GeScalar: return Op::Ge;
+    case OpKind::LogicalAnd: return Op::And;
+    case OpKind::LogicalOr: return Op::Or;
+    default: return std::nullopt;
+  }
+}
+
+// A Scalar argument as a 0-d tensor, so scalar and tensor overloads share one path.
+TensorRef scalar_tensor(Lowering& L, ExprRef v) {
+  return L.pointwise(v->dtype, {}, [v](const Index&) { return v; });
+}
+
+TensorRef full(Lowering& L, const Index& sizes, ExprRef v) {
+  return L.pointwise(v->dtype, sizes, [v](const Index&) { return v; });
+}
+
+}  // namespace
+
+Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
+  const OpKind k = n.kind;
+  auto out = [&](TensorRef t) { return Lowered(std::vector<TensorRef>{std::move(t)}); };
+  if (auto op = simple_unary(k)) {
+    DType dt = a.out_dtype();
+    Op o = *op;
+    return out(map1(L, a.tensor("self"), dt, [o, dt](ExprRef x) { return unary(o, cast(x, dt)); }));
+  }
+  switch (k) {
+    case OpKind::Gelu: {
+      bool t = a.s("approximate") == "tanh";
+      DType dt = a.out_dtype();
+      return out(map1(L, a.tensor("self"), dt, [t, dt](ExprRef x) { return gelu(cast(x, dt), t); }));
+    }
+    case OpKind::Silu: case OpKind::SiluInplace: {
+      DType dt = a.out_dtype();
+      return out(map1(L, a.tensor("self"), dt, [dt](ExprRef x) {
+        x = cast(x, dt);
+        return binary(Op::Mul, x, unary(Op::Sigmoid, x));
+      }));
+    }
+    case OpKind::Hardswish: case OpKind::HardswishInplace: case OpKind::Hardsigmoid: {
+      DType dt = a.out_dtype();
+      bool swish = k != OpKind::Hardsigmoid;
+      return out(map1(L, a.tensor("self"), dt, [dt, swish](ExprRef x) {
+        x = cast(x, dt);
+        ExprRef h = binary(Op::Div, clamp(binary(Op::Add, x, c(3, dt)), c(0, dt), c(6, dt)), c(6, dt));
+        return swish ? binary(Op::Mul, x, h) : h;
+      }));
+    }
+    case OpKind::Hardtanh: case OpKind::HardtanhInplace: {
+      DType dt = a.out_dtype();
+      ExprRef lo = a.scalar("min_val", dt), hi = a.scalar("max_val", dt);
+      return out(map1(L, a.tensor("self"), dt, [=](ExprRef x) { return clamp(cast(x, dt), lo, hi); }));
+    }
+    case OpKind::LeakyRelu: {
+      DType dt = a.out_dtype();
+      ExprRef slope = a.scalar("negative_slope", dt);
+      return out(map1(L, a.tensor("self"), dt, [=](ExprRef x) {
+        x = cast(x, dt);
+        return where(binary(Op::Gt, x, c(0, dt)), x, binary(Op::Mul, x, slope));
+      }));
+    }
+    case OpKind::Mish: {
+      DType dt = a.out_dtype();
+      return out(map1(L, a.tensor("self"), dt, [dt](ExprRef x) {
+        x = cast(x, dt);
+        ExprRef sp = unary(Op::Log1p, unary(Op::Exp, x));
+        return binary(Op::Mul, x, unary(Op::Tanh, sp));
+      }));
+    }
+    case OpKind::LogicalNot: case OpKind::BitwiseNot:
+      return out(map1(L, a.tensor("self"), DType::Bool, [](ExprRef x) { return unary(Op::Not, cast(x, DType::Bool)); }));
+    case OpKind::Isnan: return out(map1(L, a.tensor("self"), DType::Bool, [](ExprRef x) { return unary(Op::IsNan, x); }));
+    case OpKind::Isinf: return out(map1(L, a.tensor("self"), DType::Bool, [](ExprRef x) { return unary(Op::IsInf, x); }));
+    default: break;
+  }
+
+  // Binary arithmetic: add/sub (with alpha), mul, div, pow, maximum/minimum.
+  struct Bin {
+    OpKind kind;
+    Op op;
+    bool scalar_other;
+    bool reverse;
+  };
+  static const Bin kBinary[] = {
+      {OpKind::AddTensor, Op::Add, false, false}, {OpKind::AddScalar, Op::Add, true, false},
+      {OpKind::SubTensor, Op::Sub, false, false}, {OpKind::SubScalar, Op::Sub, true, false},
+      {OpKind::RsubScalar, Op::Sub, true, true},  {OpKind::MulTensor, Op::Mul, false, false},
+      {OpKind::MulScalar, Op::Mul, true, false},  {OpKind::DivTensor, Op::Div, false, false},
+      {OpKind::DivScalar, Op::Div, true, false},  {OpKind::PowTensorScalar, Op::Pow, true, false},
+      {OpKind::PowTensorTensor, Op::Pow, false, false}, {OpKind::Maximum, Op::Max, false, false},
+      {OpKind::Minimum, Op::Min, false, false},   {OpKind::FloorDivide, Op::FloorDiv, false, false},
+      {OpKind::RemainderScalar, Op::Mod, true, false},
+  };
+  for (const Bin& bin : kBinary) {
+    if (bin.kind != k) continue;
+    DType dt = a.out_dtype();
+    TensorRef x = a.tensor("self");
+    const char* other_name = n.arg("other") ? "other" : "exponent";
+    TensorRef y = bin.scalar_other ? scalar_tensor(L, a.scalar(other_name, dt)) : a.tensor(other_name);
+    ExprRef alpha = n.arg("alpha") ? a.scalar("alpha", dt) : nullptr;
+    Op op = bin.op;
+    bool rev = bin.reverse;
+    return out(map2(L, x, y, dt, [=](ExprRef p, ExprRef q) {
+      p = cast(p, dt);
+      q = cast(q, dt);
+      if (alpha) (rev ? p : q) = binary(Op::Mul, rev ? p : q, alpha);
+      return rev ? binary(op, q, p) : binary(op, p, q);
+    }));
+  }
+  if (k == OpKind::DivTensorMode) {
+    DType dt = a.out_dtype();
+    std::string mode = a.is_none("rounding_mode") ? "" : a.s("rounding_mode");
+    return out(map2(L, a.tensor("self"), a.tensor("other"), dt, [=](ExprRef p, ExprRef q) {
+      ExprRef d = binary(Op::Div, cast(p, DType::Float64), cast(q, DType::Float64));
+      if (mode == "floor") d = unary(Op::Floor, d);
+      else if (mode == "trunc") d = where(binary(Op::Lt, d, c(0, DType::Float64)), unary(Op::Ceil, d), unary(Op::Floor, d));
+      return cast(d, dt);
+    }));
+  }
+  if (auto op = comparison(k)) {
+    TensorRef x = a.tensor("self");
+    bool scalar = !std::holds_alternative<Value*>(a.raw("other"));
+    DType cmp = scalar ? x.dtype : promote(x.dtype, a.tensor("other").dtype);
+    if (scalar && x.dtype == DType::Bool) cmp = DType::Float32;
+    TensorRef y = scalar ? scalar_tensor(L, a.scalar("other", cmp)) : a.tensor("other");
+    Op o = *op;
+    bool logical = o == Op::And || o == Op::Or;
+    return out(map2(L, x, y, DType::Bool, [=](ExprRef p, ExprRef q) {
+      DType t = logical ? DType::Bool : cmp;
+      return binary(o, cast(p, t), cast(q, t));
+    }));
+  }
+  switch (k) {
+    case OpKind::WhereSelf: case OpKind::WhereScalarSelf: case OpKind::WhereScalarOther: {
+      DType dt = a.out_dtype();
+      TensorRef cond = a.tensor("condition");
+      TensorRef x = k == OpKind::WhereScalarSelf ? scalar_tensor(L, a.scalar("self", dt)) : a.tensor("self");
+      TensorRef y = k == OpKind::WhereScalarOther ? scalar_tensor(L, a.scalar("other", dt)) : a.tensor("other");
+      auto s1 = broadcast_shapes(cond.sizes, x.sizes);
+      auto shape = s1 ? broadcast_shapes(*s1, y.sizes) : std::nullopt;
+      if (!shape) L.fail("cannot broadcast the shapes of where's arguments");
+      TensorRef bc = L.broadcast_to(cond, *shape), bx = L.broadcast_to(x, *shape), by = L.broadcast_to(y, *shape);
+      return out(L.pointwise(dt, *shape, [=](const Index& i) {
+        return where(cast(bc.at(i), DType::Bool), cast(bx.at(i), dt), cast(by.at(i), dt));
+      }));
+    }
+    case OpKind::MaskedFillScalar: case OpKind::MaskedFillTensor: {
+      DType dt = a.out_dtype();
+      TensorRef x = a.tensor("self");
+      TensorRef mask = L.broadcast_to(a.tensor("mask"), x.sizes);
+      TensorRef v = k == OpKind::MaskedFillScalar ? scalar_tensor(L, a.scalar("value", dt)) : a.tensor("value");
+      return out(L.pointwise(dt, x.sizes, [=](const Index& i) {
+        return where(cast(mask.at(i), DType::Bool), cast(v.at({}), dt), cast(x.at(i), dt));
+      }));
+    }
+    case OpKind::Clamp: case OpKind::ClampMin: {
+      DType dt = a.out_dtype();
+      ExprRef lo = a.is_none("min") ? nullptr : a.scalar("min", dt);
+      ExprRef hi = k == OpKind::ClampMin || a.is_none("max") ? nullptr : a.scalar("max", dt);
+      return out(map1(L, a.tensor("self"), dt, [=](ExprRef x) { return clamp(cast(x, dt), lo, hi); }));
+    }
+    case OpKind::UnderscoreToCopy: case OpKind::ToDtype: case OpKind::TypeAs: {
+      DType dt = a.out_dtype();
+      return out(map1(L, a.tensor("self"), dt, [dt](ExprRef x) { return cast(x, dt); }));
+    }
+    case OpKind::Full: return out(full(L, a.out_sizes(), a.scalar("fill_value", a.out_dtype())));
+    case OpKind::FullLike: return out(full(L, a.out_sizes(), a.scalar("fill_value", a.out_dtype())));
+    case OpKind::Zeros: case OpKind::ZerosLike: return out(full(L, a.out_sizes(), constant(0, a.out_dtype())));
+    case OpKind::Ones: case OpKind::OnesLike: return out(full(L, a.out_sizes(), constant(1, a.out_dtype())));
+    case OpKind::ScalarTensor: return out(full(L, {}, a.scalar("s", a.out_dtype())));
+    case OpKind::ArangeStartStep: case OpKind::ArangeStart: case OpKind::ArangeDefault: {
+      DType dt = a.out_dtype();
+      ExprRef start = k == OpKind::ArangeDefault ? constant(0, dt) : a.scalar("start", dt);
+      ExprRef step = k == OpKind::ArangeStartStep ? a.scalar("step", dt) : constant(1, dt);
+      return out(L.pointwise(dt, a.out_sizes(), [=](const Index& i) {
+        return binary(Op::Add, start, binary(Op::Mul, cast(index_value(i[0]), dt), step));
+      }));
+    }
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace ptc::loop

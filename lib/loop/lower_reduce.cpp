@@ -1,0 +1,266 @@
+// Reduction lowerings: sum/mean/amax/..., softmax, layer/batch/RMS norm, pooling.
+#include <cmath>
+#include <limits>
+
+#include "lower_internal.h"
+
+namespace ptc::loop {
+namespace {
+
+std::vector<int64_t> dims_of(Lowering& L, const Args& a, const char* name, size_t rank) {
+  std::vector<int64_t> dims;
+  if (!a.n.arg(name) || a.is_none(name)) {
+    for (size_t d = 0; d < rank; ++d) dims.push_back(static_cast<int64_t>(d));
+    return dims;
+  }
+  const Arg& raw = a.raw(name);
+  if (std::holds_alternative<int64_t>(raw)) dims = {a.i(name)};
+  else dims = a.ints(name);
+  if (dims.empty())
+    for (size_t d = 0; d < rank; ++d) dims.push_back(static_cast<int64_t>(d));
+  for (auto& d : dims) d = normalize_dim(L, d, rank);
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  return dims;
+}
+
+sym::Expr count_of(const TensorRef& x, const std::vector<int64_t>& dims) {
+  sym::Expr n = 1;
+  for (int64_t d : dims) n = n * x.sizes[d];
+  return n;
+}
+
+ExprRef c(double v, DType dt) { return constant(v, dt); }
+
+// (x - mean) * rstd over the trailing `dims`, with mean and rstd returned keepdim.
+struct Normalized {
+  TensorRef y, mean, rstd;
+};
+
+Normalized normalize(Lowering& L, const TensorRef& x, const std::vector<int64_t>& dims, double eps, DType dt,
+                     bool subtract_mean = true) {
+  std::string o = L.origin();
+  sym::Expr n = count_of(x, dims);
+  TensorRef xf = map1(L, x, dt, [dt](ExprRef v) { return cast(v, dt); });
+  TensorRef mean;
+  TensorRef centered = xf;
+  if (subtract_mean) {
+    TensorRef sum = L.reduce(xf, dims, true, ReduceOp::Sum, dt, o);
+    mean = map1(L, sum, dt, [n, dt](ExprRef s) { return binary(Op::Div, s, cast(index_value(n), dt)); });
+    mean = L.realize(mean, o);
+    centered = map2(L, xf, mean, dt, [](ExprRef p, ExprRef q) { return binary(Op::Sub, p, q); });
+  }
+  TensorRef sq = map1(L, centered, dt, [](ExprRef v) { return binary(Op::Mul, v, v); });
+  TensorRef ss = L.reduce(sq, dims, true, ReduceOp::Sum, dt, o);
+  TensorRef rstd = map1(L, ss, dt, [n, eps, dt](ExprRef s) {
+    return unary(Op::Rsqrt, binary(Op::Add, binary(Op::Div, s, cast(index_value(n), dt)), c(eps, dt)));
+  });
+  rstd = L.realize(rstd, o);
+  TensorRef y = map2(L, centered, rstd, dt, [](ExprRef p, ExprRef q) { return binary(Op::Mul, p, q); });
+  return {y, mean, rstd};
+}
+
+// y * weight + bias, with weight/bias broadcast from `channel_dim` (or the trailing dims).
+TensorRef affine(Lowering& L, const TensorRef& y, const std::optional<TensorRef>& w, const std::optional<TensorRef>& b,
+                 std::optional<size_t> channel_dim, DType dt) {
+  auto lift = [&](const TensorRef& t) {
+    if (!channel_dim) return t;  // trailing dims broadcast by numpy rules
+    Index s(y.rank() - *channel_dim, sym::Expr(1));
+    s[0] = t.sizes[0];
+    return reshape(L, t, s);
+  };
+  TensorRef out = y;
+  if (w) out = map2(L, out, lift(*w), dt, [dt](ExprRef p, ExprRef q) { return binary(Op::Mul, p, cast(q, dt)); });
+  if (b) out = map2(L, out, lift(*b), dt, [dt](ExprRef p, ExprRef q) { return binary(Op::Add, p, cast(q, dt)); });
+  return out;
+}
+
+std::optional<TensorRef> opt_tensor(const Args& a, const char* name) {
+  if (!a.n.arg(name) || a.is_none(name)) return std::nullopt;
+  return a.tensor(name);
+}
+
+// Sliding-window reduction over the last two dims (pooling). `pad_value` fills outside.
+TensorRef pool2d(Lowering& L, const TensorRef& x, const Index& out_sizes, std::vector<int64_t> k, std::vector<int64_t> s,
+                 std::vector<int64_t> p, std::vector<int64_t> d, ReduceOp op, DType dt) {
+  auto two = [](std::vector<int64_t> v, int64_t dflt) {
+    if (v.empty()) v = {dflt};
+    if (v.size() == 1) v.push_back(v[0]);
+    return v;
+  };
+  k = two(k, 1);
+  s = s.empty() ? k : two(s, 1);
+  p = two(p, 0);
+  d = two(d, 1);
+  size_t r = x.rank();
+  double fill = op == ReduceOp::Max ? -std::numeric_limits<double>::infinity() : 0.0;
+  // A virtual tensor [..., OH, OW, KH, KW] reduced over its last two dims.
+  Index win = out_sizes;
+  win.push_back(k[0]);
+  win.push_back(k[1]);
+  TensorRef src = x;
+  TensorRef windows = L.pointwise(dt, win, [=](const Index& idx) {
+    Index in(idx.begin(), idx.begin() + static_cast<long>(r));
+    ExprRef inside;
+    for (size_t j = 0; j < 2; ++j) {
+      size_t dim = r - 2 + j;
+      in[dim] = idx[dim] * s[j] - p[j] + idx[r + j] * d[j];
+      if (p[j] > 0 || true) {
+        ExprRef ok = binary(Op::And, binary(Op::Ge, index_value(in[dim]), index_value(0)),
+                            binary(Op::Lt, index_value(in[dim]), index_value(src.sizes[dim])));
+        inside = inside ? binary(Op::And, inside, ok) : ok;
+      }
+    }
+    return where(inside, cast(src.at(in), dt), c(fill, dt));
+  });
+  return L.reduce(windows, {static_cast<int64_t>(r), static_cast<int64_t>(r + 1)}, false, op, dt, L.origin());
+}
+
+}  // namespace
+
+TensorRef softmax(Lowering& L, const TensorRef& x, int64_t dim, bool log, DType dt) {
+  std::string o = L.origin();
+  TensorRef xf = map1(L, x, dt, [dt](ExprRef v) { return cast(v, dt); });
+  TensorRef m = L.reduce(xf, {dim}, true, ReduceOp::Max, dt, o);
+  TensorRef shifted = map2(L, xf, m, dt, [](ExprRef p, ExprRef q) { return binary(Op::Sub, p, q); });
+  TensorRef e = map1(L, shifted, dt, [](ExprRef v) { return unary(Op::Exp, v); });
+  TensorRef s = L.reduce(e, {dim}, true, ReduceOp::Sum, dt, o);
+  if (log) return map2(L, shifted, s, dt, [](ExprRef p, ExprRef q) { return binary(Op::Sub, p, unary(Op::Log, q)); });
+  return map2(L, e, s, dt, [](ExprRef p, ExprRef q) { return binary(Op::Div, p, q); });
+}
+
+Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
+  auto one = [](TensorRef t) { return Lowered(std::vector<TensorRef>{std::move(t)}); };
+  std::string o = L.origin();
+  switch (n.kind) {
+    case OpKind::SumDimIntList: case OpKind::Sum: case OpKind::MeanDim: {
+      TensorRef x = a.tensor("self");
+      DType dt = a.out_dtype();
+      auto dims = dims_of(L, a, "dim", x.rank());
+      bool keep = n.arg("keepdim") && a.b("keepdim");
+      TensorRef s = L.reduce(x, dims, keep, ReduceOp::Sum, dt, o);
+      if (n.kind != OpKind::MeanDim) return one(s);
+      sym::Expr cnt = count_of(x, dims);
+      return one(map1(L, s, dt, [cnt, dt](ExprRef v) { return binary(Op::Div, v, cast(index_value(cnt), dt)); }));
+    }
+    case OpKind::Amax: case OpKind::Amin: {
+      TensorRef x = a.tensor("self");
+      return one(L.reduce(x, dims_of(L, a, "dim", x.rank()), a.b("keepdim"), n.kind == OpKind::Amax ? ReduceOp::Max : ReduceOp::Min,
+                          a.out_dtype(), o));
+    }
+    case OpKind::AnyDim: case OpKind::AnyDims: case OpKind::Any: case OpKind::AllDim: {
+      TensorRef x = map1(L, a.tensor("self"), DType::Bool, [](ExprRef v) { return cast(v, DType::Bool); });
+      bool keep = n.arg("keepdim") && a.b("keepdim");
+      return one(L.reduce(x, dims_of(L, a, "dim", x.rank()), keep, n.kind == OpKind::AllDim ? ReduceOp::All : ReduceOp::Any, DType::Bool, o));
+    }
+    case OpKind::Argmax: {
+      TensorRef x = a.tensor("self");
+      return one(L.reduce(x, dims_of(L, a, "dim", x.rank()), a.b("keepdim"), ReduceOp::ArgMax, DType::Int64, o));
+    }
+    case OpKind::MaxDim: {
+      TensorRef x = a.tensor("self");
+      auto dims = dims_of(L, a, "dim", x.rank());
+      bool keep = a.b("keepdim");
+      return std::vector<TensorRef>{L.reduce(x, dims, keep, ReduceOp::Max, a.out_dtype(0), o),
+                                    L.reduce(x, dims, keep, ReduceOp::ArgMax, DType::Int64, o)};
+    }
+    case OpKind::SoftmaxInt: case OpKind::UnderscoreSoftmax: case OpKind::LogSoftmaxInt: case OpKind::UnderscoreLogSoftmax: {
+      TensorRef x = a.tensor("self");
+      bool log = n.kind == OpKind::LogSoftmaxInt || n.kind == OpKind::UnderscoreLogSoftmax;
+      DType dt = a.out_dtype();
+      DType compute = dtype_size(dt) < 4 ? DType::Float32 : dt;
+      TensorRef y = softmax(L, x, normalize_dim(L, a.i("dim"), x.rank()), log, compute);
+      return one(map1(L, y, dt, [dt](ExprRef v) { return cast(v, dt); }));
+    }
+    case OpKind::LayerNorm: case OpKind::NativeLayerNorm: case OpKind::RmsNorm: {
+      TensorRef x = a.tensor("input");
+      size_t nd = a.syms("normalized_shape").size();
+      std::vector<int64_t> dims;
+      for (size_t d = x.rank() - nd; d < x.rank(); ++d) dims.push_back(static_cast<int64_t>(d));
+      DType dt = a.out_dtype();
+      DType compute = dtype_size(dt) < 4 ? DType::Float32 : dt;
+      double eps = n.kind == OpKind::RmsNorm ? (a.is_none("eps") ? 1.1920928955078125e-07 : a.f("eps")) : a.f("eps");
+      Normalized nm = normalize(L, x, dims, eps, compute, n.kind != OpKind::RmsNorm);
+      TensorRef y = affine(L, nm.y, opt_tensor(a, "weight"), n.kind == OpKind::RmsNorm ? std::nullopt : opt_tensor(a, "bias"),
+                           std::nullopt, compute);
+      y = map1(L, y, dt, [dt](ExprRef v) { return cast(v, dt); });
+      if (n.kind != OpKind::NativeLayerNorm) return one(y);
+      return std::vector<TensorRef>{y, nm.mean, nm.rstd};
+    }
+    case OpKind::BatchNorm: case OpKind::UnderscoreNativeBatchNormLegitNoTraining: case OpKind::NativeBatchNorm: {
+      if (n.arg("training") && a.b("training")) L.fail("batch norm in training mode is not supported for inference compiles");
+      TensorRef x = a.tensor("input");
+      DType dt = a.out_dtype();
+      DType compute = dtype_size(dt) < 4 ? DType::Float32 : dt;
+      double eps = a.f("eps");
+      TensorRef mean = a.tensor("running_mean"), var = a.tensor("running_var");
+      Index cs(x.rank() - 1, sym::Expr(1));
+      cs[0] = x.sizes[1];
+      TensorRef mv = reshape(L, mean, cs);
+      TensorRef rstd = reshape(L, map1(L, var, compute, [eps, compute](ExprRef v) {
+                                 return unary(Op::Rsqrt, binary(Op::Add, cast(v, compute), c(eps, compute)));
+                               }), cs);
+      TensorRef y = map2(L, x, mv, compute, [compute](ExprRef p, ExprRef q) { return binary(Op::Sub, cast(p, compute), cast(q, compute)); });
+      y = map2(L, y, rstd, compute, [](ExprRef p, ExprRef q) { return binary(Op::Mul, p, q); });
+      y = affine(L, y, opt_tensor(a, "weight"), opt_tensor(a, "bias"), size_t{1}, compute);
+      y = map1(L, y, dt, [dt](ExprRef v) { return cast(v, dt); });
+      if (n.outputs.size() == 1) return one(y);
+      std::vector<TensorRef> outs{y};
+      for (size_t i = 1; i < n.outputs.size(); ++i)  // saved statistics: empty in inference
+        outs.push_back(L.pointwise(a.out_dtype(i), a.out_sizes(i), [dt](const Index&) { return constant(0, dt); }));
+      return outs;
+    }
+    case OpKind::AdaptiveAvgPool2d: case OpKind::UnderscoreAdaptiveAvgPool2d: case OpKind::AdaptiveAvgPool1d: {
+      TensorRef x = a.tensor("self");
+      Index out = a.out_sizes();
+      size_t sp = n.kind == OpKind::AdaptiveAvgPool1d ? 1 : 2;
+      std::vector<int64_t> k;
+      for (size_t j = 0; j < sp; ++j) {
+        auto in = x.sizes[x.rank() - sp + j].as_const(), o = out[out.size() - sp + j].as_const();
+        if (!in || !o || *o == 0 || *in % *o != 0)
+          L.fail("adaptive pooling is supported when each input size is a constant multiple of the output size");
+        k.push_back(*in / *o);
+      }
+      if (sp == 1) {
+        Index s4 = x.sizes;
+        s4.insert(s4.end() - 1, 1);
+        Index o4 = out;
+        o4.insert(o4.end() - 1, 1);
+        TensorRef r = pool2d(L, reshape(L, x, s4), o4, {1, k[0]}, {1, k[0]}, {0}, {1}, ReduceOp::Sum, a.out_dtype());
+        int64_t cnt = k[0];
+        DType dt = a.out_dtype();
+        return one(reshape(L, map1(L, r, dt, [cnt, dt](ExprRef v) { return binary(Op::Div, v, c(static_cast<double>(cnt), dt)); }), out));
+      }
+      DType dt = a.out_dtype();
+      TensorRef r = pool2d(L, x, out, k, k, {0}, {1}, ReduceOp::Sum, dt);
+      double cnt = static_cast<double>(k[0] * k[1]);
+      return one(map1(L, r, dt, [cnt, dt](ExprRef v) { return binary(Op::Div, v, c(cnt, dt)); }));
+    }
+    case OpKind::MaxPool2d: case OpKind::MaxPool2dWithIndices: {
+      TensorRef x = a.tensor("self");
+      TensorRef y = pool2d(L, x, a.out_sizes(), a.ints("kernel_size"), a.ints("stride"), a.ints("padding"), a.ints("dilation"),
+                           ReduceOp::Max, a.out_dtype());
+      if (n.kind == OpKind::MaxPool2d) return one(y);
+      Lowering* lp = &L;
+      std::string name = n.name;
+      TensorRef indices = L.pointwise(DType::Int64, a.out_sizes(1), [lp, name](const Index&) -> ExprRef {
+        lp->fail("the indices of max_pool2d_with_indices are not supported yet");
+      });
+      return std::vector<TensorRef>{y, indices};
+    }
+    case OpKind::AvgPool2d: {
+      if (!a.is_none("divisor_override")) L.fail("avg_pool2d with divisor_override is not supported yet");
+      if (!a.b("count_include_pad") && !a.ints("padding").empty() && a.ints("padding") != std::vector<int64_t>{0, 0})
+        L.fail("avg_pool2d with count_include_pad=False and padding is not supported yet");
+      std::vector<int64_t> k = a.ints("kernel_size");
+      if (k.size() == 1) k.push_back(k[0]);
+      DType dt = a.out_dtype();
+      TensorRef r = pool2d(L, a.tensor("self"), a.out_sizes(), k, a.ints("stride"), a.ints("padding"), {1}, ReduceOp::Sum, dt);
+      double cnt = static_cast<double>(k[0] * k[1]);
+      return one(map1(L, r, dt, [cnt, dt](ExprRef v) { return binary(Op::Div, v, c(cnt, dt)); }));
+    }
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace ptc::loop

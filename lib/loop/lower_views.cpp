@@ -1,0 +1,209 @@
+// View lowerings: every view is an index rewrite (and stays a strided View of a buffer when its
+// source is one), never a copy. Also cat/stack/split/pad and the identity ops.
+#include "lower_internal.h"
+
+namespace ptc::loop {
+namespace {
+
+// A tensor whose element `idx` is the source's element `map(idx)`; `view_map` gives the strided
+// view when the source is one (nullopt: not expressible as a strided view).
+TensorRef remap(Lowering& L, const TensorRef& x, Index sizes, std::function<Index(const Index&)> map,
+                std::function<std::optional<View>(const View&)> view_map) {
+  if (x.view && view_map)
+    if (auto v = view_map(*x.view)) return L.of_view(*v, x.dtype);
+  TensorRef src = x;
+  return L.pointwise(x.dtype, std::move(sizes), [src, map](const Index& idx) { return src.at(map(idx)); });
+}
+
+bool is_contiguous(const View& v) { return v.strides == row_major_strides(v.sizes); }
+
+std::vector<TensorRef> one(TensorRef t) { return {std::move(t)}; }
+
+TensorRef narrow(Lowering& L, const TensorRef& x, int64_t dim, sym::Expr start, sym::Expr step, sym::Expr len) {
+  Index sizes = x.sizes;
+  sizes[dim] = len;
+  size_t d = static_cast<size_t>(dim);
+  return remap(L, x, sizes,
+               [=](const Index& idx) {
+                 Index in = idx;
+                 in[d] = start + idx[d] * step;
+                 return in;
+               },
+               [=](const View& v) {
+                 View o = v;
+                 o.sizes = sizes;
+                 o.offset = v.offset + start * v.strides[d];
+                 o.strides[d] = v.strides[d] * step;
+                 return std::optional<View>(o);
+               });
+}
+
+// Clamps a slice bound like Python: negative counts from the end, then into [0, size].
+sym::Expr slice_bound(const sym::Expr& b, const sym::Expr& size) {
+  if (auto c = b.as_const()) {
+    if (*c < 0) {
+      sym::Expr e = size + *c;
+      return sym::prove_ge(e, 0) ? e : sym::Expr(0);
+    }
+    if (auto s = size.as_const()) return std::min(*c, *s);
+    return sym::prove_le(b, size) ? b : size;
+  }
+  return b;
+}
+
+}  // namespace
+
+TensorRef reshape(Lowering& L, const TensorRef& x, const Index& sizes) {
+  if (x.sizes == sizes) return x;
+  Index in_sizes = x.sizes;
+  Index in_strides = row_major_strides(in_sizes), out_strides = row_major_strides(sizes);
+  return remap(L, x, sizes,
+               [=](const Index& idx) {
+                 sym::Expr flat = flat_index(idx, out_strides, 0);
+                 Index in(in_sizes.size());
+                 for (size_t d = 0; d < in_sizes.size(); ++d)
+                   in[d] = sym::mod(sym::floordiv(flat, in_strides[d]), in_sizes[d]);
+                 return in;
+               },
+               [=](const View& v) -> std::optional<View> {
+                 if (!is_contiguous(v)) return std::nullopt;
+                 return View{v.buffer, sizes, out_strides, v.offset};
+               });
+}
+
+TensorRef permute(Lowering& L, const TensorRef& x, const std::vector<int64_t>& perm) {
+  Index sizes;
+  for (int64_t p : perm) sizes.push_back(x.sizes[p]);
+  return remap(L, x, sizes,
+               [perm](const Index& idx) {
+                 Index in(idx.size());
+                 for (size_t d = 0; d < perm.size(); ++d) in[perm[d]] = idx[d];
+                 return in;
+               },
+               [perm, sizes](const View& v) {
+                 View o = v;
+                 o.sizes = sizes;
+                 for (size_t d = 0; d < perm.size(); ++d) o.strides[d] = v.strides[perm[d]];
+                 return std::optional<View>(o);
+               });
+}
+
+Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
+  switch (n.kind) {
+    case OpKind::View: case OpKind::Reshape: case OpKind::UnderscoreUnsafeView:
+    case OpKind::FlattenUsingInts: case OpKind::UnflattenInt: case OpKind::Unsqueeze:
+    case OpKind::SqueezeDim: case OpKind::SqueezeDims: case OpKind::Squeeze:
+      return one(reshape(L, a.tensor("self"), a.out_sizes()));
+    case OpKind::Permute: {
+      TensorRef x = a.tensor("self");
+      std::vector<int64_t> perm = a.ints("dims");
+      for (auto& p : perm) p = normalize_dim(L, p, x.rank());
+      return one(permute(L, x, perm));
+    }
+    case OpKind::TransposeInt: case OpKind::T: {
+      TensorRef x = a.tensor("self");
+      std::vector<int64_t> perm(x.rank());
+      for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int64_t>(d);
+      if (x.rank() >= 2) {
+        int64_t d0 = n.kind == OpKind::T ? 0 : normalize_dim(L, a.i("dim0"), x.rank());
+        int64_t d1 = n.kind == OpKind::T ? 1 : normalize_dim(L, a.i("dim1"), x.rank());
+        std::swap(perm[d0], perm[d1]);
+      }
+      return one(permute(L, x, perm));
+    }
+    case OpKind::Expand: case OpKind::ExpandAs: return one(L.broadcast_to(a.tensor("self"), a.out_sizes()));
+    case OpKind::SliceTensor: {
+      TensorRef x = a.tensor("self");
+      int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      sym::Expr start = a.is_none("start") ? sym::Expr(0) : slice_bound(a.syms("start")[0], x.sizes[dim]);
+      return one(narrow(L, x, dim, start, a.syms("step")[0], a.out_sizes()[dim]));
+    }
+    case OpKind::Narrow: {
+      TensorRef x = a.tensor("self");
+      int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      return one(narrow(L, x, dim, a.syms("start")[0], 1, a.syms("length")[0]));
+    }
+    case OpKind::SelectInt: {
+      TensorRef x = a.tensor("self");
+      int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      sym::Expr index = a.syms("index")[0];
+      if (auto c = index.as_const(); c && *c < 0) index = x.sizes[dim] + *c;
+      TensorRef one_row = narrow(L, x, dim, index, 1, 1);
+      return one(reshape(L, one_row, a.out_sizes()));
+    }
+    case OpKind::SplitTensor: case OpKind::SplitWithSizes: case OpKind::Chunk: case OpKind::UnbindInt: {
+      TensorRef x = a.tensor("self");
+      int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      std::vector<TensorRef> outs;
+      sym::Expr start = 0;
+      for (size_t i = 0; i < n.outputs.size(); ++i) {
+        Index sizes = a.out_sizes(i);
+        sym::Expr len = n.kind == OpKind::UnbindInt ? sym::Expr(1) : sizes[dim];
+        TensorRef part = narrow(L, x, dim, start, 1, len);
+        outs.push_back(n.kind == OpKind::UnbindInt ? reshape(L, part, sizes) : part);
+        start = start + len;
+      }
+      return outs;
+    }
+    case OpKind::Cat: case OpKind::Stack: {
+      std::vector<TensorRef> xs = a.tensors("tensors");
+      Index sizes = a.out_sizes();
+      int64_t dim = normalize_dim(L, a.i("dim"), sizes.size());
+      if (n.kind == OpKind::Stack)
+        for (auto& x : xs) {
+          Index s = x.sizes;
+          s.insert(s.begin() + dim, 1);
+          x = reshape(L, x, s);
+        }
+      xs.erase(std::remove_if(xs.begin(), xs.end(), [](const TensorRef& t) { return t.rank() == 1 && t.sizes[0] == sym::Expr(0); }), xs.end());
+      DType dt = a.out_dtype();
+      size_t d = static_cast<size_t>(dim);
+      return one(L.pointwise(dt, sizes, [xs, d, dt](const Index& idx) {
+        // Nested selects: only the chosen input's loads are evaluated.
+        std::vector<sym::Expr> starts{0};
+        for (const auto& x : xs) starts.push_back(starts.back() + x.sizes[d]);
+        ExprRef e;
+        for (size_t i = xs.size(); i-- > 0;) {
+          Index in = idx;
+          in[d] = idx[d] - starts[i];
+          ExprRef v = cast(xs[i].at(in), dt);
+          e = e ? where(binary(Op::Lt, index_value(idx[d]), index_value(starts[i + 1])), v, e) : v;
+        }
+        return e;
+      }));
+    }
+    case OpKind::ConstantPadNd: {
+      TensorRef x = a.tensor("self");
+      std::vector<int64_t> pad = a.ints("pad");
+      DType dt = a.out_dtype();
+      ExprRef value = a.scalar("value", dt);
+      Index sizes = a.out_sizes();
+      return one(L.pointwise(dt, sizes, [=](const Index& idx) {
+        Index in = idx;
+        ExprRef inside;
+        for (size_t p = 0; p + 1 < pad.size() + 1 && p / 2 < x.rank(); p += 2) {
+          size_t d = x.rank() - 1 - p / 2;
+          in[d] = idx[d] - pad[p];
+          ExprRef ok = binary(Op::And, binary(Op::Ge, index_value(in[d]), index_value(0)),
+                              binary(Op::Lt, index_value(in[d]), index_value(x.sizes[d])));
+          inside = inside ? binary(Op::And, inside, ok) : ok;
+        }
+        return inside ? where(inside, cast(x.at(in), dt), value) : cast(x.at(in), dt);
+      }));
+    }
+    case OpKind::Clone: case OpKind::Contiguous: case OpKind::Alias: case OpKind::Detach:
+    case OpKind::LiftFreshCopy:
+      return one(a.tensor("self"));
+    case OpKind::Dropout:
+      if (a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles");
+      return one(a.tensor("input"));
+    case OpKind::NativeDropout: {
+      if (!a.is_none("train") && a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles");
+      TensorRef x = a.tensor("input");
+      return std::vector<TensorRef>{x, L.pointwise(DType::Bool, x.sizes, [](const Index&) { return constant(1, DType::Bool); })};
+    }
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace ptc::loop
