@@ -51,13 +51,14 @@ struct Case {
   int64_t pad = 0;        // leading-dimension padding for A, B and C
   float alpha = 1.f, beta = 0.f;
   Ep ep = Ep::None;
+  bool packed = false;  // B pre-packed with gemm_pack_b
 };
 
 // Runs one case and checks every element against a double reference.
 void check_case(const Case& t, std::mt19937& rng, void* ws = nullptr, size_t ws_bytes = 0) {
   INFO("M=" << t.M << " N=" << t.N << " K=" << t.K << " a_trans=" << t.a_trans
             << " b_weight=" << t.b_weight << " pad=" << t.pad << " alpha=" << t.alpha
-            << " beta=" << t.beta << " ep=" << static_cast<int>(t.ep));
+            << " beta=" << t.beta << " ep=" << static_cast<int>(t.ep) << " packed=" << t.packed);
   const Mat A = make_mat(t.M, t.K, t.a_trans, t.pad, rng);
   // B[k, n]; weight layout W[N, K] is B stored column-major.
   const Mat B = make_mat(t.K, t.N, t.b_weight, t.pad, rng);
@@ -74,6 +75,13 @@ void check_case(const Case& t, std::mt19937& rng, void* ws = nullptr, size_t ws_
              C.buf.data(), C.s_row};
   g.alpha = t.alpha;
   g.beta = t.beta;
+  std::vector<float> packed;
+  if (t.packed) {
+    packed.assign(ptc_rt::gemm_packed_b_floats(t.K, t.N), std::nanf(""));
+    ptc_rt::gemm_pack_b(t.K, t.N, B.buf.data(), B.s_row, B.s_col, packed.data());
+    g.B = nullptr;
+    g.B_packed = packed.data();
+  }
   if (t.ep == Ep::None)
     ptc_rt::gemm(g, ptc_rt::NoEpilogue{}, ws, ws_bytes);
   else
@@ -164,6 +172,23 @@ TEST_CASE("gemm: large rectangular", "[gemm]") {
   check_case({700, 300, 17, true, false}, rng);
 }
 
+TEST_CASE("gemm: pre-packed B", "[gemm]") {
+  std::mt19937 rng(9);
+  const int64_t shapes[][3] = {{1, 1, 1},    {1, 3072, 768}, {3, 5, 7},      {67, 129, 31},
+                               {129, 67, 257}, {31, 257, 1100}, {512, 64, 1000}, {300, 1100, 600}};
+  for (auto& s : shapes)
+    for (int bw = 0; bw < 2; ++bw) {
+      Case c{s[0], s[1], s[2], false, bw != 0};
+      c.packed = true;
+      check_case(c, rng);
+      c.a_trans = true;
+      c.pad = 2;
+      c.ep = Ep::BiasRelu;
+      c.beta = 0.5f;
+      check_case(c, rng);
+    }
+}
+
 TEST_CASE("gemm: K = 0 gives beta * C, then the epilogue", "[gemm]") {
   std::vector<float> c = {1, 2, 3, 4, 5, 6};
   GemmArgs g{2, 3, 0, nullptr, 0, 1, nullptr, 3, 1, c.data(), 3};
@@ -225,9 +250,10 @@ TEST_CASE("gemm: caller workspace", "[gemm]") {
 
 namespace {
 void check_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool a_trans, bool b_weight,
-                   bool b_broadcast, bool ep, std::mt19937& rng) {
+                   bool b_broadcast, bool ep, std::mt19937& rng, bool packed_b = false) {
   INFO("batch=" << batch << " M=" << M << " N=" << N << " K=" << K << " a_trans=" << a_trans
-                << " b_weight=" << b_weight << " b_broadcast=" << b_broadcast << " ep=" << ep);
+                << " b_weight=" << b_weight << " b_broadcast=" << b_broadcast << " ep=" << ep
+                << " packed_b=" << packed_b);
   std::vector<Mat> As, Bs;
   for (int64_t b = 0; b < batch; ++b) As.push_back(make_mat(M, K, a_trans, 0, rng));
   for (int64_t b = 0; b < (b_broadcast ? 1 : batch); ++b) Bs.push_back(make_mat(K, N, b_weight, 0, rng));
@@ -242,10 +268,20 @@ void check_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool a_trans,
   auto epf = [&](float* cp, int64_t b, int64_t row, int64_t, int64_t n) {
     for (int64_t j = 0; j < n; ++j) cp[j] += static_cast<float>(b) + 0.5f * static_cast<float>(row);
   };
+  std::vector<float> packed;
+  int64_t sb_call = sb;
+  if (packed_b) {  // pack each batch's B; the batch stride is then in packed floats
+    const int64_t pf = static_cast<int64_t>(ptc_rt::gemm_packed_b_floats(K, N));
+    packed.resize(Bs.size() * pf);
+    for (size_t b = 0; b < Bs.size(); ++b)
+      ptc_rt::gemm_pack_b(K, N, Bs[b].buf.data(), Bs[b].s_row, Bs[b].s_col, packed.data() + b * pf);
+    g.B_packed = packed.data();
+    sb_call = b_broadcast ? 0 : pf;
+  }
   if (ep)
-    ptc_rt::gemm_batched(g, batch, sa, sb, sc, epf);
+    ptc_rt::gemm_batched(g, batch, sa, sb_call, sc, epf);
   else
-    ptc_rt::gemm_batched(g, batch, sa, sb, sc, ptc_rt::NoEpilogue{});
+    ptc_rt::gemm_batched(g, batch, sa, sb_call, sc, ptc_rt::NoEpilogue{});
   int64_t bad = 0;
   for (int64_t b = 0; b < batch; ++b) {
     const Mat& Bm = Bs[b_broadcast ? 0 : b];
@@ -275,6 +311,8 @@ TEST_CASE("gemm_batched: bmm, broadcast weight, epilogue with batch index", "[ge
   check_batched(7, 129, 67, 100, true, true, true, true, rng);
   check_batched(12, 64, 64, 64, false, false, false, false, rng);  // attention-like
   check_batched(2, 8, 8, 8, false, true, false, true, rng);
+  check_batched(3, 67, 129, 31, true, false, false, true, rng, true);   // packed B per batch
+  check_batched(5, 2, 300, 40, false, true, true, false, rng, true);    // packed, broadcast
 }
 
 TEST_CASE("gemm_batched_fn: two broadcast batch dims", "[gemm]") {

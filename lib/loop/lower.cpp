@@ -1,4 +1,6 @@
 // Lowering driver: graph IR -> loop IR (see lower_internal.h for the model).
+#include <set>
+
 #include "lower_internal.h"
 #include "ptc/lower.h"
 
@@ -202,11 +204,29 @@ Program Lowering::run() {
     for (const Value* v : n->inputs()) uses_[v]++;
   for (const Value* o : graph.outputs) uses_[o]++;
 
+  // Only nodes that contribute to an output are lowered (dead code, e.g. size arithmetic a
+  // TorchScript trace keeps as 0-d tensors after its sizes were folded, costs nothing).
+  std::set<const Value*> live(graph.outputs.begin(), graph.outputs.end());
+  std::set<const Node*> live_nodes;
+  for (auto it = graph.nodes().rbegin(); it != graph.nodes().rend(); ++it) {
+    const Node* n = it->get();
+    bool needed = false;
+    for (const Value* o : n->outputs) needed = needed || live.count(o);
+    if (!needed) continue;
+    live_nodes.insert(n);
+    for (const Value* v : n->inputs()) live.insert(v);
+  }
   for (const auto& n : graph.nodes()) {
+    if (!live_nodes.count(n.get())) continue;
     bool any_tensor = false;
     for (const Value* o : n->outputs) any_tensor = any_tensor || o->type.is_tensor();
-    if (!any_tensor) continue;  // size arithmetic: its expressions are used directly
     current = n.get();
+    if (!any_tensor) {
+      bool all_known = true;
+      for (const Value* o : n->outputs) all_known = all_known && o->type.kind == Type::Kind::SymInt;
+      if (all_known) continue;  // size arithmetic: its expressions are used directly
+      fail("its result has no known type (shape propagation has not run on this graph)");
+    }
     if (n->kind == OpKind::Unknown) fail("ptc does not know this operator yet");
     std::vector<TensorRef> outs = lower_node(*this, *n);
     if (outs.size() != n->outputs.size()) fail("lowered to ", outs.size(), " results, expected ", n->outputs.size());

@@ -8,5 +8,7 @@ namespace ptc::cli {
 
 // Adds `ptc inspect`; returns the function that runs it (after parsing), giving the exit code.
 std::function<int()> add_inspect(CLI::App& app);
+std::function<int()> add_compile(CLI::App& app);
+std::function<int()> add_run(CLI::App& app);
 
 }  // namespace ptc::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ptc " PTC_VERSION " - ahead-of-time compiler for PyTorch models (.pt2 / .pt)", "ptc"};
   app.set_version_flag("--version", std::string("ptc ") + PTC_VERSION);
   app.require_subcommand(1);
+  app.fallthrough();  // -v and -q also after the subcommand
   bool verbose = false, quiet = false;
   app.add_flag("-v,--verbose", verbose, "Log each stage with its time");
   app.add_flag("-q,--quiet", quiet, "Only print errors");
@@ -22,8 +23,12 @@ int main(int argc, char** argv) {
       "Exit codes: 0 success, 1 user error (bad model, unsupported op, bad flag), 2 internal error.\n"
       "Examples:\n"
       "  ptc inspect models/mlp_dyn.pt2\n"
-      "  ptc inspect --json models/small_cnn.pt2");
+      "  ptc inspect --json models/small_cnn.pt2\n"
+      "  ptc compile models/mlp_dyn.pt2 -o mlp_dyn.so\n"
+      "  ptc run mlp_dyn.so --random --symbol s77=8");
   std::function<int()> run_inspect = ptc::cli::add_inspect(app);
+  std::function<int()> run_compile = ptc::cli::add_compile(app);
+  std::function<int()> run_run = ptc::cli::add_run(app);
 
   try {
     app.parse(argc, argv);
@@ -42,6 +47,8 @@ int main(int argc, char** argv) {
 
   try {
     if (app.got_subcommand("inspect")) return run_inspect();
+    if (app.got_subcommand("compile")) return run_compile();
+    if (app.got_subcommand("run")) return run_run();
     return 1;
   } catch (const ptc::UserError& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -58,6 +58,9 @@ struct GemmArgs {
   int64_t ldc_m;  // C[m, n] = C[m * ldc_m + n]
   float alpha = 1.f;
   float beta = 0.f;
+  // Optional: B already packed by gemm_pack_b (e.g. a constant weight, packed once at model
+  // load). When set, B / ldb_* are ignored, and gemm_batched's B offsets apply to B_packed.
+  const float* B_packed = nullptr;
 };
 
 // ---- epilogues -------------------------------------------------------------------------------
@@ -122,7 +125,7 @@ inline int64_t per_thread_floats(int64_t M, int64_t N, int64_t K) {
   const int64_t kc = std::min<int64_t>(KC, std::max<int64_t>(K, 1));
   const int64_t mc = std::min<int64_t>(MC, round_up(std::max<int64_t>(M, 1), MR));
   const int64_t nc = std::min<int64_t>(NC, round_up(std::max<int64_t>(N, 1), NR));
-  return round_up(mc * kc, 16) + round_up(nc * kc, 16);
+  return a_buffer_floats(mc, kc) + round_up(nc * kc, 16);
 }
 
 inline float* align64(void* p) {
@@ -172,11 +175,11 @@ template <class Ep4>
 void gemm_block(const GemmArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* ws,
                 Ep4& ep) {
   const int64_t M = m1 - m0, N = n1 - n0, K = g.K;
-  const int64_t kc = ceil_div(K, ceil_div(K, KC));                 // balanced K blocks
+  const int64_t kc = k_block(K);
   const int64_t mc = round_up(ceil_div(M, ceil_div(M, MC)), MR);  // balanced, multiple of MR
   const int64_t nc = round_up(ceil_div(N, ceil_div(N, NC)), NR);
   float* const Ap = ws;
-  float* const Bp = ws + round_up(std::min<int64_t>(MC, round_up(M, MR)) * kc, 16);
+  float* const Bp = ws + a_buffer_floats(std::min<int64_t>(MC, round_up(M, MR)), kc);
   const int64_t ldc = g.ldc_m;
 
   for (int64_t jc = n0; jc < n1; jc += nc) {
@@ -185,13 +188,17 @@ void gemm_block(const GemmArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n
       const int64_t kcur = std::min(kc, K - pc);
       const bool last = pc + kcur >= K;
       const float beta = pc == 0 ? g.beta : 1.f;
-      pack_b(g.B + pc * g.ldb_k + jc * g.ldb_n, g.ldb_k, g.ldb_n, kcur, ncur, Bp);
+      const float* bpanel = Bp;
+      if (g.B_packed)  // see gemm_pack_b: k block at pc * Npad, then NR-column slivers
+        bpanel = g.B_packed + pc * round_up(g.N, NR) + jc * kcur;
+      else
+        pack_b(g.B + pc * g.ldb_k + jc * g.ldb_n, g.ldb_k, g.ldb_n, kcur, ncur, Bp);
       for (int64_t ic = m0; ic < m1; ic += mc) {
         const int64_t mcur = std::min(mc, m1 - ic);
         pack_a(g.A + ic * g.lda_m + pc * g.lda_k, g.lda_m, g.lda_k, mcur, kcur, Ap);
         for (int64_t jr = 0; jr < ncur; jr += NR) {
           const int nr = static_cast<int>(std::min<int64_t>(NR, ncur - jr));
-          const float* bs = Bp + jr * kcur;
+          const float* bs = bpanel + jr * kcur;
           for (int64_t ir = 0; ir < mcur; ir += MR) {
             const int mr = static_cast<int>(std::min<int64_t>(MR, mcur - ir));
             const float* as = Ap + ir * kcur;
@@ -316,7 +323,10 @@ void gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void*
     off(b, &oa, &ob, &oc);
     GemmArgs s = g;
     s.A += oa;
-    s.B += ob;
+    if (s.B_packed)
+      s.B_packed += ob;
+    else
+      s.B += ob;
     s.C += oc;
     return s;
   };
@@ -336,7 +346,7 @@ void gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void*
   const double flops = 2.0 * static_cast<double>(M) * N * K * batch;
   int64_t P = max_threads();
   P = std::max<int64_t>(1, std::min<int64_t>(P, static_cast<int64_t>(flops / 2e6)));
-  const bool direct = use_direct(M, N, K);
+  const bool direct = !g.B_packed && use_direct(M, N, K);
 
   const int64_t ptf = per_thread_floats(M, N, K);
   float* wsa = nullptr;
@@ -388,6 +398,23 @@ void gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void*
 inline size_t gemm_workspace_bytes(int64_t M, int64_t N, int64_t K, int nthreads) {
   return static_cast<size_t>(gemm_detail::per_thread_floats(M, N, K)) * 4 *
              static_cast<size_t>(std::max(nthreads, 1)) + 64;
+}
+
+// Pre-packing B (K x N, any strides) for GemmArgs::B_packed: gemm_packed_b_floats(K, N) floats
+// at dst (64-byte alignment recommended). The packed layout depends on the blocking compiled
+// into this header (target ISA, PTC_GEMM_* macros): pack and use it in the same library.
+inline size_t gemm_packed_b_floats(int64_t K, int64_t N) {
+  return static_cast<size_t>(std::max<int64_t>(K, 0) *
+                             gemm_detail::round_up(std::max<int64_t>(N, 1), gemm_detail::NR));
+}
+inline void gemm_pack_b(int64_t K, int64_t N, const float* B, int64_t ldb_k, int64_t ldb_n,
+                        float* dst) {
+  using namespace gemm_detail;
+  if (K <= 0 || N <= 0) return;
+  const int64_t kc = k_block(K);  // the same K blocks as gemm_block
+  const int64_t npad = round_up(N, NR);
+  for (int64_t pc = 0; pc < K; pc += kc)
+    pack_b(B + pc * ldb_k, ldb_k, ldb_n, std::min(kc, K - pc), N, dst + pc * npad);
 }
 
 // C = ep(alpha * A * B + beta * C). ws: nullptr (thread_local buffers) or ws_bytes of caller

@@ -110,6 +110,12 @@ PTC_GEMM_NOINLINE inline void ukernel(int64_t kc, const float* PTC_GEMM_RESTRICT
 #if defined(__clang__)
 #pragma clang fp contract(fast)
 #endif
+  // Prefetch the C tile: it is only touched after the k loop, by then it is in L1.
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i) {
+    __builtin_prefetch(c + i * ldc, 1, 3);
+    __builtin_prefetch(c + i * ldc + NR - 1, 1, 3);
+  }
   vfloat acc[MR][NV];
 #pragma GCC unroll 32
   for (int i = 0; i < MR; ++i)
@@ -168,83 +174,123 @@ inline void ukernel_edge(int64_t kc, const float* a, const float* b, float* c, i
 }
 
 // ---- packing ---------------------------------------------------------------------------------
+// Row-major A and weight-layout B need a transpose while packing: W x W blocks are transposed in
+// registers (vtranspose). pack_a may write up to W floats past the end of the packed block (the
+// workspace reserves that slack, see a_buffer_floats).
+constexpr int kNGroupsA = (MR + W - 1) / W;  // W-row groups per A sliver
+
 // A block: rows [0, mc) x depth [0, kc) of A (a points to its element (0,0)), strides (sm, sk).
 inline void pack_a(const float* PTC_GEMM_RESTRICT a, int64_t sm, int64_t sk, int64_t mc,
                    int64_t kc, float* PTC_GEMM_RESTRICT dst) {
-  for (int64_t r0 = 0; r0 < mc; r0 += MR) {
-    const int mr = static_cast<int>(std::min<int64_t>(MR, mc - r0));
-    const float* src = a + r0 * sm;
-    if (mr == MR && sm == 1) {  // column-major A (A^T stored): each k is MR contiguous floats
-      for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * MR, src + k * sk, MR * sizeof(float));
-    } else if (mr == MR && sk == 1) {  // row-major A: transpose MR rows into the sliver
-      const float* rows[MR];
-      for (int i = 0; i < MR; ++i) rows[i] = src + i * sm;
-      int64_t k = 0;
-      for (; k + 4 <= kc; k += 4) {
-#pragma GCC unroll 32
-        for (int i = 0; i < MR; ++i) {
-          const float* s = rows[i] + k;
-          dst[(k + 0) * MR + i] = s[0];
-          dst[(k + 1) * MR + i] = s[1];
-          dst[(k + 2) * MR + i] = s[2];
-          dst[(k + 3) * MR + i] = s[3];
-        }
-      }
-      for (; k < kc; ++k)
-#pragma GCC unroll 32
-        for (int i = 0; i < MR; ++i) dst[k * MR + i] = rows[i][k];
-    } else {  // general strides and the zero-padded last sliver
-      for (int64_t k = 0; k < kc; ++k) {
-        float* d = dst + k * MR;
-        const float* s = src + k * sk;
-        int i = 0;
-        for (; i < mr; ++i) d[i] = s[i * sm];
-        for (; i < MR; ++i) d[i] = 0.f;
-      }
+  const int64_t full = mc / MR;  // full slivers
+  if (sm == 1 && full > 0) {
+    // column-major A (A^T stored): each k is MR contiguous floats of a column; chunks of 16 k's
+    // keep both the reads (16 columns) and the writes (16 * MR floats per sliver) local
+    for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+      const int64_t k1 = std::min<int64_t>(kc, k0 + 16);
+      for (int64_t t = 0; t < full; ++t)
+        for (int64_t k = k0; k < k1; ++k)
+          std::memcpy(dst + t * MR * kc + k * MR, a + k * sk + t * MR, MR * sizeof(float));
     }
-    dst += MR * kc;
+  } else if (sk == 1 && full > 0) {
+    // row-major A: transpose W x W blocks of (up to) W rows by W k's
+    for (int64_t t = 0; t < full; ++t) {
+      const float* src = a + t * MR * sm;
+      float* d = dst + t * MR * kc;
+      int64_t k = 0;
+      for (; k + W <= kc; k += W) {
+        vfloat r[kNGroupsA][W];
+        for (int g = 0; g < kNGroupsA; ++g) {
+#pragma GCC unroll 16
+          for (int i = 0; i < W; ++i) {
+            const int row = g * W + i;
+            r[g][i] = row < MR ? vload(src + row * sm + k) : vzero();
+          }
+          vtranspose(r[g]);
+        }
+        // row k+x of the sliver gets r[g][x] at column g*W; a partial last group spills into
+        // row k+x+1, which is written right after
+#pragma GCC unroll 16
+        for (int x = 0; x < W; ++x)
+          for (int g = 0; g < kNGroupsA; ++g) vstore(d + (k + x) * MR + g * W, r[g][x]);
+      }
+      for (int rem = static_cast<int>(kc - k); rem > 0; --rem, ++k)  // k tail (< W)
+        for (int i = 0; i < MR; ++i) d[k * MR + i] = src[i * sm + k];
+    }
+  } else {
+    for (int64_t t = 0; t < full; ++t)  // general strides
+      for (int64_t k = 0; k < kc; ++k)
+        for (int i = 0; i < MR; ++i) dst[t * MR * kc + k * MR + i] = a[(t * MR + i) * sm + k * sk];
+  }
+  const int mr = static_cast<int>(mc - full * MR);
+  if (mr > 0) {  // zero-padded last sliver
+    const float* src = a + full * MR * sm;
+    float* d = dst + full * MR * kc;
+    for (int64_t k = 0; k < kc; ++k) {
+      int i = 0;
+      for (; i < mr; ++i) d[k * MR + i] = src[i * sm + k * sk];
+      for (; i < MR; ++i) d[k * MR + i] = 0.f;
+    }
   }
 }
 
 // B panel: depth [0, kc) x columns [0, nc) of B (b points to its element (0,0)), strides (sk, sn).
 inline void pack_b(const float* PTC_GEMM_RESTRICT b, int64_t sk, int64_t sn, int64_t kc,
                    int64_t nc, float* PTC_GEMM_RESTRICT dst) {
-  for (int64_t c0 = 0; c0 < nc; c0 += NR) {
-    const int nr = static_cast<int>(std::min<int64_t>(NR, nc - c0));
-    const float* src = b + c0 * sn;
-    if (nr == NR && sn == 1) {  // row-major B [K, N]: each k is NR contiguous floats
-      for (int64_t k = 0; k < kc; ++k) {
+  const int64_t full = nc / NR;  // full slivers
+  if (sn == 1 && full > 0) {
+    // row-major B [K, N]: each k is NR contiguous floats; chunks of 16 k's read 16 rows once
+    // across all slivers and write 16 * NR contiguous floats per sliver
+    for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+      const int64_t k1 = std::min<int64_t>(kc, k0 + 16);
+      for (int64_t t = 0; t < full; ++t)
+        for (int64_t k = k0; k < k1; ++k) {
 #pragma GCC unroll 8
-        for (int j = 0; j < NV; ++j) vstore(dst + k * NR + j * W, vload(src + k * sk + j * W));
-      }
-    } else if (nr == NR && sk == 1) {  // weight layout W[N, K] (B = W^T): transpose NR rows
-      for (int64_t j0 = 0; j0 < NR; j0 += 8) {  // 8 rows at a time keeps 8 read streams
-        const float* rows[8];
-        for (int j = 0; j < 8; ++j) rows[j] = src + std::min<int64_t>(j0 + j, NR - 1) * sn;
-        const int nj = static_cast<int>(std::min<int64_t>(8, NR - j0));
-        if (nj == 8) {
-          for (int64_t k = 0; k < kc; ++k) {
-            float* d = dst + k * NR + j0;
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; ++j) d[j] = rows[j][k];
-          }
-        } else {
-          for (int64_t k = 0; k < kc; ++k)
-            for (int j = 0; j < nj; ++j) dst[k * NR + j0 + j] = rows[j][k];
+          for (int j = 0; j < NV; ++j)
+            vstore(dst + t * NR * kc + k * NR + j * W, vload(b + k * sk + t * NR + j * W));
+        }
+    }
+  } else if (sk == 1 && full > 0) {
+    // weight layout W[N, K] (B = W^T): transpose W x W blocks (W rows of W by W k's)
+    const int64_t kv = kc - kc % W;
+    for (int64_t t = 0; t < full; ++t) {
+      const float* src = b + t * NR * sn;
+      float* d = dst + t * NR * kc;
+      for (int64_t k = 0; k < kv; k += W) {
+        for (int j = 0; j < NV; ++j) {
+          vfloat r[W];
+#pragma GCC unroll 16
+          for (int i = 0; i < W; ++i) r[i] = vload(src + (j * W + i) * sn + k);
+          vtranspose(r);
+#pragma GCC unroll 16
+          for (int x = 0; x < W; ++x) vstore(d + (k + x) * NR + j * W, r[x]);
         }
       }
-    } else {  // general strides and the zero-padded last sliver
-      for (int64_t k = 0; k < kc; ++k) {
-        float* d = dst + k * NR;
-        const float* s = src + k * sk;
-        int j = 0;
-        for (; j < nr; ++j) d[j] = s[j * sn];
-        for (; j < NR; ++j) d[j] = 0.f;
-      }
+      for (int rem = static_cast<int>(kc - kv), k = 0; k < rem; ++k)  // k tail (< W)
+        for (int j = 0; j < NR; ++j) d[(kv + k) * NR + j] = src[j * sn + kv + k];
     }
-    dst += NR * kc;
+  } else {
+    for (int64_t t = 0; t < full; ++t)  // general strides
+      for (int64_t k = 0; k < kc; ++k)
+        for (int j = 0; j < NR; ++j) dst[t * NR * kc + k * NR + j] = b[k * sk + (t * NR + j) * sn];
+  }
+  const int nr = static_cast<int>(nc - full * NR);
+  if (nr > 0) {  // zero-padded last sliver
+    const float* src = b + full * NR * sn;
+    float* d = dst + full * NR * kc;
+    for (int64_t k = 0; k < kc; ++k) {
+      int j = 0;
+      for (; j < nr; ++j) d[k * NR + j] = src[k * sk + j * sn];
+      for (; j < NR; ++j) d[k * NR + j] = 0.f;
+    }
   }
 }
+
+// Depth of the K blocks for a given K: balanced, at most KC (gemm and gemm_pack_b agree on it).
+inline int64_t k_block(int64_t K) { return ceil_div(K, ceil_div(K, KC)); }
+
+// Floats of the packed-A buffer for mc x kc (with the slack pack_a may write), 64-byte multiple.
+inline int64_t a_buffer_floats(int64_t mc, int64_t kc) { return round_up(mc * kc + W, 16); }
 
 }  // namespace gemm_detail
 }  // namespace ptc_rt

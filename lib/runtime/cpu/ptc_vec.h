@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace ptc_rt {
 
@@ -67,5 +68,32 @@ inline float vreduce_max(vfloat v) {
   for (int i = 1; i < kVecWidth; ++i) s = v[i] > s ? v[i] : s;
   return s;
 }
+
+// ---- in-register transpose of a kVecWidth x kVecWidth block ----------------------------------
+// r[i] holds row i; afterwards r[j] holds column j. log2(kVecWidth) stages of two-input
+// shuffles (AVX-512: vpermt2ps/vshufps; AVX: vunpck/vperm2f128; NEON: zip/trn).
+namespace vec_detail {
+template <int H, int... I>
+inline void transpose_stage(vfloat* r, std::integer_sequence<int, I...>) {
+  for (int i = 0; i < kVecWidth; ++i) {
+    if (i & H) continue;
+    const vfloat a = r[i], b = r[i + H];
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+    r[i] = __builtin_shufflevector(a, b, ((I % (2 * H)) < H ? I : I - H + kVecWidth)...);
+    r[i + H] = __builtin_shufflevector(a, b, ((I % (2 * H)) < H ? I + H : I + kVecWidth)...);
+#else
+    r[i] = __builtin_shuffle(a, b, vint{((I % (2 * H)) < H ? I : I - H + kVecWidth)...});
+    r[i + H] = __builtin_shuffle(a, b, vint{((I % (2 * H)) < H ? I + H : I + kVecWidth)...});
+#endif
+  }
+}
+template <int H>
+inline void transpose_stages(vfloat* r) {
+  transpose_stage<H>(r, std::make_integer_sequence<int, kVecWidth>{});
+  if constexpr (2 * H < kVecWidth) transpose_stages<2 * H>(r);
+}
+}  // namespace vec_detail
+
+inline void vtranspose(vfloat (&r)[kVecWidth]) { vec_detail::transpose_stages<1>(r); }
 
 }  // namespace ptc_rt

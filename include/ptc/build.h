@@ -1,0 +1,26 @@
+// Build: writes the generated sources, the runtime helpers and the weights blob into a folder
+// and runs the host C++ compiler to link one shared library.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "ptc/codegen.h"
+
+namespace ptc {
+
+struct BuildOptions {
+  std::string cxx = "c++";         // host compiler
+  std::string cpu_arch = "native"; // -march value
+  std::string work_dir;            // where sources go (kept); empty: a temporary folder, removed
+};
+
+// Writes and compiles; the library appears at `out_path` atomically (temp file + rename).
+// Throws UserError with the compiler's output when it fails.
+void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const Graph& g,
+                       const std::string& out_path, const BuildOptions& opts);
+
+// The runtime helper files embedded into ptc (name -> contents).
+const std::map<std::string, std::string>& embedded_files();
+
+}  // namespace ptc

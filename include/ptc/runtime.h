@@ -1,0 +1,79 @@
+/* The C ABI of a library that `ptc compile` generates. Version PTC_ABI_VERSION.
+ *
+ *   ptc_model* m;
+ *   if (ptc_open(NULL, &m) != PTC_OK) fprintf(stderr, "%s\n", ptc_last_error());
+ *   ptc_tensor in = {x_data, PTC_FLOAT32, 2, x_sizes};
+ *   int64_t out_sizes[8]; ptc_output_shape(m, 1, &in, 0, out_sizes);
+ *   ptc_tensor out = {y_data, PTC_FLOAT32, rank, out_sizes};
+ *   ptc_run(m, 1, &in, 1, &out);
+ *   ptc_close(m);
+ *
+ * Tensors are dense, row-major (contiguous), on the CPU, owned by the caller. Every call checks
+ * its arguments (count, dtype, rank, sizes against the model's symbolic shapes and ranges, null
+ * pointers) and returns PTC_ERROR with a message for ptc_last_error() instead of reading or
+ * writing out of bounds. A model handle may be used by several threads at once: each run uses
+ * its own workspace. ptc_last_error() is per thread.
+ */
+#ifndef PTC_RUNTIME_H
+#define PTC_RUNTIME_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PTC_ABI_VERSION 1
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PTC_API __attribute__((visibility("default")))
+#else
+#define PTC_API
+#endif
+
+enum { PTC_OK = 0, PTC_ERROR = 1 };
+
+/* Element types (the numbering of torch.export's schema). */
+enum {
+  PTC_UINT8 = 1, PTC_INT8 = 2, PTC_INT16 = 3, PTC_INT32 = 4, PTC_INT64 = 5,
+  PTC_FLOAT16 = 6, PTC_FLOAT32 = 7, PTC_FLOAT64 = 8, PTC_BOOL = 12, PTC_BFLOAT16 = 13
+};
+
+typedef struct ptc_model ptc_model;
+
+typedef struct ptc_tensor {
+  void* data;
+  int32_t dtype;
+  int32_t rank;
+  const int64_t* sizes;
+} ptc_tensor;
+
+typedef struct ptc_tensor_info {
+  const char* name;
+  int32_t dtype;
+  int32_t rank;
+  const int64_t* sizes;      /* -1 where the size is symbolic */
+  const char* const* dims;   /* each size as text: "64", "s77" */
+} ptc_tensor_info;
+
+PTC_API int ptc_abi_version(void);
+/* Opens the model. `weights_path` is NULL for weights embedded in the library. */
+PTC_API int ptc_open(const char* weights_path, ptc_model** out);
+PTC_API void ptc_close(ptc_model* model);
+PTC_API int ptc_num_inputs(const ptc_model* model);
+PTC_API int ptc_num_outputs(const ptc_model* model);
+PTC_API int ptc_input_info(const ptc_model* model, int index, ptc_tensor_info* info);
+PTC_API int ptc_output_info(const ptc_model* model, int index, ptc_tensor_info* info);
+/* Symbol names and ranges (max = -1: unbounded). */
+PTC_API int ptc_num_symbols(const ptc_model* model);
+PTC_API int ptc_symbol_info(const ptc_model* model, int index, const char** name, int64_t* min, int64_t* max);
+/* The sizes output `index` has for these inputs (checked like ptc_run). */
+PTC_API int ptc_output_shape(const ptc_model* model, int num_inputs, const ptc_tensor* inputs, int index, int64_t* sizes);
+PTC_API int ptc_run(ptc_model* model, int num_inputs, const ptc_tensor* inputs, int num_outputs, ptc_tensor* outputs);
+PTC_API const char* ptc_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PTC_RUNTIME_H */

@@ -1,0 +1,61 @@
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include "ptc/codegen.h"
+#include "ptc/compile.h"
+#include "ptc/error.h"
+#include "ptc/lower.h"
+
+namespace ptc {
+namespace {
+
+class Stage {
+ public:
+  explicit Stage(const char* name) : name_(name), t0_(std::chrono::steady_clock::now()) {}
+  ~Stage() {
+    spdlog::debug("{:<10} {:.3f} s", name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+  }
+
+ private:
+  const char* name_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+void compile_model(const CompileOptions& opts) {
+  if (opts.device != "cpu") user_error("--device ", opts.device, ": only the CPU backend exists so far");
+  std::unique_ptr<Graph> g;
+  {
+    Stage s("read");
+    g = load_model(opts.model, opts.load);
+  }
+  loop::Program prog;
+  {
+    Stage s("lower");
+    prog = lower_to_loops(*g);
+  }
+  if (!opts.dump_loops.empty()) {
+    std::string text = loop::print_program(prog);
+    if (opts.dump_loops == "-") std::cout << text;
+    else std::ofstream(opts.dump_loops) << text;
+  }
+  WeightLayout weights = layout_weights(prog, *g);
+  CpuSource src;
+  {
+    Stage s("codegen");
+    src = generate_cpu(prog, *g, weights);
+  }
+  {
+    Stage s("build");
+    BuildOptions b = opts.build;
+    if (!opts.emit_dir.empty()) b.work_dir = opts.emit_dir;
+    build_cpu_library(src, weights, *g, opts.output, b);
+  }
+  spdlog::info("wrote {} ({} kernels, {} bytes of weights)", opts.output, prog.comps.size(), weights.total_bytes);
+}
+
+}  // namespace ptc

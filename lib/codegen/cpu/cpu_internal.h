@@ -1,0 +1,15 @@
+// Internal interface between the CPU kernel printer and the wrapper printer.
+#pragma once
+
+#include <ostream>
+
+#include "ptc/codegen.h"
+
+namespace ptc::cpu {
+
+const char* ctype(DType t);
+// Prints one computation as a block of C++ statements (buffers are pointers named b<id>, size
+// symbols and loop variables are int64_t locals named as in the IR).
+void emit_computation(std::ostream& os, const loop::Program& p, const loop::Computation& c);
+
+}  // namespace ptc::cpu

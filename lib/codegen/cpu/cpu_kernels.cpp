@@ -1,0 +1,304 @@
+// CPU kernel printer: one loop nest per loop-IR computation, OpenMP over the outer loop, element
+// expressions printed with common subexpressions hoisted into locals. (The scheduler that fuses
+// computations into fewer kernels and tiles/vectorizes them explicitly builds on this printer.)
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "cpu_internal.h"
+#include "ptc/error.h"
+
+namespace ptc::cpu {
+
+using loop::Computation;
+using loop::ExprRef;
+using loop::Op;
+
+const char* ctype(DType t) {
+  switch (t) {
+    case DType::Float32: return "float";
+    case DType::Float64: return "double";
+    case DType::Int64: return "int64_t";
+    case DType::Int32: return "int32_t";
+    case DType::Int16: return "int16_t";
+    case DType::Int8: return "int8_t";
+    case DType::UInt8: return "uint8_t";
+    case DType::Bool: return "bool";
+    default: user_error("the CPU backend does not support dtype ", dtype_name(t), " yet");
+  }
+}
+
+namespace {
+
+std::string literal(double v, DType t) {
+  if (t == DType::Bool) return v != 0 ? "true" : "false";
+  if (!dtype_is_float(t)) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%s(%lldLL)", ctype(t), static_cast<long long>(v));
+    return buf;
+  }
+  if (std::isinf(v)) return std::string(v > 0 ? "" : "-") + "std::numeric_limits<" + ctype(t) + ">::infinity()";
+  if (std::isnan(v)) return std::string("std::numeric_limits<") + ctype(t) + ">::quiet_NaN()";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, t == DType::Float32 ? "%.9g" : "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return t == DType::Float32 ? s + "f" : s;
+}
+
+// Prints one element expression; nodes reachable outside `where` branches are hoisted into
+// locals (each computed once), nodes inside branches are printed inline so that only the
+// chosen branch's loads run.
+class ExprPrinter {
+ public:
+  explicit ExprPrinter(std::ostream& os, std::string indent) : os_(os), indent_(std::move(indent)) {}
+
+  std::string print(const ExprRef& e) {
+    hoist(e);
+    return name(e);
+  }
+
+ private:
+  void hoist(const ExprRef& e) {
+    if (names_.count(e.get()) || e->op == Op::Const || e->op == Op::IndexVal) return;
+    if (e->op == Op::Where) {
+      hoist(e->args[0]);  // the condition always runs; the branches print inline
+    } else {
+      for (const auto& a : e->args) hoist(a);
+    }
+    std::string text = inline_text(e);
+    std::string var = "t" + std::to_string(names_.size());
+    os_ << indent_ << "const " << ctype(e->dtype) << " " << var << " = " << text << ";\n";
+    names_[e.get()] = var;
+  }
+
+  std::string name(const ExprRef& e) {
+    auto it = names_.find(e.get());
+    return it != names_.end() ? it->second : inline_text(e);
+  }
+
+  std::string inline_text(const ExprRef& e) {
+    const std::string T = ctype(e->dtype);
+    auto a = [&](size_t i) { return name(e->args[i]); };
+    switch (e->op) {
+      case Op::Load: return "b" + std::to_string(e->buffer) + "[" + cpp_index(e->index) + "]";
+      case Op::Const: return literal(e->value, e->dtype);
+      case Op::IndexVal: return "static_cast<" + T + ">(" + cpp_index(e->index) + ")";
+      case Op::Cast: return "static_cast<" + T + ">(" + a(0) + ")";
+      case Op::Where: return "(" + a(0) + " ? " + a(1) + " : " + a(2) + ")";
+      case Op::Neg: return "(-" + a(0) + ")";
+      case Op::Abs: return "std::abs(" + a(0) + ")";
+      case Op::Exp: return "std::exp(" + a(0) + ")";
+      case Op::Log: return "std::log(" + a(0) + ")";
+      case Op::Log1p: return "std::log1p(" + a(0) + ")";
+      case Op::Sqrt: return "std::sqrt(" + a(0) + ")";
+      case Op::Rsqrt: return "(" + T + "(1) / std::sqrt(" + a(0) + "))";
+      case Op::Sin: return "std::sin(" + a(0) + ")";
+      case Op::Cos: return "std::cos(" + a(0) + ")";
+      case Op::Tanh: return "std::tanh(" + a(0) + ")";
+      case Op::Erf: return "std::erf(" + a(0) + ")";
+      case Op::Sigmoid: return "ptc_rt::sigmoid(" + a(0) + ")";
+      case Op::Relu: return "ptc_rt::relu(" + a(0) + ")";
+      case Op::Floor: return "std::floor(" + a(0) + ")";
+      case Op::Ceil: return "std::ceil(" + a(0) + ")";
+      case Op::Round: return "std::nearbyint(" + a(0) + ")";
+      case Op::Sign: return "ptc_rt::sign(" + a(0) + ")";
+      case Op::Reciprocal: return "(" + T + "(1) / " + a(0) + ")";
+      case Op::Not: return "(!" + a(0) + ")";
+      case Op::IsNan: return "std::isnan(" + a(0) + ")";
+      case Op::IsInf: return "std::isinf(" + a(0) + ")";
+      case Op::Add: return "(" + a(0) + " + " + a(1) + ")";
+      case Op::Sub: return "(" + a(0) + " - " + a(1) + ")";
+      case Op::Mul: return "(" + a(0) + " * " + a(1) + ")";
+      case Op::Div: return "(" + a(0) + " / " + a(1) + ")";
+      case Op::Pow: return "static_cast<" + T + ">(std::pow(" + a(0) + ", " + a(1) + "))";
+      case Op::Max: return "ptc_rt::maxnan(" + a(0) + ", " + a(1) + ")";
+      case Op::Min: return "ptc_rt::minnan(" + a(0) + ", " + a(1) + ")";
+      case Op::FloorDiv:
+        return dtype_is_float(e->dtype) ? "std::floor(" + a(0) + " / " + a(1) + ")"
+                                        : "static_cast<" + T + ">(ptc_rt::floordiv(" + a(0) + ", " + a(1) + "))";
+      case Op::Mod:
+        return dtype_is_float(e->dtype) ? "ptc_rt::fmod_py(" + a(0) + ", " + a(1) + ")"
+                                        : "static_cast<" + T + ">(ptc_rt::pymod(" + a(0) + ", " + a(1) + "))";
+      case Op::Eq: return "(" + a(0) + " == " + a(1) + ")";
+      case Op::Ne: return "(" + a(0) + " != " + a(1) + ")";
+      case Op::Lt: return "(" + a(0) + " < " + a(1) + ")";
+      case Op::Le: return "(" + a(0) + " <= " + a(1) + ")";
+      case Op::Gt: return "(" + a(0) + " > " + a(1) + ")";
+      case Op::Ge: return "(" + a(0) + " >= " + a(1) + ")";
+      case Op::And: return "(" + a(0) + " && " + a(1) + ")";
+      case Op::Or: return "(" + a(0) + " || " + a(1) + ")";
+    }
+    PTC_CHECK(false, "unprintable op");
+  }
+
+  std::ostream& os_;
+  std::string indent_;
+  std::map<const loop::Expr*, std::string> names_;
+};
+
+std::string product(const std::vector<std::string>& v) {
+  if (v.empty()) return "1";
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? " * " : "") + v[i];
+  return s;
+}
+
+// Opens `for` loops over `sizes` named prefix0..; returns the closing braces' indent depth.
+void open_loops(std::ostream& os, const std::vector<std::string>& n, char prefix, std::string& indent, bool parallel,
+                const std::string& work) {
+  for (size_t d = 0; d < n.size(); ++d) {
+    if (d == 0 && parallel) os << indent << "#pragma omp parallel for schedule(static) if (" << work << " > 32768)\n";
+    os << indent << "for (int64_t " << prefix << d << " = 0; " << prefix << d << " < " << n[d] << "; ++" << prefix << d << ") {\n";
+    indent += "  ";
+  }
+}
+
+void close_loops(std::ostream& os, size_t count, std::string& indent) {
+  for (size_t d = 0; d < count; ++d) {
+    indent.resize(indent.size() - 2);
+    os << indent << "}\n";
+  }
+}
+
+std::string out_index(size_t rank, char prefix, const std::vector<std::string>& n) {
+  if (rank == 0) return "0";
+  std::string s = std::string(1, prefix) + "0";
+  for (size_t d = 1; d < rank; ++d) s = "(" + s + ") * " + n[d] + " + " + prefix + std::to_string(d);
+  return s;
+}
+
+void emit_pointwise(std::ostream& os, const loop::Program& p, const Computation& c, std::string indent) {
+  std::vector<std::string> n;
+  for (size_t d = 0; d < c.domain.size(); ++d) {
+    n.push_back("n" + std::to_string(d));
+    os << indent << "const int64_t n" << d << " = " << cpp_index(c.domain[d]) << ";\n";
+  }
+  open_loops(os, n, 'x', indent, true, product(n));
+  ExprPrinter pr(os, indent);
+  std::string v = pr.print(c.body);
+  os << indent << "b" << c.out << "[" << out_index(n.size(), 'x', n) << "] = " << v << ";\n";
+  close_loops(os, n.size(), indent);
+  (void)p;
+}
+
+void emit_reduction(std::ostream& os, const loop::Program& p, const Computation& c, std::string indent) {
+  std::vector<std::string> n, m;
+  for (size_t d = 0; d < c.domain.size(); ++d) {
+    n.push_back("n" + std::to_string(d));
+    os << indent << "const int64_t n" << d << " = " << cpp_index(c.domain[d]) << ";\n";
+  }
+  for (size_t d = 0; d < c.reduce_domain.size(); ++d) {
+    m.push_back("m" + std::to_string(d));
+    os << indent << "const int64_t m" << d << " = " << cpp_index(c.reduce_domain[d]) << ";\n";
+  }
+  DType acc_t = c.body->dtype;
+  if (c.reduce == loop::ReduceOp::Any || c.reduce == loop::ReduceOp::All) acc_t = DType::Bool;
+  const std::string T = ctype(acc_t);
+  open_loops(os, n, 'x', indent, true, product(n) + " * " + product(m));
+  bool arg = c.reduce == loop::ReduceOp::ArgMax || c.reduce == loop::ReduceOp::ArgMin;
+  std::string init;
+  switch (c.reduce) {
+    case loop::ReduceOp::Sum: case loop::ReduceOp::Any: init = literal(0, acc_t); break;
+    case loop::ReduceOp::Prod: case loop::ReduceOp::All: init = literal(1, acc_t); break;
+    case loop::ReduceOp::Max: case loop::ReduceOp::ArgMax: init = literal(-INFINITY, acc_t); break;
+    case loop::ReduceOp::Min: case loop::ReduceOp::ArgMin: init = literal(INFINITY, acc_t); break;
+  }
+  if (!dtype_is_float(acc_t) && (c.reduce == loop::ReduceOp::Max || c.reduce == loop::ReduceOp::ArgMax))
+    init = "std::numeric_limits<" + T + ">::lowest()";
+  if (!dtype_is_float(acc_t) && (c.reduce == loop::ReduceOp::Min || c.reduce == loop::ReduceOp::ArgMin))
+    init = "std::numeric_limits<" + T + ">::max()";
+  os << indent << T << " acc = " << init << ";\n";
+  if (arg) os << indent << "int64_t best = 0, k = 0;\n";
+  open_loops(os, m, 'r', indent, false, "");
+  ExprPrinter pr(os, indent);
+  std::string v = pr.print(c.body);
+  switch (c.reduce) {
+    case loop::ReduceOp::Sum: os << indent << "acc += " << v << ";\n"; break;
+    case loop::ReduceOp::Prod: os << indent << "acc *= " << v << ";\n"; break;
+    case loop::ReduceOp::Max: os << indent << "acc = ptc_rt::maxnan(" << v << ", acc);\n"; break;
+    case loop::ReduceOp::Min: os << indent << "acc = ptc_rt::minnan(" << v << ", acc);\n"; break;
+    case loop::ReduceOp::Any: os << indent << "acc = acc || " << v << ";\n"; break;
+    case loop::ReduceOp::All: os << indent << "acc = acc && " << v << ";\n"; break;
+    case loop::ReduceOp::ArgMax: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v > acc) { acc = v; best = k; } ++k; }\n"; break;
+    case loop::ReduceOp::ArgMin: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v < acc) { acc = v; best = k; } ++k; }\n"; break;
+  }
+  close_loops(os, m.size(), indent);
+  os << indent << "b" << c.out << "[" << out_index(n.size(), 'x', n) << "] = " << (arg ? "best" : "acc") << ";\n";
+  close_loops(os, n.size(), indent);
+  (void)p;
+}
+
+void emit_gemm(std::ostream& os, const loop::Program& p, const Computation& c, const std::string& indent) {
+  const loop::View& A = c.operands[0];
+  const loop::View& B = c.operands[1];
+  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU GEMM supports float32 only so far (", c.origin, ")");
+  size_t r = c.domain.size();
+  os << indent << "{\n";
+  os << indent << "  ptc_rt::GemmArgs g{};\n";
+  os << indent << "  g.M = " << cpp_index(c.domain[r - 2]) << "; g.N = " << cpp_index(c.domain[r - 1]) << "; g.K = " << cpp_index(A.sizes[r - 1]) << ";\n";
+  os << indent << "  g.A = b" << A.buffer << " + " << cpp_index(A.offset) << "; g.lda_m = " << cpp_index(A.strides[r - 2]) << "; g.lda_k = " << cpp_index(A.strides[r - 1]) << ";\n";
+  os << indent << "  g.B = b" << B.buffer << " + " << cpp_index(B.offset) << "; g.ldb_k = " << cpp_index(B.strides[r - 2]) << "; g.ldb_n = " << cpp_index(B.strides[r - 1]) << ";\n";
+  os << indent << "  g.C = b" << c.out << "; g.ldc_m = g.N;\n";
+  if (r == 2) {
+    os << indent << "  ptc_rt::gemm(g, ptc_rt::NoEpilogue{});\n";
+  } else {
+    // Batch dims: decode the flat batch index into per-dim indices to get each operand's offset.
+    std::vector<std::string> bs;
+    for (size_t d = 0; d + 2 < r; ++d) bs.push_back("(" + cpp_index(c.domain[d]) + ")");
+    os << indent << "  const int64_t batch = " << product(bs) << ";\n";
+    os << indent << "  auto offsets = [&](int64_t bi, int64_t* oa, int64_t* ob, int64_t* oc) {\n";
+    os << indent << "    *oc = bi * g.M * g.N; *oa = 0; *ob = 0; int64_t rest = bi;\n";
+    for (size_t d = r - 2; d-- > 0;) {
+      os << indent << "    { const int64_t i = rest % " << bs[d] << "; rest /= " << bs[d] << ";\n";
+      os << indent << "      *oa += i * " << cpp_index(A.strides[d]) << "; *ob += i * " << cpp_index(B.strides[d]) << "; }\n";
+    }
+    os << indent << "  };\n";
+    os << indent << "  ptc_rt::gemm_batched_fn(g, batch, offsets, ptc_rt::NoEpilogue{});\n";
+  }
+  os << indent << "}\n";
+}
+
+void emit_conv(std::ostream& os, const loop::Program& p, const Computation& c, const std::string& indent) {
+  const loop::View& X = c.operands[0];
+  const loop::View& W = c.operands[1];
+  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU convolution supports float32 only so far (", c.origin, ")");
+  auto arr = [](const std::vector<sym::Expr>& v) {
+    std::string s = "{";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + cpp_index(v[i]);
+    return s + "}";
+  };
+  os << indent << "{\n";
+  os << indent << "  const int64_t xs[4] = " << arr(X.strides) << ";\n";
+  os << indent << "  const int64_t ws[4] = " << arr(W.strides) << ";\n";
+  std::string bias = "nullptr", bias_stride = "0";
+  if (c.operands.size() > 2) {
+    bias = "b" + std::to_string(c.operands[2].buffer) + " + " + cpp_index(c.operands[2].offset);
+    bias_stride = cpp_index(c.operands[2].strides[0]);
+  }
+  os << indent << "  ptc_rt::conv2d_nchw(b" << X.buffer << " + " << cpp_index(X.offset) << ", xs, b" << W.buffer << " + "
+     << cpp_index(W.offset) << ", ws, " << bias << ", " << bias_stride << ", b" << c.out;
+  for (const auto& s : {X.sizes[0], X.sizes[1], X.sizes[2], X.sizes[3], W.sizes[0], W.sizes[2], W.sizes[3], c.domain[2], c.domain[3]})
+    os << ", " << cpp_index(s);
+  for (int64_t v : c.params) os << ", " << v << "LL";
+  os << ");\n" << indent << "}\n";
+}
+
+}  // namespace
+
+void emit_computation(std::ostream& os, const loop::Program& p, const Computation& c) {
+  os << "  { // " << p.buffers[c.out].name << (c.origin.empty() ? "" : " <- " + c.origin) << "\n";
+  switch (c.kind) {
+    case Computation::Kind::Pointwise: emit_pointwise(os, p, c, "    "); break;
+    case Computation::Kind::Reduction: emit_reduction(os, p, c, "    "); break;
+    case Computation::Kind::Extern:
+      if (c.extern_kind == loop::ExternKind::Gemm) emit_gemm(os, p, c, "    ");
+      else emit_conv(os, p, c, "    ");
+      break;
+  }
+  os << "  }\n";
+}
+
+}  // namespace ptc::cpu

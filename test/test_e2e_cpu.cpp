@@ -1,0 +1,192 @@
+// End to end on the CPU: `ptc compile` each fixture, load the library, run every recorded case
+// and compare with PyTorch eager; the library's dependencies; bad run-time input; threads.
+#include <dlfcn.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <atomic>
+#include <thread>
+
+#include "ptc/npy.h"
+#include "ptc/runtime.h"
+#include "test_util.h"
+
+using nlohmann::json;
+using namespace ptc;
+
+namespace {
+
+struct Lib {
+  void* h = nullptr;
+  ptc_model* m = nullptr;
+  decltype(&ptc_run) run = nullptr;
+  decltype(&ptc_output_shape) output_shape = nullptr;
+  decltype(&ptc_last_error) last_error = nullptr;
+  decltype(&ptc_num_outputs) num_outputs = nullptr;
+  decltype(&ptc_input_info) input_info = nullptr;
+
+  explicit Lib(const std::string& path) {
+    h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    REQUIRE(h);
+    run = reinterpret_cast<decltype(run)>(dlsym(h, "ptc_run"));
+    output_shape = reinterpret_cast<decltype(output_shape)>(dlsym(h, "ptc_output_shape"));
+    last_error = reinterpret_cast<decltype(last_error)>(dlsym(h, "ptc_last_error"));
+    num_outputs = reinterpret_cast<decltype(num_outputs)>(dlsym(h, "ptc_num_outputs"));
+    input_info = reinterpret_cast<decltype(input_info)>(dlsym(h, "ptc_input_info"));
+    auto open = reinterpret_cast<decltype(&ptc_open)>(dlsym(h, "ptc_open"));
+    REQUIRE((run && output_shape && last_error && num_outputs && open && input_info));
+    REQUIRE(open(nullptr, &m) == PTC_OK);
+  }
+  ~Lib() {
+    reinterpret_cast<decltype(&ptc_close)>(dlsym(h, "ptc_close"))(m);
+    dlclose(h);
+  }
+};
+
+std::string compile(const std::string& file) {
+  std::string out = test::temp_dir() + "/" + file + ".so";
+  auto r = test::run_ptc("compile -q " + test::fixture(file) + " -o " + out);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return out;
+}
+
+ptc_tensor as_tensor(NpyArray& a) {
+  return ptc_tensor{a.data.data(), a.dtype == DType::Float32 ? PTC_FLOAT32 : PTC_INT64, static_cast<int32_t>(a.shape.size()), a.shape.data()};
+}
+
+// Runs every case of `name`'s record through the library; returns the worst error beyond rtol.
+void check_cases(Lib& lib, const std::string& name) {
+  json expect = json::parse(test::read_file(test::fixture(name + ".expect.json")));
+  double atol = expect["tolerance"]["atol"].get<double>(), rtol = expect["tolerance"]["rtol"].get<double>();
+  for (const auto& c : expect["cases"]) {
+    std::vector<NpyArray> ins;
+    for (const auto& f : c["inputs"]) ins.push_back(read_npy(test::fixture(f["file"].get<std::string>())));
+    std::vector<ptc_tensor> tin;
+    for (auto& a : ins) tin.push_back(as_tensor(a));
+    size_t n_out = c["outputs"].size();
+    REQUIRE(lib.num_outputs(lib.m) == static_cast<int>(n_out));
+    std::vector<NpyArray> refs;
+    std::vector<std::vector<int64_t>> shapes(n_out);
+    std::vector<std::vector<float>> outs(n_out);
+    std::vector<ptc_tensor> tout;
+    for (size_t i = 0; i < n_out; ++i) {
+      refs.push_back(read_npy(test::fixture(c["outputs"][i]["file"].get<std::string>())));
+      shapes[i].resize(refs[i].shape.size());
+      REQUIRE(lib.output_shape(lib.m, static_cast<int>(tin.size()), tin.data(), static_cast<int>(i), shapes[i].data()) == PTC_OK);
+      CHECK(shapes[i] == refs[i].shape);
+      outs[i].resize(refs[i].data.size() / 4);
+      tout.push_back(ptc_tensor{outs[i].data(), PTC_FLOAT32, static_cast<int32_t>(shapes[i].size()), shapes[i].data()});
+    }
+    INFO(name << " inputs " << c["inputs"].dump());
+    REQUIRE(lib.run(lib.m, static_cast<int>(tin.size()), tin.data(), static_cast<int>(n_out), tout.data()) == PTC_OK);
+    for (size_t i = 0; i < n_out; ++i) {
+      std::vector<float> want(outs[i].size());
+      std::memcpy(want.data(), refs[i].data.data(), want.size() * 4);
+      double worst = 0;
+      for (size_t j = 0; j < want.size(); ++j) worst = std::max(worst, std::fabs(outs[i][j] - want[j]) - rtol * std::fabs(want[j]));
+      CHECK(worst <= atol);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("compiled fixtures match PyTorch eager (fp32, atol/rtol from each record)", "[e2e]") {
+  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn"})
+    for (const char* suffix : {".pt2", ".core.pt2"}) {
+      std::string file = std::string(name) + suffix;
+      INFO(file);
+      Lib lib(compile(file));
+      check_cases(lib, name);
+    }
+}
+
+#ifdef PTC_TEST_TORCHSCRIPT
+TEST_CASE("compiled TorchScript fixtures (static shapes) match PyTorch eager", "[e2e][torchscript]") {
+  for (const char* name : {"mlp", "small_cnn", "tiny_tfm"}) {
+    INFO(name);
+    Lib lib(compile(std::string(name) + ".pt"));
+    check_cases(lib, name);
+  }
+}
+#endif
+
+TEST_CASE("a compiled library links no libtorch, libc10 or Python", "[e2e]") {
+  std::string so = compile("tiny_tfm.pt2");
+  FILE* p = popen(("ldd " + so).c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  INFO(out);
+  CHECK(out.find("libgomp") != std::string::npos);
+  CHECK(out.find("torch") == std::string::npos);
+  CHECK(out.find("c10") == std::string::npos);
+  CHECK(out.find("python") == std::string::npos);
+}
+
+TEST_CASE("bad run-time input gets an error code and a message", "[e2e]") {
+  Lib lib(compile("mlp_dyn.pt2"));
+  std::vector<float> x(8 * 64, 1.f), y(8 * 64);
+  int64_t xs[2] = {8, 64}, ys[2] = {8, 64};
+  ptc_tensor in{x.data(), PTC_FLOAT32, 2, xs}, out{y.data(), PTC_FLOAT32, 2, ys};
+  REQUIRE(lib.run(lib.m, 1, &in, 1, &out) == PTC_OK);
+  auto expect_error = [&](ptc_tensor i, ptc_tensor o, int n_in, const char* fragment) {
+    CHECK(lib.run(lib.m, n_in, &i, 1, &o) == PTC_ERROR);
+    CHECK(std::string(lib.last_error()).find(fragment) != std::string::npos);
+  };
+  ptc_tensor bad = in;
+  bad.dtype = PTC_FLOAT64;
+  expect_error(bad, out, 1, "input x: dtype code 8, expected 7");
+  bad = in;
+  bad.rank = 3;
+  expect_error(bad, out, 1, "input x: rank 3, expected 2");
+  int64_t big[2] = {2000, 64};
+  bad = in;
+  bad.sizes = big;
+  expect_error(bad, out, 1, "size s77 = 2000 is outside its range [1, 1024]");
+  int64_t wrong_inner[2] = {8, 63};
+  bad = in;
+  bad.sizes = wrong_inner;
+  expect_error(bad, out, 1, "input x: size [8, 63] does not match: dim 1 must be 64");
+  bad = in;
+  bad.data = nullptr;
+  expect_error(bad, out, 1, "input x: data pointer is null");
+  expect_error(in, out, 2, "expected 1 inputs, got 2");
+  int64_t wrong_out[2] = {9, 64};
+  ptc_tensor bad_out = out;
+  bad_out.sizes = wrong_out;
+  expect_error(in, bad_out, 1, "output layer_norm: size [9, 64] does not match");
+  CHECK(lib.run(nullptr, 1, &in, 1, &out) == PTC_ERROR);
+}
+
+TEST_CASE("one model handle runs from 4 threads at once with correct results", "[e2e]") {
+  Lib lib(compile("tfm_dyn.pt2"));
+  NpyArray in0 = read_npy(test::fixture("ref/tfm_dyn.case0.in0.npy")), out0 = read_npy(test::fixture("ref/tfm_dyn.case0.out0.npy"));
+  NpyArray in1 = read_npy(test::fixture("ref/tfm_dyn.case1.in0.npy")), out1 = read_npy(test::fixture("ref/tfm_dyn.case1.out0.npy"));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      NpyArray& in = t % 2 ? in1 : in0;
+      NpyArray& ref = t % 2 ? out1 : out0;
+      std::vector<float> y(ref.data.size() / 4), want(y.size());
+      std::memcpy(want.data(), ref.data.data(), ref.data.size());
+      for (int rep = 0; rep < 20; ++rep) {
+        ptc_tensor ti = as_tensor(in);
+        ptc_tensor to{y.data(), PTC_FLOAT32, 3, ref.shape.data()};
+        if (lib.run(lib.m, 1, &ti, 1, &to) != PTC_OK) ++failures;
+        for (size_t j = 0; j < y.size(); ++j)
+          if (std::fabs(y[j] - want[j]) > 1e-4 + 1e-4 * std::fabs(want[j])) {
+            ++failures;
+            break;
+          }
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+}

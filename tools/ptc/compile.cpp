@@ -1,0 +1,25 @@
+// `ptc compile MODEL -o LIB.so`.
+#include "commands.h"
+#include "ptc/compile.h"
+
+namespace ptc::cli {
+
+std::function<int()> add_compile(CLI::App& app) {
+  auto opts = std::make_shared<CompileOptions>();
+  CLI::App* cmd = app.add_subcommand("compile", "Compile a model into a standalone shared library");
+  cmd->add_option("model", opts->model, "A torch.export archive (.pt2) or TorchScript archive (.pt)")->required();
+  cmd->add_option("-o,--output", opts->output, "The library to write (e.g. model.so)")->required();
+  cmd->add_option("--device", opts->device, "cpu (cuda comes with the CUDA backend)")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--emit-dir", opts->emit_dir, "Keep the generated sources in this folder");
+  cmd->add_option("--dump-loops", opts->dump_loops, "Write the loop IR as text to this file ('-' for stdout)");
+  cmd->add_option("--cpu-arch", opts->build.cpu_arch, "The -march of the generated code (default: native)");
+  cmd->add_option("--cxx", opts->build.cxx, "The host C++ compiler (default: c++)");
+  cmd->add_option("--input-shape", opts->load.input_shapes, "TorchScript only: shape of each input, e.g. 1x3x224x224");
+  cmd->add_option("--symbol", opts->load.symbol_ranges, "TorchScript only: a symbol's range, e.g. s0=1..1024");
+  return [opts]() {
+    compile_model(*opts);
+    return 0;
+  };
+}
+
+}  // namespace ptc::cli
