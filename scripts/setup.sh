@@ -35,7 +35,7 @@ TORCH_DIR=$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(torch._
 # Main build (with the TorchScript reader) and a sanitizer build of the core without libtorch.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTC_TORCH_DIR="$TORCH_DIR" >/dev/null
 cmake --build build
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPTC_WITH_TORCHSCRIPT=OFF \
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTC_WITH_TORCHSCRIPT=OFF \
       -DPTC_SANITIZE=address,undefined >/dev/null
 cmake --build build-asan
 echo "setup: done (build/bin: build/ptc; tests: scripts/test.sh)"

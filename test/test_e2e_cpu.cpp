@@ -190,3 +190,40 @@ TEST_CASE("one model handle runs from 4 threads at once with correct results", "
   for (auto& t : threads) t.join();
   CHECK(failures == 0);
 }
+
+TEST_CASE("the report shows layer norm and softmax as one kernel each and GEMM+bias+GELU fused", "[e2e][schedule]") {
+  auto report = [](const std::string& file) {
+    std::string so = test::temp_dir() + "/" + file + ".report.so", rep = so + ".json";
+    auto r = test::run_ptc("compile -q " + test::fixture(file) + " -o " + so + " --report " + rep);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return json::parse(test::read_file(rep));
+  };
+  // Which kernels contain work of graph node `node`.
+  auto kernels_of = [](const json& rep, const std::string& node) {
+    std::vector<json> ks;
+    for (const auto& k : rep["kernels"])
+      for (const auto& n : k["nodes"])
+        if (n["name"] == node) ks.push_back(k);
+    return ks;
+  };
+  json mlp = report("mlp.pt2");
+  auto ln = kernels_of(mlp, "layer_norm");
+  REQUIRE(ln.size() == 1);
+  CHECK(ln[0]["kind"] == "row_group");
+  CHECK(ln[0]["computations"].size() == 5);  // mean, variance, their finishing steps, normalize
+  auto gelu = kernels_of(mlp, "gelu");
+  REQUIRE(gelu.size() == 1);
+  CHECK(gelu[0]["kind"] == "gemm");
+  CHECK(gelu[0]["computations"][1]["fused_as"] == "gemm_epilogue");
+  CHECK(kernels_of(mlp, "linear").size() == 1);  // the GEMM and its bias are the same kernel
+  CHECK(mlp["arena"]["bytes_at_max_sizes"].get<size_t>() <= mlp["arena"]["bytes_without_reuse"].get<size_t>());
+  CHECK(kernels_of(mlp, "gelu")[0]["nodes"][1]["source"].get<std::string>().find("scripts/export_models.py:") == 0);
+
+  json tfm = report("tiny_tfm.core.pt2");
+  auto sm = kernels_of(tfm, "_softmax");
+  REQUIRE(sm.size() == 1);
+  CHECK(sm[0]["kind"] == "row_group");
+  auto lnorm = kernels_of(tfm, "native_layer_norm");
+  CHECK(lnorm[0]["kind"] == "row_group");
+}

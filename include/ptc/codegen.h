@@ -7,6 +7,7 @@
 
 #include "ptc/graph.h"
 #include "ptc/loop.h"
+#include "ptc/schedule.h"
 
 namespace ptc {
 
@@ -27,7 +28,7 @@ WeightLayout layout_weights(const loop::Program& p, const Graph& g);
 struct CpuSource {
   std::string model_cpp;  // kernels + wrapper; includes ptc_support.h, ptc_gemm.h, runtime.h
 };
-CpuSource generate_cpu(const loop::Program& p, const Graph& g, const WeightLayout& weights);
+CpuSource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights);
 
 // C++ text of an integer index expression (int64_t arithmetic; Python floor semantics where a
 // dividend may be negative).

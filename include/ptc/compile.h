@@ -20,6 +20,7 @@ struct CompileOptions {
   std::string device = "cpu";
   std::string emit_dir;     // keep the generated sources here
   std::string dump_loops;   // write the loop IR text here ("-" for stdout)
+  std::string report;       // write the JSON report here
   LoadOptions load;
   BuildOptions build;
 };

@@ -50,7 +50,23 @@ struct Expr {
   int buffer = -1;   // Load
   sym::Expr index;   // Load, IndexVal
   double value = 0;  // Const
+  std::string origin;  // the graph node whose lowering built this node (see OriginScope)
 };
+
+// While an OriginScope lives, the expression builders tag new nodes with `node` (per thread):
+// that is how kernels know which graph nodes they contain.
+class OriginScope {
+ public:
+  explicit OriginScope(std::string node);
+  ~OriginScope();
+  OriginScope(const OriginScope&) = delete;
+  OriginScope& operator=(const OriginScope&) = delete;
+
+ private:
+  std::string saved_;
+};
+// The graph nodes tagged on the non-leaf nodes of `e`, in first-seen order.
+std::vector<std::string> origins_of(const ExprRef& e);
 
 // Builders (they fold constants and a few identities: x+0, x*1, cast to the same dtype).
 ExprRef load(int buffer, DType dt, sym::Expr index);

@@ -8,15 +8,20 @@
 #include "ptc/compile.h"
 #include "ptc/error.h"
 #include "ptc/lower.h"
+#include "ptc/report.h"
 
 namespace ptc {
 namespace {
+
+std::vector<std::pair<std::string, double>> g_stage_seconds;
 
 class Stage {
  public:
   explicit Stage(const char* name) : name_(name), t0_(std::chrono::steady_clock::now()) {}
   ~Stage() {
-    spdlog::debug("{:<10} {:.3f} s", name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    spdlog::debug("{:<10} {:.3f} s", name_, secs);
+    g_stage_seconds.emplace_back(name_, secs);
   }
 
  private:
@@ -28,6 +33,7 @@ class Stage {
 
 void compile_model(const CompileOptions& opts) {
   if (opts.device != "cpu") user_error("--device ", opts.device, ": only the CPU backend exists so far");
+  g_stage_seconds.clear();
   std::unique_ptr<Graph> g;
   {
     Stage s("read");
@@ -43,11 +49,16 @@ void compile_model(const CompileOptions& opts) {
     if (opts.dump_loops == "-") std::cout << text;
     else std::ofstream(opts.dump_loops) << text;
   }
+  sched::Schedule schedule;
+  {
+    Stage s("schedule");
+    schedule = sched::schedule(prog);
+  }
   WeightLayout weights = layout_weights(prog, *g);
   CpuSource src;
   {
     Stage s("codegen");
-    src = generate_cpu(prog, *g, weights);
+    src = generate_cpu(prog, schedule, *g, weights);
   }
   {
     Stage s("build");
@@ -55,7 +66,12 @@ void compile_model(const CompileOptions& opts) {
     if (!opts.emit_dir.empty()) b.work_dir = opts.emit_dir;
     build_cpu_library(src, weights, *g, opts.output, b);
   }
-  spdlog::info("wrote {} ({} kernels, {} bytes of weights)", opts.output, prog.comps.size(), weights.total_bytes);
+  if (!opts.report.empty()) {
+    std::ofstream out(opts.report);
+    out << make_report(*g, prog, schedule, weights, g_stage_seconds).dump(2) << "\n";
+    if (!out) user_error(opts.report, ": cannot write the report");
+  }
+  spdlog::info("wrote {} ({} kernels, {} bytes of weights)", opts.output, schedule.kernels.size(), weights.total_bytes);
 }
 
 }  // namespace ptc

@@ -1,6 +1,8 @@
 // Loop IR scalar expressions: builders with light folding, and the text printer.
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
+#include <set>
 #include <sstream>
 
 #include "ptc/error.h"
@@ -66,7 +68,19 @@ int op_arity(Op op) {
 
 namespace {
 
-ExprRef make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
+thread_local std::string t_origin;
+
+ExprRef make(Expr e) {
+  e.origin = t_origin;
+  return std::make_shared<const Expr>(std::move(e));
+}
+
+void collect_origins(const ExprRef& e, std::vector<std::string>& out, std::set<const Expr*>& seen) {
+  if (!seen.insert(e.get()).second) return;
+  if (op_arity(e->op) > 0 && !e->origin.empty() && std::find(out.begin(), out.end(), e->origin) == out.end())
+    out.push_back(e->origin);
+  for (const auto& a : e->args) collect_origins(a, out, seen);
+}
 
 bool is_const(const ExprRef& e, double v) { return e->op == Op::Const && e->value == v; }
 
@@ -77,21 +91,21 @@ bool is_comparison(Op op) {
 }  // namespace
 
 ExprRef load(int buffer, DType dt, sym::Expr index) {
-  Expr e{Op::Load, dt, {}, buffer, index, 0};
+  Expr e{Op::Load, dt, {}, buffer, index, 0, {}};
   return make(std::move(e));
 }
 
-ExprRef constant(double v, DType dt) { return make(Expr{Op::Const, dt, {}, -1, sym::Expr(), v}); }
+ExprRef constant(double v, DType dt) { return make(Expr{Op::Const, dt, {}, -1, sym::Expr(), v, {}}); }
 
 ExprRef index_value(sym::Expr index, DType dt) {
   if (auto c = index.as_const()) return constant(static_cast<double>(*c), dt);
-  return make(Expr{Op::IndexVal, dt, {}, -1, index, 0});
+  return make(Expr{Op::IndexVal, dt, {}, -1, index, 0, {}});
 }
 
 ExprRef unary(Op op, ExprRef a) {
   PTC_CHECK(op_arity(op) == 1 && op != Op::Cast, "unary() of ", op_name(op));
   DType dt = (op == Op::Not || op == Op::IsNan || op == Op::IsInf) ? DType::Bool : a->dtype;
-  return make(Expr{op, dt, {std::move(a)}, -1, sym::Expr(), 0});
+  return make(Expr{op, dt, {std::move(a)}, -1, sym::Expr(), 0, {}});
 }
 
 ExprRef cast(ExprRef a, DType dt) {
@@ -102,7 +116,7 @@ ExprRef cast(ExprRef a, DType dt) {
     if (dt == DType::Bool) v = v != 0 ? 1 : 0;
     return constant(v, dt);
   }
-  return make(Expr{Op::Cast, dt, {std::move(a)}, -1, sym::Expr(), 0});
+  return make(Expr{Op::Cast, dt, {std::move(a)}, -1, sym::Expr(), 0, {}});
 }
 
 ExprRef binary(Op op, ExprRef a, ExprRef b) {
@@ -113,13 +127,23 @@ ExprRef binary(Op op, ExprRef a, ExprRef b) {
   if ((op == Op::Mul || op == Op::Div) && is_const(b, 1)) return a;
   if (op == Op::Mul && is_const(a, 1)) return b;
   DType dt = is_comparison(op) || op == Op::And || op == Op::Or ? DType::Bool : a->dtype;
-  return make(Expr{op, dt, {std::move(a), std::move(b)}, -1, sym::Expr(), 0});
+  return make(Expr{op, dt, {std::move(a), std::move(b)}, -1, sym::Expr(), 0, {}});
 }
 
 ExprRef where(ExprRef c, ExprRef a, ExprRef b) {
   if (c->op == Op::Const) return c->value != 0 ? a : b;
   DType dt = a->dtype;
-  return make(Expr{Op::Where, dt, {std::move(c), std::move(a), std::move(b)}, -1, sym::Expr(), 0});
+  return make(Expr{Op::Where, dt, {std::move(c), std::move(a), std::move(b)}, -1, sym::Expr(), 0, {}});
+}
+
+OriginScope::OriginScope(std::string node) : saved_(std::move(t_origin)) { t_origin = std::move(node); }
+OriginScope::~OriginScope() { t_origin = std::move(saved_); }
+
+std::vector<std::string> origins_of(const ExprRef& e) {
+  std::vector<std::string> out;
+  std::set<const Expr*> seen;
+  if (e) collect_origins(e, out, seen);
+  return out;
 }
 
 sym::Expr loop_var(int d, const sym::Expr& size) {

@@ -1,4 +1,5 @@
 // Lowering driver: graph IR -> loop IR (see lower_internal.h for the model).
+#include <algorithm>
 #include <set>
 
 #include "lower_internal.h"
@@ -54,8 +55,23 @@ TensorRef Lowering::pointwise(DType dt, Index sizes, std::function<ExprRef(const
   TensorRef t;
   t.dtype = dt;
   t.sizes = std::move(sizes);
-  t.fn = std::move(fn);
+  // The element expression is built later, inside its consumer: tag it with this node.
+  std::string node = current ? current->name : std::string();
+  t.fn = [fn = std::move(fn), node](const Index& idx) {
+    OriginScope scope(node);
+    return fn(idx);
+  };
   return t;
+}
+
+void Lowering::emit(Computation c) {
+  std::vector<std::string> nodes = loop::origins_of(c.body);
+  if (current && (c.kind == Computation::Kind::Extern || nodes.empty()) &&
+      std::find(nodes.begin(), nodes.end(), current->name) == nodes.end())
+    nodes.insert(nodes.begin(), current->name);
+  c.origin.clear();
+  for (const auto& n : nodes) c.origin += (c.origin.empty() ? "" : ",") + n;
+  prog_.comps.push_back(std::move(c));
 }
 
 int Lowering::new_buffer(const std::string& prefix, DType dt, const Index& sizes) {
@@ -228,6 +244,7 @@ Program Lowering::run() {
       fail("its result has no known type (shape propagation has not run on this graph)");
     }
     if (n->kind == OpKind::Unknown) fail("ptc does not know this operator yet");
+    OriginScope scope(n->name);
     std::vector<TensorRef> outs = lower_node(*this, *n);
     if (outs.size() != n->outputs.size()) fail("lowered to ", outs.size(), " results, expected ", n->outputs.size());
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -254,7 +271,6 @@ Program Lowering::run() {
       c.out = buf;
       c.domain = t.sizes;
       c.body = cast(t.at(loop_vars(t.sizes)), t.dtype);
-      c.origin = o->producer ? o->producer->name : o->name;
       emit(std::move(c));
     }
     Buffer& b = prog_.buffers[buf];

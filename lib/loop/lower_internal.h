@@ -45,7 +45,8 @@ class Lowering {
   TensorRef reduce(const TensorRef& in, std::vector<int64_t> dims, bool keepdim, ReduceOp op,
                    DType out_dtype, const std::string& origin);
   int new_buffer(const std::string& prefix, DType dt, const Index& sizes);
-  void emit(Computation c) { prog_.comps.push_back(std::move(c)); }
+  // Records a computation; its origin lists every graph node whose work it contains.
+  void emit(Computation c);
   // Broadcasts `t` to `sizes` (numpy rules, aligned from the right).
   TensorRef broadcast_to(const TensorRef& t, const Index& sizes) const;
 

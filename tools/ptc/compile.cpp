@@ -12,6 +12,7 @@ std::function<int()> add_compile(CLI::App& app) {
   cmd->add_option("--device", opts->device, "cpu (cuda comes with the CUDA backend)")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--emit-dir", opts->emit_dir, "Keep the generated sources in this folder");
   cmd->add_option("--dump-loops", opts->dump_loops, "Write the loop IR as text to this file ('-' for stdout)");
+  cmd->add_option("--report", opts->report, "Write a JSON report: kernels with the graph nodes they fused, arena, compile times");
   cmd->add_option("--cpu-arch", opts->build.cpu_arch, "The -march of the generated code (default: native)");
   cmd->add_option("--cxx", opts->build.cxx, "The host C++ compiler (default: c++)");
   cmd->add_option("--input-shape", opts->load.input_shapes, "TorchScript only: shape of each input, e.g. 1x3x224x224");

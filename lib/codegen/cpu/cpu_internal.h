@@ -4,12 +4,13 @@
 #include <ostream>
 
 #include "ptc/codegen.h"
+#include "ptc/schedule.h"
 
 namespace ptc::cpu {
 
 const char* ctype(DType t);
-// Prints one computation as a block of C++ statements (buffers are pointers named b<id>, size
-// symbols and loop variables are int64_t locals named as in the IR).
-void emit_computation(std::ostream& os, const loop::Program& p, const loop::Computation& c);
+// Prints one kernel as a block of C++ statements (buffers are pointers named b<id>, size symbols
+// and loop variables are int64_t locals named as in the IR).
+void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k);
 
 }  // namespace ptc::cpu

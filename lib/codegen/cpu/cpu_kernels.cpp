@@ -59,6 +59,8 @@ class ExprPrinter {
     hoist(e);
     return name(e);
   }
+  // Loads of `buffer` print as `text` (a GEMM epilogue's own element, already in registers).
+  void override_load(int buffer, std::string text) { overrides_[buffer] = std::move(text); }
 
  private:
   void hoist(const ExprRef& e) {
@@ -83,7 +85,11 @@ class ExprPrinter {
     const std::string T = ctype(e->dtype);
     auto a = [&](size_t i) { return name(e->args[i]); };
     switch (e->op) {
-      case Op::Load: return "b" + std::to_string(e->buffer) + "[" + cpp_index(e->index) + "]";
+      case Op::Load: {
+        auto it = overrides_.find(e->buffer);
+        if (it != overrides_.end()) return it->second;
+        return "b" + std::to_string(e->buffer) + "[" + cpp_index(e->index) + "]";
+      }
       case Op::Const: return literal(e->value, e->dtype);
       case Op::IndexVal: return "static_cast<" + T + ">(" + cpp_index(e->index) + ")";
       case Op::Cast: return "static_cast<" + T + ">(" + a(0) + ")";
@@ -137,6 +143,7 @@ class ExprPrinter {
   std::ostream& os_;
   std::string indent_;
   std::map<const loop::Expr*, std::string> names_;
+  std::map<int, std::string> overrides_;
 };
 
 std::string product(const std::vector<std::string>& v) {
@@ -146,11 +153,20 @@ std::string product(const std::vector<std::string>& v) {
   return s;
 }
 
-// Opens `for` loops over `sizes` named prefix0..; returns the closing braces' indent depth.
-void open_loops(std::ostream& os, const std::vector<std::string>& n, char prefix, std::string& indent, bool parallel,
-                const std::string& work) {
-  for (size_t d = 0; d < n.size(); ++d) {
-    if (d == 0 && parallel) os << indent << "#pragma omp parallel for schedule(static) if (" << work << " > 32768)\n";
+// Declares the size names of dims [from, sizes.size()) as `<prefix>n<d>` and returns all names
+// (the outer ones named n<d>).
+std::vector<std::string> size_names(std::ostream& os, const std::vector<sym::Expr>& sizes, size_t from,
+                                    const std::string& prefix, const std::string& indent) {
+  std::vector<std::string> n;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    n.push_back(d < from ? "n" + std::to_string(d) : prefix + "n" + std::to_string(d));
+    if (d >= from) os << indent << "const int64_t " << n.back() << " = " << cpp_index(sizes[d]) << ";\n";
+  }
+  return n;
+}
+
+void open_loops(std::ostream& os, const std::vector<std::string>& n, size_t from, char prefix, std::string& indent) {
+  for (size_t d = from; d < n.size(); ++d) {
     os << indent << "for (int64_t " << prefix << d << " = 0; " << prefix << d << " < " << n[d] << "; ++" << prefix << d << ") {\n";
     indent += "  ";
   }
@@ -163,6 +179,13 @@ void close_loops(std::ostream& os, size_t count, std::string& indent) {
   }
 }
 
+// Opens the kernel's parallel outer loops over `sizes` (all collapsed into one OpenMP loop).
+void open_parallel(std::ostream& os, const std::vector<std::string>& n, const std::string& work, std::string& indent) {
+  if (!n.empty())
+    os << indent << "#pragma omp parallel for collapse(" << n.size() << ") schedule(static) if (" << work << " > 32768)\n";
+  open_loops(os, n, 0, 'x', indent);
+}
+
 std::string out_index(size_t rank, char prefix, const std::vector<std::string>& n) {
   if (rank == 0) return "0";
   std::string s = std::string(1, prefix) + "0";
@@ -170,85 +193,120 @@ std::string out_index(size_t rank, char prefix, const std::vector<std::string>& 
   return s;
 }
 
-void emit_pointwise(std::ostream& os, const loop::Program& p, const Computation& c, std::string indent) {
-  std::vector<std::string> n;
-  for (size_t d = 0; d < c.domain.size(); ++d) {
-    n.push_back("n" + std::to_string(d));
-    os << indent << "const int64_t n" << d << " = " << cpp_index(c.domain[d]) << ";\n";
+// One computation inside a kernel whose first `outer` domain dims are already open.
+void emit_member(std::ostream& os, const Computation& c, size_t outer, const std::vector<std::string>& outer_names,
+                 std::string indent, int id) {
+  std::string prefix = "c" + std::to_string(id) + "_";
+  os << indent << "{\n";
+  indent += "  ";
+  std::vector<std::string> n = size_names(os, c.domain, outer, prefix, indent);
+  for (size_t d = 0; d < outer; ++d) n[d] = outer_names[d];
+  open_loops(os, n, outer, 'x', indent);
+  std::string at = "b" + std::to_string(c.out) + "[" + out_index(n.size(), 'x', n) + "]";
+  if (c.kind == Computation::Kind::Pointwise) {
+    ExprPrinter pr(os, indent);
+    std::string v = pr.print(c.body);
+    os << indent << at << " = " << v << ";\n";
+    close_loops(os, n.size() - outer, indent);
+  } else {
+    std::vector<std::string> m = size_names(os, c.reduce_domain, 0, prefix + "r", indent);
+    DType acc_t = c.body->dtype;
+    if (c.reduce == loop::ReduceOp::Any || c.reduce == loop::ReduceOp::All) acc_t = DType::Bool;
+    const std::string T = ctype(acc_t);
+    bool arg = c.reduce == loop::ReduceOp::ArgMax || c.reduce == loop::ReduceOp::ArgMin;
+    std::string init;
+    switch (c.reduce) {
+      case loop::ReduceOp::Sum: case loop::ReduceOp::Any: init = literal(0, acc_t); break;
+      case loop::ReduceOp::Prod: case loop::ReduceOp::All: init = literal(1, acc_t); break;
+      case loop::ReduceOp::Max: case loop::ReduceOp::ArgMax: init = literal(-INFINITY, acc_t); break;
+      case loop::ReduceOp::Min: case loop::ReduceOp::ArgMin: init = literal(INFINITY, acc_t); break;
+    }
+    if (!dtype_is_float(acc_t) && (c.reduce == loop::ReduceOp::Max || c.reduce == loop::ReduceOp::ArgMax))
+      init = "std::numeric_limits<" + T + ">::lowest()";
+    if (!dtype_is_float(acc_t) && (c.reduce == loop::ReduceOp::Min || c.reduce == loop::ReduceOp::ArgMin))
+      init = "std::numeric_limits<" + T + ">::max()";
+    os << indent << T << " acc = " << init << ";\n";
+    if (arg) os << indent << "int64_t best = 0, k = 0;\n";
+    // Sum reductions of floats vectorize only with reassociation: let OpenMP do it explicitly.
+    if (c.reduce == loop::ReduceOp::Sum && dtype_is_float(acc_t) && m.size() == 1)
+      os << indent << "#pragma omp simd reduction(+:acc)\n";
+    open_loops(os, m, 0, 'r', indent);
+    ExprPrinter pr(os, indent);
+    std::string v = pr.print(c.body);
+    switch (c.reduce) {
+      case loop::ReduceOp::Sum: os << indent << "acc += " << v << ";\n"; break;
+      case loop::ReduceOp::Prod: os << indent << "acc *= " << v << ";\n"; break;
+      case loop::ReduceOp::Max: os << indent << "acc = ptc_rt::maxnan(" << v << ", acc);\n"; break;
+      case loop::ReduceOp::Min: os << indent << "acc = ptc_rt::minnan(" << v << ", acc);\n"; break;
+      case loop::ReduceOp::Any: os << indent << "acc = acc || " << v << ";\n"; break;
+      case loop::ReduceOp::All: os << indent << "acc = acc && " << v << ";\n"; break;
+      case loop::ReduceOp::ArgMax: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v > acc) { acc = v; best = k; } ++k; }\n"; break;
+      case loop::ReduceOp::ArgMin: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v < acc) { acc = v; best = k; } ++k; }\n"; break;
+    }
+    close_loops(os, m.size(), indent);
+    os << indent << at << " = " << (arg ? "best" : "acc") << ";\n";
+    close_loops(os, n.size() - outer, indent);
   }
-  open_loops(os, n, 'x', indent, true, product(n));
-  ExprPrinter pr(os, indent);
-  std::string v = pr.print(c.body);
-  os << indent << "b" << c.out << "[" << out_index(n.size(), 'x', n) << "] = " << v << ";\n";
-  close_loops(os, n.size(), indent);
-  (void)p;
+  indent.resize(indent.size() - 2);
+  os << indent << "}\n";
 }
 
-void emit_reduction(std::ostream& os, const loop::Program& p, const Computation& c, std::string indent) {
-  std::vector<std::string> n, m;
-  for (size_t d = 0; d < c.domain.size(); ++d) {
-    n.push_back("n" + std::to_string(d));
-    os << indent << "const int64_t n" << d << " = " << cpp_index(c.domain[d]) << ";\n";
+// A loop kernel (one computation) or a row group (computations sharing an outer domain).
+void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k, std::string indent) {
+  const Computation& first = p.comps[k.comps.front()];
+  std::vector<sym::Expr> outer = k.kind == sched::Kernel::Kind::RowGroup ? k.outer : first.domain;
+  std::vector<std::string> n = size_names(os, outer, 0, "", indent);
+  std::string work = product(n);
+  if (first.kind == Computation::Kind::Reduction) {
+    std::vector<std::string> r;
+    for (const auto& s : first.reduce_domain) r.push_back("(" + cpp_index(s) + ")");
+    work += " * " + product(r) + " * " + std::to_string(k.comps.size());
   }
-  for (size_t d = 0; d < c.reduce_domain.size(); ++d) {
-    m.push_back("m" + std::to_string(d));
-    os << indent << "const int64_t m" << d << " = " << cpp_index(c.reduce_domain[d]) << ";\n";
-  }
-  DType acc_t = c.body->dtype;
-  if (c.reduce == loop::ReduceOp::Any || c.reduce == loop::ReduceOp::All) acc_t = DType::Bool;
-  const std::string T = ctype(acc_t);
-  open_loops(os, n, 'x', indent, true, product(n) + " * " + product(m));
-  bool arg = c.reduce == loop::ReduceOp::ArgMax || c.reduce == loop::ReduceOp::ArgMin;
-  std::string init;
-  switch (c.reduce) {
-    case loop::ReduceOp::Sum: case loop::ReduceOp::Any: init = literal(0, acc_t); break;
-    case loop::ReduceOp::Prod: case loop::ReduceOp::All: init = literal(1, acc_t); break;
-    case loop::ReduceOp::Max: case loop::ReduceOp::ArgMax: init = literal(-INFINITY, acc_t); break;
-    case loop::ReduceOp::Min: case loop::ReduceOp::ArgMin: init = literal(INFINITY, acc_t); break;
-  }
-  if (!dtype_is_float(acc_t) && (c.reduce == loop::ReduceOp::Max || c.reduce == loop::ReduceOp::ArgMax))
-    init = "std::numeric_limits<" + T + ">::lowest()";
-  if (!dtype_is_float(acc_t) && (c.reduce == loop::ReduceOp::Min || c.reduce == loop::ReduceOp::ArgMin))
-    init = "std::numeric_limits<" + T + ">::max()";
-  os << indent << T << " acc = " << init << ";\n";
-  if (arg) os << indent << "int64_t best = 0, k = 0;\n";
-  open_loops(os, m, 'r', indent, false, "");
-  ExprPrinter pr(os, indent);
-  std::string v = pr.print(c.body);
-  switch (c.reduce) {
-    case loop::ReduceOp::Sum: os << indent << "acc += " << v << ";\n"; break;
-    case loop::ReduceOp::Prod: os << indent << "acc *= " << v << ";\n"; break;
-    case loop::ReduceOp::Max: os << indent << "acc = ptc_rt::maxnan(" << v << ", acc);\n"; break;
-    case loop::ReduceOp::Min: os << indent << "acc = ptc_rt::minnan(" << v << ", acc);\n"; break;
-    case loop::ReduceOp::Any: os << indent << "acc = acc || " << v << ";\n"; break;
-    case loop::ReduceOp::All: os << indent << "acc = acc && " << v << ";\n"; break;
-    case loop::ReduceOp::ArgMax: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v > acc) { acc = v; best = k; } ++k; }\n"; break;
-    case loop::ReduceOp::ArgMin: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v < acc) { acc = v; best = k; } ++k; }\n"; break;
-  }
-  close_loops(os, m.size(), indent);
-  os << indent << "b" << c.out << "[" << out_index(n.size(), 'x', n) << "] = " << (arg ? "best" : "acc") << ";\n";
+  open_parallel(os, n, work, indent);
+  for (int ci : k.comps) emit_member(os, p.comps[ci], outer.size(), n, indent, ci);
   close_loops(os, n.size(), indent);
-  (void)p;
 }
 
-void emit_gemm(std::ostream& os, const loop::Program& p, const Computation& c, const std::string& indent) {
+void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
+  const Computation& c = p.comps[k.comps.front()];
   const loop::View& A = c.operands[0];
   const loop::View& B = c.operands[1];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU GEMM supports float32 only so far (", c.origin, ")");
+  const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
+  int out = ep ? ep->out : c.out;
   size_t r = c.domain.size();
   os << indent << "{\n";
   os << indent << "  ptc_rt::GemmArgs g{};\n";
   os << indent << "  g.M = " << cpp_index(c.domain[r - 2]) << "; g.N = " << cpp_index(c.domain[r - 1]) << "; g.K = " << cpp_index(A.sizes[r - 1]) << ";\n";
   os << indent << "  g.A = b" << A.buffer << " + " << cpp_index(A.offset) << "; g.lda_m = " << cpp_index(A.strides[r - 2]) << "; g.lda_k = " << cpp_index(A.strides[r - 1]) << ";\n";
   os << indent << "  g.B = b" << B.buffer << " + " << cpp_index(B.offset) << "; g.ldb_k = " << cpp_index(B.strides[r - 2]) << "; g.ldb_n = " << cpp_index(B.strides[r - 1]) << ";\n";
-  os << indent << "  g.C = b" << c.out << "; g.ldc_m = g.N;\n";
+  os << indent << "  g.C = b" << out << "; g.ldc_m = g.N;\n";
+  std::vector<std::string> bs;
+  for (size_t d = 0; d + 2 < r; ++d) bs.push_back("(" + cpp_index(c.domain[d]) + ")");
+  if (r > 2) os << indent << "  const int64_t batch = " << product(bs) << ";\n";
+  // The epilogue: the fused pointwise body on each finished tile row segment, in place.
+  std::string ep_name = "ptc_rt::NoEpilogue{}";
+  if (ep) {
+    ep_name = "epilogue";
+    os << indent << "  auto epilogue = [&](float* cp, " << (r > 2 ? "int64_t bi, " : "") << "int64_t row, int64_t col0, int64_t ncols) {\n";
+    std::string in = indent + "    ";
+    for (size_t d = 0; d < r; ++d) os << in << "const int64_t n" << d << " = " << cpp_index(c.domain[d]) << "; (void)n" << d << ";\n";
+    if (r > 2) {
+      os << in << "int64_t rest = bi;\n";
+      for (size_t d = r - 2; d-- > 0;) os << in << "const int64_t x" << d << " = rest % n" << d << "; rest /= n" << d << ";\n";
+    }
+    os << in << "const int64_t x" << r - 2 << " = row;\n";
+    os << in << "for (int64_t j = 0; j < ncols; ++j) {\n";
+    os << in << "  const int64_t x" << r - 1 << " = col0 + j;\n";
+    ExprPrinter pr(os, in + "  ");
+    pr.override_load(c.out, "cp[j]");
+    std::string v = pr.print(ep->body);
+    os << in << "  cp[j] = " << v << ";\n" << in << "}\n";
+    os << indent << "  };\n";
+  }
   if (r == 2) {
-    os << indent << "  ptc_rt::gemm(g, ptc_rt::NoEpilogue{});\n";
+    os << indent << "  ptc_rt::gemm(g, " << ep_name << ");\n";
   } else {
-    // Batch dims: decode the flat batch index into per-dim indices to get each operand's offset.
-    std::vector<std::string> bs;
-    for (size_t d = 0; d + 2 < r; ++d) bs.push_back("(" + cpp_index(c.domain[d]) + ")");
-    os << indent << "  const int64_t batch = " << product(bs) << ";\n";
     os << indent << "  auto offsets = [&](int64_t bi, int64_t* oa, int64_t* ob, int64_t* oc) {\n";
     os << indent << "    *oc = bi * g.M * g.N; *oa = 0; *ob = 0; int64_t rest = bi;\n";
     for (size_t d = r - 2; d-- > 0;) {
@@ -256,7 +314,7 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const Computation& c, c
       os << indent << "      *oa += i * " << cpp_index(A.strides[d]) << "; *ob += i * " << cpp_index(B.strides[d]) << "; }\n";
     }
     os << indent << "  };\n";
-    os << indent << "  ptc_rt::gemm_batched_fn(g, batch, offsets, ptc_rt::NoEpilogue{});\n";
+    os << indent << "  ptc_rt::gemm_batched_fn(g, batch, offsets, " << ep_name << ");\n";
   }
   os << indent << "}\n";
 }
@@ -288,15 +346,19 @@ void emit_conv(std::ostream& os, const loop::Program& p, const Computation& c, c
 
 }  // namespace
 
-void emit_computation(std::ostream& os, const loop::Program& p, const Computation& c) {
-  os << "  { // " << p.buffers[c.out].name << (c.origin.empty() ? "" : " <- " + c.origin) << "\n";
-  switch (c.kind) {
-    case Computation::Kind::Pointwise: emit_pointwise(os, p, c, "    "); break;
-    case Computation::Kind::Reduction: emit_reduction(os, p, c, "    "); break;
-    case Computation::Kind::Extern:
-      if (c.extern_kind == loop::ExternKind::Gemm) emit_gemm(os, p, c, "    ");
-      else emit_conv(os, p, c, "    ");
-      break;
+void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k) {
+  os << "  { // " << k.name << ":";
+  for (int ci : k.comps) os << " " << p.buffers[p.comps[ci].out].name;
+  if (!k.origins.empty()) {
+    os << " <-";
+    for (const auto& o : k.origins) os << " " << o;
+  }
+  os << "\n";
+  switch (k.kind) {
+    case sched::Kernel::Kind::Loop:
+    case sched::Kernel::Kind::RowGroup: emit_loops(os, p, k, "    "); break;
+    case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    "); break;
+    case sched::Kernel::Kind::Conv: emit_conv(os, p, p.comps[k.comps.front()], "    "); break;
   }
   os << "  }\n";
 }
