@@ -227,3 +227,30 @@ TEST_CASE("the report shows layer norm and softmax as one kernel each and GEMM+b
   auto lnorm = kernels_of(tfm, "native_layer_norm");
   CHECK(lnorm[0]["kind"] == "row_group");
 }
+
+TEST_CASE("external weights (--weights external): a mapped, checksummed side file; bad files are refused", "[e2e]") {
+  std::string so = test::temp_dir() + "/ext_mlp.so", weights = test::temp_dir() + "/ext_mlp.weights";
+  auto r = test::run_ptc("compile -q " + test::fixture("mlp.pt2") + " -o " + so + " --weights external");
+  REQUIRE(r.exit_code == 0);
+  std::string good = test::read_file(weights);
+  CHECK(good.size() == 64 + 132864);
+  {
+    Lib lib(so);
+    check_cases(lib, "mlp");
+  }
+  auto run = [&] { return test::run_ptc("run " + so + " --random"); };
+  CHECK(run().exit_code == 0);
+  std::string bad = good;
+  bad[1000] = static_cast<char>(bad[1000] ^ 1);
+  test::write_file(weights, bad);
+  auto corrupt = run();
+  CHECK(corrupt.exit_code == 1);
+  CHECK(corrupt.output.find("the weights file is corrupt (checksum mismatch)") != std::string::npos);
+  test::write_file(weights, good.substr(0, 100));
+  auto truncated = run();
+  CHECK(truncated.output.find("the weights file has 100 bytes, this library needs 132928") != std::string::npos);
+  std::remove(weights.c_str());
+  CHECK(run().output.find("cannot open the weights file") != std::string::npos);
+  test::write_file(weights, good);
+  CHECK(run().exit_code == 0);
+}

@@ -20,6 +20,10 @@ struct BuildOptions {
 void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const Graph& g,
                        const std::string& out_path, const BuildOptions& opts);
 
+// Where --weights external puts the weights next to a library: model.so -> model.weights (the
+// generated library looks there when ptc_open gets no path).
+std::string external_weights_path(const std::string& library_path);
+
 // The runtime helper files embedded into ptc (name -> contents).
 const std::map<std::string, std::string>& embedded_files();
 

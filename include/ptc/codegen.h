@@ -20,10 +20,27 @@ struct WeightLayout {
   };
   std::vector<Entry> entries;
   size_t total_bytes = 0;
+  bool external = false;   // a side file mapped at ptc_open, instead of bytes inside the library
+  uint64_t checksum = 0;   // of the blob (ptc_weights.h)
+  uint64_t model_id = 0;   // ties an external weights file to its library
+  // Calls `sink(bytes, n)` with the blob's bytes in order (padding included).
+  template <class Sink> void stream(const class Graph& g, Sink&& sink) const;
   const Entry* find(const std::string& name) const;
 };
 // Lays out the weights a program reads (storages shared by several names are stored once).
-WeightLayout layout_weights(const loop::Program& p, const Graph& g);
+WeightLayout layout_weights(const loop::Program& p, const Graph& g, bool external = false);
+
+template <class Sink>
+void WeightLayout::stream(const Graph& g, Sink&& sink) const {
+  static const unsigned char zeros[64] = {};
+  size_t pos = 0;
+  for (const auto& e : entries) {
+    if (e.offset < pos) continue;  // a storage shared with an earlier entry
+    sink(zeros, e.offset - pos);
+    sink(reinterpret_cast<const unsigned char*>(g.weights.at(e.name).storage), e.bytes);
+    pos = e.offset + e.bytes;
+  }
+}
 
 struct CpuSource {
   std::string model_cpp;  // kernels + wrapper; includes ptc_support.h, ptc_gemm.h, runtime.h

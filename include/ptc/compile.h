@@ -21,6 +21,7 @@ struct CompileOptions {
   std::string emit_dir;     // keep the generated sources here
   std::string dump_loops;   // write the loop IR text here ("-" for stdout)
   std::string report;       // write the JSON report here
+  std::string weights = "embedded";  // or "external": a side file, memory-mapped and checksummed
   LoadOptions load;
   BuildOptions build;
 };

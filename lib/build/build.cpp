@@ -8,10 +8,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "ptc/error.h"
+#include "runtime/cpu/ptc_weights.h"
 
 namespace ptc {
 namespace fs = std::filesystem;
@@ -43,6 +45,13 @@ int run(const std::string& cmd, std::string& output) {
 
 }  // namespace
 
+std::string external_weights_path(const std::string& library_path) {
+  std::string p = library_path;
+  size_t dot = p.rfind(".so"), slash = p.find_last_of('/');
+  if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) p.resize(dot);
+  return p + ".weights";
+}
+
 void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const Graph& g,
                        const std::string& out_path, const BuildOptions& opts) {
   bool temp = opts.work_dir.empty();
@@ -55,28 +64,35 @@ void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const 
 
   write(dir / "model.cpp", src.model_cpp);
   for (const auto& [name, text] : embedded_files()) write(dir / name, text);
-  // The weights blob, assembled from the model's storages (64-byte aligned), linked in with .incbin.
-  {
+  // The weights: a blob linked in with .incbin, or a side file mapped at ptc_open.
+  std::string weights_file;
+  if (!weights.external) {
     std::ofstream blob(dir / "weights.bin", std::ios::binary);
-    size_t pos = 0;
-    for (const auto& e : weights.entries) {
-      if (e.offset < pos) continue;  // a storage shared with an earlier entry
-      std::string pad(e.offset - pos, '\0');
-      blob.write(pad.data(), static_cast<std::streamsize>(pad.size()));
-      const TensorData& td = g.weights.at(e.name);
-      blob.write(reinterpret_cast<const char*>(td.storage), static_cast<std::streamsize>(e.bytes));
-      pos = e.offset + e.bytes;
-    }
+    weights.stream(g, [&](const unsigned char* p, size_t n) { blob.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n)); });
     if (!blob) user_error((dir / "weights.bin").string(), ": cannot write");
+    write(dir / "weights.S",
+          "  .section .rodata\n  .balign 64\n  .globl ptc_model_weights\n  .type ptc_model_weights, @object\n"
+          "ptc_model_weights:\n  .incbin \"weights.bin\"\n  .byte 0\n  .section .note.GNU-stack,\"\",@progbits\n");
+  } else {
+    weights_file = external_weights_path(out_path);
+    std::string tmp = weights_file + ".tmp" + std::to_string(getpid());
+    std::ofstream f(tmp, std::ios::binary);
+    unsigned char header[ptc_rt::kWeightsHeader] = {};
+    std::memcpy(header, "PTCWGT01", 8);
+    uint64_t fields[3] = {weights.total_bytes, weights.checksum, weights.model_id};
+    std::memcpy(header + 8, fields, sizeof fields);
+    f.write(reinterpret_cast<const char*>(header), sizeof header);
+    weights.stream(g, [&](const unsigned char* p, size_t n) { f.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n)); });
+    f.close();
+    if (!f) user_error(tmp, ": cannot write the weights file");
+    fs::rename(tmp, weights_file, ec);
+    if (ec) user_error(weights_file, ": cannot write the weights file: ", ec.message());
   }
-  write(dir / "weights.S",
-        "  .section .rodata\n  .balign 64\n  .globl ptc_model_weights\n  .type ptc_model_weights, @object\n"
-        "ptc_model_weights:\n  .incbin \"weights.bin\"\n  .byte 0\n  .section .note.GNU-stack,\"\",@progbits\n");
 
   std::string tmp_out = out_path + ".tmp" + std::to_string(getpid());
   std::string cmd = "cd " + shell_quote(dir.string()) + " && " + opts.cxx + " -std=c++17 -O3 -march=" + opts.cpu_arch +
                     " -fopenmp -fPIC -shared -fvisibility=hidden -Wno-unused -o " +
-                    shell_quote(fs::absolute(tmp_out).string()) + " model.cpp weights.S";
+                    shell_quote(fs::absolute(tmp_out).string()) + " model.cpp" + (weights.external ? " -ldl" : " weights.S");
   spdlog::debug("building: {}", cmd);
   auto t0 = std::chrono::steady_clock::now();
   std::string output;

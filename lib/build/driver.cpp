@@ -54,7 +54,7 @@ void compile_model(const CompileOptions& opts) {
     Stage s("schedule");
     schedule = sched::schedule(prog);
   }
-  WeightLayout weights = layout_weights(prog, *g);
+  WeightLayout weights = layout_weights(prog, *g, opts.weights == "external");
   CpuSource src;
   {
     Stage s("codegen");

@@ -12,6 +12,8 @@ std::function<int()> add_compile(CLI::App& app) {
   cmd->add_option("--device", opts->device, "cpu (cuda comes with the CUDA backend)")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--emit-dir", opts->emit_dir, "Keep the generated sources in this folder");
   cmd->add_option("--dump-loops", opts->dump_loops, "Write the loop IR as text to this file ('-' for stdout)");
+  cmd->add_option("--weights", opts->weights, "embedded (in the library) or external (model.weights next to it, mapped and checksummed at open)")
+      ->check(CLI::IsMember({"embedded", "external"}));
   cmd->add_option("--report", opts->report, "Write a JSON report: kernels with the graph nodes they fused, arena, compile times");
   cmd->add_option("--cpu-arch", opts->build.cpu_arch, "The -march of the generated code (default: native)");
   cmd->add_option("--cxx", opts->build.cxx, "The host C++ compiler (default: c++)");
