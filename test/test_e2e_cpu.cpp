@@ -254,3 +254,39 @@ TEST_CASE("external weights (--weights external): a mapped, checksummed side fil
   test::write_file(weights, good);
   CHECK(run().exit_code == 0);
 }
+
+TEST_CASE("the generated model.h wraps the library in a typed C++ class", "[e2e]") {
+  std::string dir = test::temp_dir();
+  auto r = test::run_ptc("compile -q " + test::fixture("mlp_dyn.pt2") + " -o " + dir + "/mlp_dyn.so");
+  REQUIRE(r.exit_code == 0);
+  test::write_file(dir + "/use.cpp", R"(
+#include <cstdio>
+#include <fstream>
+#include "mlp_dyn.h"
+int main() {
+  std::vector<float> x(13 * 64);
+  std::ifstream(")" + dir + R"(/x.bin", std::ios::binary).read(reinterpret_cast<char*>(x.data()), x.size() * 4);
+  ptc_mlp_dyn::Model model;
+  auto out = model.run(x.data(), {13, 64});
+  std::ofstream(")" + dir + R"(/y.bin", std::ios::binary).write(reinterpret_cast<const char*>(out.layer_norm.data()), out.layer_norm.size() * 4);
+  try { model.run(x.data(), {13, 65}); } catch (const std::exception& e) { std::printf("%s\n", e.what()); }
+  return out.layer_norm_sizes == std::vector<int64_t>{13, 64} ? 0 : 3;
+})");
+  NpyArray in = read_npy(test::fixture("ref/mlp_dyn.case1.in0.npy")), ref = read_npy(test::fixture("ref/mlp_dyn.case1.out0.npy"));
+  test::write_file(dir + "/x.bin", std::string(reinterpret_cast<const char*>(in.data.data()), in.data.size()));
+  std::string cmd = "cd " + dir + " && c++ -std=c++17 use.cpp -o use ./mlp_dyn.so -Wl,-rpath,'$ORIGIN' 2>&1 && ./use 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  int status = pclose(p);
+  INFO(out);
+  REQUIRE(status == 0);
+  CHECK(out.find("input x: size [13, 65] does not match: dim 1 must be 64") != std::string::npos);
+  std::string y = test::read_file(dir + "/y.bin");
+  REQUIRE(y.size() == ref.data.size());
+  std::vector<float> got(y.size() / 4), want(got.size());
+  std::memcpy(got.data(), y.data(), y.size());
+  std::memcpy(want.data(), ref.data.data(), y.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 1e-4 + 1e-4 * std::fabs(want[i]));
+}

@@ -47,6 +47,10 @@ struct CpuSource {
 };
 CpuSource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights);
 
+// The typed C++ header written next to the library (model.so -> model.h): runtime.h's
+// declarations and a class `ptc_<name>::Model` with `Outputs run(named typed inputs)`.
+std::string generate_model_header(const loop::Program& p, const Graph& g);
+
 // C++ text of an integer index expression (int64_t arithmetic; Python floor semantics where a
 // dividend may be negative).
 std::string cpp_index(const sym::Expr& e);

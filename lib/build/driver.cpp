@@ -1,6 +1,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 
@@ -65,6 +66,15 @@ void compile_model(const CompileOptions& opts) {
     BuildOptions b = opts.build;
     if (!opts.emit_dir.empty()) b.work_dir = opts.emit_dir;
     build_cpu_library(src, weights, *g, opts.output, b);
+  }
+  {
+    std::string header = opts.output;
+    size_t dot = header.rfind(".so"), slash = header.find_last_of('/');
+    if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) header.resize(dot);
+    header += ".h";
+    std::string tmp = header + ".tmp";
+    std::ofstream(tmp) << generate_model_header(prog, *g);
+    if (std::rename(tmp.c_str(), header.c_str()) != 0) user_error(header, ": cannot write the header");
   }
   if (!opts.report.empty()) {
     std::ofstream out(opts.report);

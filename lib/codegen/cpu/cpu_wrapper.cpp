@@ -54,7 +54,9 @@ std::string quote(const std::string& s) {
   return o + "\"";
 }
 
-int dtype_code(DType t) {
+}  // namespace
+
+int cpu::dtype_code(DType t) {
   switch (t) {
     case DType::UInt8: return 1;
     case DType::Int8: return 2;
@@ -70,6 +72,8 @@ int dtype_code(DType t) {
   }
 }
 
+namespace {
+
 void emit_tensor_infos(std::ostream& os, const loop::Program& p, const std::vector<int>& ids, const char* prefix,
                        const std::vector<std::string>& names) {
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -84,7 +88,7 @@ void emit_tensor_infos(std::ostream& os, const loop::Program& p, const std::vect
   os << "const ptc_tensor_info k" << prefix << "[] = {";
   for (size_t i = 0; i < ids.size(); ++i) {
     const Buffer& b = p.buffers[ids[i]];
-    os << (i ? ", " : "") << "{" << quote(names[i]) << ", " << dtype_code(b.dtype) << ", " << b.sizes.size() << ", k"
+    os << (i ? ", " : "") << "{" << quote(names[i]) << ", " << cpu::dtype_code(b.dtype) << ", " << b.sizes.size() << ", k"
        << prefix << "Sizes" << i << ", k" << prefix << "Dims" << i << "}";
   }
   os << (ids.empty() ? "{}" : "") << "};\n";
