@@ -324,24 +324,26 @@ void emit_conv(std::ostream& os, const loop::Program& p, const Computation& c, c
   const loop::View& W = c.operands[1];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU convolution supports float32 only so far (", c.origin, ")");
   auto arr = [](const std::vector<sym::Expr>& v) {
-    std::string s = "{";
+    std::string s;
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + cpp_index(v[i]);
-    return s + "}";
+    return s;
   };
-  os << indent << "{\n";
-  os << indent << "  const int64_t xs[4] = " << arr(X.strides) << ";\n";
-  os << indent << "  const int64_t ws[4] = " << arr(W.strides) << ";\n";
-  std::string bias = "nullptr", bias_stride = "0";
-  if (c.operands.size() > 2) {
-    bias = "b" + std::to_string(c.operands[2].buffer) + " + " + cpp_index(c.operands[2].offset);
-    bias_stride = cpp_index(c.operands[2].strides[0]);
-  }
-  os << indent << "  ptc_rt::conv2d_nchw(b" << X.buffer << " + " << cpp_index(X.offset) << ", xs, b" << W.buffer << " + "
-     << cpp_index(W.offset) << ", ws, " << bias << ", " << bias_stride << ", b" << c.out;
-  for (const auto& s : {X.sizes[0], X.sizes[1], X.sizes[2], X.sizes[3], W.sizes[0], W.sizes[2], W.sizes[3], c.domain[2], c.domain[3]})
-    os << ", " << cpp_index(s);
-  for (int64_t v : c.params) os << ", " << v << "LL";
-  os << ");\n" << indent << "}\n";
+  os << indent << "{\n" << indent << "  ptc_rt::Conv2dArgs a{};\n";
+  os << indent << "  a.x = b" << X.buffer << " + " << cpp_index(X.offset) << "; { const int64_t s[4] = {" << arr(X.strides) << "}; std::memcpy(a.xs, s, sizeof s); }\n";
+  os << indent << "  a.w = b" << W.buffer << " + " << cpp_index(W.offset) << "; { const int64_t s[4] = {" << arr(W.strides) << "}; std::memcpy(a.ws, s, sizeof s); }\n";
+  if (c.operands.size() > 2)
+    os << indent << "  a.bias = b" << c.operands[2].buffer << " + " << cpp_index(c.operands[2].offset) << "; a.bias_stride = "
+       << cpp_index(c.operands[2].strides[0]) << ";\n";
+  os << indent << "  a.y = b" << c.out << ";\n";
+  const char* names[] = {"N", "C", "H", "W"};
+  for (int i = 0; i < 4; ++i) os << indent << "  a." << names[i] << " = " << cpp_index(X.sizes[i]) << ";\n";
+  os << indent << "  a.O = " << cpp_index(W.sizes[0]) << "; a.KH = " << cpp_index(W.sizes[2]) << "; a.KW = " << cpp_index(W.sizes[3])
+     << "; a.OH = " << cpp_index(c.domain[2]) << "; a.OW = " << cpp_index(c.domain[3]) << ";\n";
+  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
+  os << indent << " ";
+  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
+  os << "\n" << indent << "  if (ptc_rt::conv_weight_flat(a.ws, a.KH, a.KW)) ptc_rt::conv2d(a); else ptc_rt::conv2d_direct(a);\n";
+  os << indent << "}\n";
 }
 
 }  // namespace

@@ -124,7 +124,7 @@ CpuSource generate_cpu(const loop::Program& p, const sched::Schedule& s, const G
        << weights.checksum << "ull\n#define PTC_MODEL_ID " << weights.model_id << "ull\n";
   os
      << "#include <cstdint>\n#include <cstdlib>\n#include <new>\n#include <string>\n\n"
-     << "#include \"ptc_arena.h\"\n#include \"ptc_support.h\"\n#include \"ptc_gemm.h\"\n#include \"runtime.h\"\n\n"
+     << "#include <cstring>\n#include \"ptc_arena.h\"\n#include \"ptc_support.h\"\n#include \"ptc_gemm.h\"\n#include \"ptc_conv.h\"\n#include \"runtime.h\"\n\n"
      << (weights.external ? "#include <dlfcn.h>\n#include \"ptc_weights.h\"\n\n"
                           : "extern \"C\" const unsigned char ptc_model_weights[];\n\n")
      << "struct ptc_model {\n  const unsigned char* weights;\n" << (weights.external ? "  ptc_rt::MappedWeights map;\n" : "") << "};\n\n"
