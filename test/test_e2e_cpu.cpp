@@ -105,8 +105,8 @@ TEST_CASE("compiled fixtures match PyTorch eager (fp32, atol/rtol from each reco
 }
 
 #ifdef PTC_TEST_TORCHSCRIPT
-TEST_CASE("compiled TorchScript fixtures (static shapes) match PyTorch eager", "[e2e][torchscript]") {
-  for (const char* name : {"mlp", "small_cnn", "tiny_tfm"}) {
+TEST_CASE("compiled TorchScript fixtures match PyTorch eager (dynamic ones at every recorded size)", "[e2e][torchscript]") {
+  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn"}) {
     INFO(name);
     Lib lib(compile(std::string(name) + ".pt"));
     check_cases(lib, name);

@@ -77,12 +77,12 @@ TEST_CASE("verifier finds broken graphs", "[graph]") {
   SECTION("argument of the wrong type and wrong count") {
     auto g = small_graph();
     Value* out = g->add_value("out", Type::tensor(DType::Float32, {2}));
-    g->add_node(make_node(OpKind::Relu, "relu", {int64_t{3}}, {out}));
+    g->add_node(make_node(OpKind::Relu, "relu", {std::string("x")}, {out}));
     Value* out2 = g->add_value("out2", Type::tensor(DType::Float32, {2}));
     g->add_node(make_node(OpKind::Relu, "relu2", {}, {out2}));
     auto problems = verify_graph(*g);
     REQUIRE(problems.size() == 2);
-    CHECK(problems[0] == "node relu (aten::relu): argument self = 3 does not fit type Tensor");
+    CHECK(problems[0] == "node relu (aten::relu): argument self = \"x\" does not fit type Tensor");
     CHECK(problems[1] == "node relu2 (aten::relu): 0 arguments, schema has 1");
   }
   SECTION("undeclared symbol") {

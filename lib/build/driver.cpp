@@ -9,6 +9,7 @@
 #include "ptc/compile.h"
 #include "ptc/error.h"
 #include "ptc/lower.h"
+#include "ptc/passes.h"
 #include "ptc/report.h"
 
 namespace ptc {
@@ -39,6 +40,13 @@ void compile_model(const CompileOptions& opts) {
   {
     Stage s("read");
     g = load_model(opts.model, opts.load);
+  }
+  bool untyped = false;
+  for (const auto& n : g->nodes())
+    for (const Value* o : n->outputs) untyped = untyped || o->type.kind == Type::Kind::Unknown;
+  if (untyped) {  // TorchScript with dynamic shapes: types come from ptc's shape rules
+    Stage s("shapes");
+    g = propagate_shapes(*g, ShapePropMode::Fill);
   }
   loop::Program prog;
   {

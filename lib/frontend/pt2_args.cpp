@@ -160,6 +160,10 @@ Arg convert_argument(Context& ctx, const json& arg, const SchemaArg* sa) {
     int64_t i = ctx.as_int(v, what);
     if (sa && sa->type == ArgType::SymInt) return sym::Expr(i);
     if (sa && sa->type == ArgType::Float) return static_cast<double>(i);
+    if (sa && sa->type == ArgType::MemoryFormat) {  // c10 numbering when written as a plain int
+      static const char* kC10[] = {"contiguous_format", "preserve_format", "channels_last", "channels_last_3d"};
+      return std::string(i >= 0 && i < 4 ? kC10[i] : "unknown");
+    }
     if (sa && (sa->type == ArgType::Ints || sa->type == ArgType::SymInts))  // "int[2] k=3"
       return int_list(std::vector<int64_t>(sa->list_size ? sa->list_size : 1, i), sa);
     return i;

@@ -18,7 +18,11 @@ bool arg_matches(const Arg& a, const SchemaArg& sa) {
     return v && *v && (*v)->type.kind != Type::Kind::Tensor;
   };
   switch (sa.type) {
-    case ArgType::Tensor: return is_tensor_value(a);
+    // torch.export writes a Python number where a Tensor is expected (add.Tensor(x, 1)): a
+    // wrapped 0-d tensor.
+    case ArgType::Tensor:
+      return is_tensor_value(a) || std::holds_alternative<int64_t>(a) || std::holds_alternative<double>(a) ||
+             std::holds_alternative<bool>(a);
     case ArgType::TensorList:
     case ArgType::OptionalTensorList: return std::holds_alternative<std::vector<Value*>>(a);
     case ArgType::Int: return std::holds_alternative<int64_t>(a);

@@ -16,6 +16,11 @@ bool Args::is_none(const char* name) const { return std::holds_alternative<std::
 TensorRef Args::tensor(const char* name) const {
   const Arg& a = raw(name);
   if (auto v = std::get_if<Value*>(&a); v && *v) return L.ref(*v);
+  if (std::holds_alternative<int64_t>(a) || std::holds_alternative<double>(a) || std::holds_alternative<bool>(a)) {
+    // A Python number in a Tensor slot: a 0-d tensor of the node's result dtype.
+    ExprRef v = scalar(name, out_dtype());
+    return L.pointwise(v->dtype, {}, [v](const Index&) { return v; });
+  }
   L.fail("argument '", name, "' must be a tensor");
 }
 
