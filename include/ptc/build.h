@@ -13,6 +13,7 @@ struct BuildOptions {
   std::string cxx = "c++";         // host compiler
   std::string cpu_arch = "native"; // -march value
   std::string work_dir;            // where sources go (kept); empty: a temporary folder, removed
+  bool profile = false;            // time each kernel; the library prints the table at ptc_close
 };
 
 // Writes and compiles; the library appears at `out_path` atomically (temp file + rename).

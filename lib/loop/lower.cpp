@@ -189,6 +189,28 @@ const TensorRef& Lowering::ref(const Value* v) const {
   return it->second;
 }
 
+// torch.export keeps in-place ops of eval models (relu_, add_ on a residual). ptc computes them
+// functionally, which is right as long as nothing reads the mutated value afterwards.
+void Lowering::check_inplace(const Node& n) {
+  const OpInfo* info = n.op();
+  if (!info || info->schema.args.empty() || info->schema.args[0].type_text.find('!') == std::string::npos) return;
+  const Arg& a = n.args[0];
+  const Value* self = std::holds_alternative<Value*>(a) ? std::get<Value*>(a) : nullptr;
+  if (!self) return;
+  bool after = false;
+  for (const auto& m : graph.nodes()) {
+    if (m.get() == &n) {
+      after = true;
+      continue;
+    }
+    if (!after) continue;
+    for (const Value* v : m->inputs())
+      if (v == self) fail("mutates %", self->name, " in place, and node '", m->name, "' reads it afterwards; ptc supports in-place ops only on values nothing reads later");
+  }
+  for (const Value* o : graph.outputs)
+    if (o == self) fail("mutates the graph output %", self->name, " in place");
+}
+
 Program Lowering::run() {
   for (const auto& in : graph.inputs) {
     const Value* v = in.value;
@@ -244,6 +266,7 @@ Program Lowering::run() {
       fail("its result has no known type (shape propagation has not run on this graph)");
     }
     if (n->kind == OpKind::Unknown) fail("ptc does not know this operator yet");
+    check_inplace(*n);
     OriginScope scope(n->name);
     std::vector<TensorRef> outs = lower_node(*this, *n);
     if (outs.size() != n->outputs.size()) fail("lowered to ", outs.size(), " results, expected ", n->outputs.size());

@@ -51,6 +51,7 @@ class Lowering {
   TensorRef broadcast_to(const TensorRef& t, const Index& sizes) const;
 
   const TensorRef& ref(const Value* v) const;
+  void check_inplace(const Node& n);
   const Node* current = nullptr;  // the node being lowered, for messages and origins
   std::string origin() const;
   template <class... Parts>

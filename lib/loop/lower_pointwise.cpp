@@ -38,8 +38,8 @@ DType promote(DType a, DType b) {
 std::optional<Op> simple_unary(OpKind k) {
   switch (k) {
     case OpKind::Relu: case OpKind::ReluInplace: return Op::Relu;
-    case OpKind::Sigmoid: return Op::Sigmoid;
-    case OpKind::Tanh: return Op::Tanh;
+    case OpKind::Sigmoid: case OpKind::SigmoidInplace: return Op::Sigmoid;
+    case OpKind::Tanh: case OpKind::TanhInplace: return Op::Tanh;
     case OpKind::Erf: return Op::Erf;
     case OpKind::Exp: return Op::Exp;
     case OpKind::Log: return Op::Log;
@@ -93,7 +93,7 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
     return out(map1(L, a.tensor("self"), dt, [o, dt](ExprRef x) { return unary(o, cast(x, dt)); }));
   }
   switch (k) {
-    case OpKind::Gelu: {
+    case OpKind::Gelu: case OpKind::GeluInplace: {
       bool t = a.s("approximate") == "tanh";
       DType dt = a.out_dtype();
       return out(map1(L, a.tensor("self"), dt, [t, dt](ExprRef x) { return gelu(cast(x, dt), t); }));
@@ -105,18 +105,19 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
         return binary(Op::Mul, x, unary(Op::Sigmoid, x));
       }));
     }
-    case OpKind::Hardswish: case OpKind::HardswishInplace: case OpKind::Hardsigmoid: {
+    case OpKind::Hardswish: case OpKind::HardswishInplace: case OpKind::Hardsigmoid: case OpKind::HardsigmoidInplace: {
       DType dt = a.out_dtype();
-      bool swish = k != OpKind::Hardsigmoid;
+      bool swish = k != OpKind::Hardsigmoid && k != OpKind::HardsigmoidInplace;
       return out(map1(L, a.tensor("self"), dt, [dt, swish](ExprRef x) {
         x = cast(x, dt);
         ExprRef h = binary(Op::Div, clamp(binary(Op::Add, x, c(3, dt)), c(0, dt), c(6, dt)), c(6, dt));
         return swish ? binary(Op::Mul, x, h) : h;
       }));
     }
-    case OpKind::Hardtanh: case OpKind::HardtanhInplace: {
+    case OpKind::Hardtanh: case OpKind::HardtanhInplace: case OpKind::Relu6: {
       DType dt = a.out_dtype();
-      ExprRef lo = a.scalar("min_val", dt), hi = a.scalar("max_val", dt);
+      ExprRef lo = k == OpKind::Relu6 ? constant(0, dt) : a.scalar("min_val", dt);
+      ExprRef hi = k == OpKind::Relu6 ? constant(6, dt) : a.scalar("max_val", dt);
       return out(map1(L, a.tensor("self"), dt, [=](ExprRef x) { return clamp(cast(x, dt), lo, hi); }));
     }
     case OpKind::LeakyRelu: {
@@ -151,6 +152,9 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
   };
   static const Bin kBinary[] = {
       {OpKind::AddTensor, Op::Add, false, false}, {OpKind::AddScalar, Op::Add, true, false},
+      {OpKind::AddTensorInplace, Op::Add, false, false}, {OpKind::SubTensorInplace, Op::Sub, false, false},
+      {OpKind::MulTensorInplace, Op::Mul, false, false}, {OpKind::MulScalarInplace, Op::Mul, true, false},
+      {OpKind::DivTensorInplace, Op::Div, false, false}, {OpKind::DivScalarInplace, Op::Div, true, false},
       {OpKind::SubTensor, Op::Sub, false, false}, {OpKind::SubScalar, Op::Sub, true, false},
       {OpKind::RsubScalar, Op::Sub, true, true},  {OpKind::MulTensor, Op::Mul, false, false},
       {OpKind::MulScalar, Op::Mul, true, false},  {OpKind::DivTensor, Op::Div, false, false},
@@ -221,7 +225,7 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
         return where(cast(mask.at(i), DType::Bool), cast(v.at({}), dt), cast(x.at(i), dt));
       }));
     }
-    case OpKind::Clamp: case OpKind::ClampMin: {
+    case OpKind::Clamp: case OpKind::ClampMin: case OpKind::ClampInplace: {
       DType dt = a.out_dtype();
       ExprRef lo = a.is_none("min") ? nullptr : a.scalar("min", dt);
       ExprRef hi = k == OpKind::ClampMin || a.is_none("max") ? nullptr : a.scalar("max", dt);

@@ -175,12 +175,15 @@ std::vector<Type> masked_fill(Ctx& c) {
 void add_pointwise_rules(RuleTable& t) {
   using K = OpKind;
   for (K k : {K::Relu, K::Gelu, K::Silu, K::Hardswish, K::Hardsigmoid, K::Mish, K::Elu, K::LeakyRelu, K::Softplus,
-              K::Abs, K::Neg, K::Floor, K::Ceil, K::Round, K::Sign, K::BitwiseNot})
+              K::Abs, K::Neg, K::Floor, K::Ceil, K::Round, K::Sign, K::BitwiseNot, K::Relu6})
     set_rule(t, k, unary_same);
   for (K k : {K::Sigmoid, K::Tanh, K::Erf, K::Exp, K::Log, K::Log1p, K::Sqrt, K::Rsqrt, K::Reciprocal, K::Sin, K::Cos})
     set_rule(t, k, unary_float);
   for (K k : {K::LogicalNot, K::Isnan, K::Isinf}) set_rule(t, k, unary_bool);
-  for (K k : {K::ReluInplace, K::SiluInplace, K::HardswishInplace, K::HardtanhInplace}) set_rule(t, k, inplace);
+  for (K k : {K::ReluInplace, K::SiluInplace, K::HardswishInplace, K::HardtanhInplace, K::AddTensorInplace,
+              K::SubTensorInplace, K::MulTensorInplace, K::MulScalarInplace, K::DivTensorInplace, K::DivScalarInplace,
+              K::SigmoidInplace, K::TanhInplace, K::GeluInplace, K::HardsigmoidInplace, K::ClampInplace})
+    set_rule(t, k, inplace);
   set_rule(t, K::Hardtanh, hardtanh);
   set_rule(t, K::Tril, tril_triu);
   set_rule(t, K::Triu, tril_triu);

@@ -147,6 +147,17 @@ CpuSource generate_cpu(const loop::Program& p, const sched::Schedule& s, const G
     os << (i ? ", " : "") << (r.bounded_above() ? r.hi : -1);
   }
   os << (sym_names.empty() ? "0" : "") << "};\n\n";
+  // Per-kernel timing when built with -DPTC_PROFILE (ptc compile --profile): printed at ptc_close.
+  os << "constexpr int kNumKernels = " << s.kernels.size() << ";\n";
+  os << "#ifdef PTC_PROFILE\nconst char* const kKernelNames[] = {";
+  for (size_t ki = 0; ki < s.kernels.size(); ++ki) {
+    std::string label = s.kernels[ki].name + " " + (s.kernels[ki].origins.empty() ? "" : s.kernels[ki].origins.front());
+    os << (ki ? ", " : "") << quote(label);
+  }
+  os << (s.kernels.empty() ? "nullptr" : "") << "};\nptc_rt::KernelProfile g_profile[kNumKernels + 1];\n"
+     << "#define PTC_PROFILE_BEGIN(i) const auto ptc_t##i = ptc_rt::now_ns()\n"
+     << "#define PTC_PROFILE_END(i) g_profile[i].add(ptc_rt::now_ns() - ptc_t##i)\n"
+     << "#else\n#define PTC_PROFILE_BEGIN(i)\n#define PTC_PROFILE_END(i)\n#endif\n\n";
   os << "int fail(const std::string& m) {\n  ptc_rt::last_error() = m;\n  return PTC_ERROR;\n}\n\n";
   os << "std::string shape_str(const ptc_tensor& t) {\n  std::string s = \"[\";\n"
      << "  for (int d = 0; d < t.rank; ++d) s += (d ? \", \" : \"\") + std::to_string(t.sizes[d]);\n  return s + \"]\";\n}\n\n";
@@ -262,7 +273,11 @@ CpuSource generate_cpu(const loop::Program& p, const sched::Schedule& s, const G
     }
     os << "  (void)b" << id << ";\n";
   }
-  for (const auto& k : s.kernels) cpu::emit_kernel(os, p, k);
+  for (size_t ki = 0; ki < s.kernels.size(); ++ki) {
+    os << "  PTC_PROFILE_BEGIN(" << ki << ");\n";
+    cpu::emit_kernel(os, p, s.kernels[ki]);
+    os << "  PTC_PROFILE_END(" << ki << ");\n";
+  }
   os << "  std::free(ws);\n  return PTC_OK;\n}\n\n}  // namespace\n\n";
 
   // The C ABI.
@@ -303,6 +318,9 @@ int ptc_open(const char* weights_path, ptc_model** out) {
 }
 
 void ptc_close(ptc_model* model) {
+#ifdef PTC_PROFILE
+  ptc_rt::print_profile(kNumKernels, kKernelNames, g_profile);
+#endif
 #ifdef PTC_EXTERNAL_WEIGHTS
   if (model) ptc_rt::unmap_weights(model->map);
 #endif
