@@ -1,10 +1,8 @@
 // The compile driver: one explicit pipeline from a model file to a shared library.
 //
-//   read (frontend) -> lower to loop IR (lib/loop) -> lay out weights -> print C++ (lib/codegen)
-//   -> build (lib/build)
-//
-// Graph passes (decomposition, CSE, DCE), the fusion scheduler and memory planning slot in
-// between as they land; each is a plain function call here.
+//   read -> [shape propagation, TorchScript with dynamic shapes] -> fold_batch_norm ->
+//   fold_constants -> cse -> dce -> prune_unused_weights -> lower -> schedule -> codegen -> build
+// Each stage is a plain function call in lib/build/driver.cpp.
 #pragma once
 
 #include <string>
@@ -21,6 +19,7 @@ struct CompileOptions {
   std::string emit_dir;     // keep the generated sources here
   std::string dump_loops;   // write the loop IR text here ("-" for stdout)
   std::string report;       // write the JSON report here
+  std::string dump_after;   // print the graph after this pass (or "all")
   std::string weights = "embedded";  // or "external": a side file, memory-mapped and checksummed
   LoadOptions load;
   BuildOptions build;

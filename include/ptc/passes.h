@@ -55,4 +55,80 @@ std::unique_ptr<Graph> propagate_shapes(const Graph& g, ShapePropMode mode);
 // ops and when an input type is unknown.
 std::vector<Type> infer_node_types(const Node& n);
 
+// ---- dead-code elimination (lib/passes/dce.cpp) -------------------------------------------------
+//
+// Removes the nodes none of whose outputs reaches a graph output. Every op is treated as pure
+// (as lowering does). Inputs (user inputs, parameters, buffers, constants) and Graph::weights are
+// kept as they are, so the graph's signature does not change; see prune_unused_weights.
+// Pre:  verify_graph(g) is empty.
+// Post: the kept nodes are g's, in g's order, with the same names, arguments, value names, types
+//       and sources; verify_graph is empty; applying it again changes nothing.
+std::unique_ptr<Graph> dead_code_elimination(const Graph& g);
+
+// Drops the parameter, buffer and constant inputs that no node reads and no graph output is,
+// and the Graph::weights entries no remaining input names (lowering turns every weight input
+// into a weight buffer that the library stores, used or not). User inputs always stay.
+// Pre/Post: as dead_code_elimination; nodes are unchanged.
+std::unique_ptr<Graph> prune_unused_weights(const Graph& g);
+
+// ---- common-subexpression elimination (lib/passes/cse.cpp) -------------------------------------
+//
+// A node with the same op, the same arguments (the same Values after earlier merges; equal
+// numbers bit for bit, lists, strings, symbolic expressions, dtypes, devices) and the same output
+// types as an earlier node is dropped; its outputs' uses read the earlier node's outputs. Covers
+// size arithmetic (sym_size.int, _operator.*) like any other op. Not merged: unknown ops, ops
+// that mutate an argument (schema "(a!)"), random ops, empty, dropout unless train=False,
+// attention with dropout_p != 0, and a duplicate whose output is a graph output (so that output
+// keeps its name).
+// Pre:  verify_graph(g) is empty.
+// Post: verify_graph is empty; the kept nodes keep their names, value names and sources; the
+//       dropped duplicates leave no value behind; applying it again changes nothing.
+std::unique_ptr<Graph> common_subexpression_elimination(const Graph& g);
+
+// ---- constant folding (lib/passes/fold_constants.cpp) ------------------------------------------
+//
+// Evaluates at compile time the nodes whose tensor inputs are all weights (parameter, buffer or
+// constant inputs with bytes in Graph::weights) or values folded before, when the op is one of
+//   views:     permute, transpose.int, t, view, reshape, _unsafe_view, flatten.using_ints,
+//              unflatten.int, unsqueeze, squeeze(.dim/.dims), expand, expand_as, slice.Tensor,
+//              select.int, narrow, alias, detach
+//   copies:    clone, contiguous, lift_fresh_copy, _to_copy, to.dtype, type_as (dtype casts)
+//   pointwise: add/sub/mul/div (.Tensor and .Scalar, with broadcasting and alpha), rsub.Scalar,
+//              neg, sqrt, rsqrt, reciprocal, exp, log, abs, relu, sigmoid, tanh,
+//              pow.Tensor_Scalar, pow.Tensor_Tensor, maximum, minimum
+// and the output has static sizes and strides, one of the dtypes bool, uint8, int8, int16,
+// int32, int64, float32, float64, and (when it needs its own bytes) at most 16 MiB. Arithmetic is
+// in double precision, rounded to each node's output dtype (int64 values beyond 2^53 are not
+// folded). Nodes producing a graph output are never replaced.
+// A folded value that a kept node reads becomes a Constant input named like the value (its
+// state-dict name "_folded_N"), laid out as the value's recorded type (sizes, strides, storage
+// offset, so the types downstream do not change). A value that is a plain view of one weight
+// shares that weight's storage and owner (no byte is copied); any other owns fresh bytes (a
+// std::shared_ptr<std::string>). Folded values read only by other folded nodes are dropped with
+// their nodes; producers that become dead otherwise stay (run dead_code_elimination after).
+// Pre:  verify_graph(g) is empty; node output types are known where folding should happen.
+// Post: verify_graph is empty; kept nodes keep names, arguments (redirected), value names and
+//       sources; inputs and weights of g are kept, new constants are appended to the inputs.
+std::unique_ptr<Graph> fold_constants(const Graph& g);
+
+// ---- batch-norm folding (lib/passes/fold_batch_norm.cpp) ---------------------------------------
+//
+// A convolution (conv1d/2d/3d, or convolution/_convolution with transposed=False) or a linear
+// with a 2-d output, followed by an inference batch norm (batch_norm or native_batch_norm with
+// training=False, or _native_batch_norm_legit_no_training, whose other outputs are unused) is
+// replaced by one convolution (linear) with
+//   weight' = weight * s (per output channel),  bias' = (bias or 0 - running_mean) * s + beta,
+//   s = gamma / sqrt(running_var + eps)   (gamma = 1, beta = 0 when the batch norm has none)
+// computed in double precision and rounded to the weight's dtype, as new owned Constant inputs
+// ("<weight>.bn_folded", "<bias>.bn_folded"). Conditions: the producer's output has no other
+// reader and is not a graph output; weight, bias and the batch norm's weight, bias,
+// running_mean and running_var are weights (Graph::weights) of a float dtype with the expected
+// shapes ([C] for the per-channel ones).
+// The fused node keeps the producer's name, source and output value name (the batch norm's
+// output name when that is a graph output) and takes the batch norm's output type.
+// Pre:  verify_graph(g) is empty.
+// Post: verify_graph is empty; the old weights stay as inputs (unused; see
+//       prune_unused_weights); other nodes are unchanged.
+std::unique_ptr<Graph> fold_batch_norm(const Graph& g);
+
 }  // namespace ptc

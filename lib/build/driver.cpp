@@ -48,6 +48,24 @@ void compile_model(const CompileOptions& opts) {
     Stage s("shapes");
     g = propagate_shapes(*g, ShapePropMode::Fill);
   }
+  {
+    // Graph passes; the verifier checks the IR after each (a failure is a ptc bug).
+    Stage s("passes");
+    using Pass = std::unique_ptr<Graph> (*)(const Graph&);
+    const std::pair<const char*, Pass> passes[] = {
+        {"fold_batch_norm", fold_batch_norm},
+        {"fold_constants", fold_constants},
+        {"cse", common_subexpression_elimination},
+        {"dce", dead_code_elimination},
+        {"prune_unused_weights", prune_unused_weights},
+    };
+    for (const auto& [name, pass] : passes) {
+      g = pass(*g);
+      std::vector<std::string> problems = verify_graph(*g);
+      PTC_CHECK(problems.empty(), "the graph is malformed after ", name, ": ", problems.front());
+      if (opts.dump_after == name || opts.dump_after == "all") std::cout << "# after " << name << "\n" << print_graph(*g);
+    }
+  }
   loop::Program prog;
   {
     Stage s("lower");

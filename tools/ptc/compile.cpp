@@ -11,6 +11,7 @@ std::function<int()> add_compile(CLI::App& app) {
   cmd->add_option("-o,--output", opts->output, "The library to write (e.g. model.so)")->required();
   cmd->add_option("--device", opts->device, "cpu (cuda comes with the CUDA backend)")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--emit-dir", opts->emit_dir, "Keep the generated sources in this folder");
+  cmd->add_option("--dump-after", opts->dump_after, "Print the graph after a pass (fold_batch_norm, fold_constants, cse, dce, prune_unused_weights, or all)");
   cmd->add_option("--dump-loops", opts->dump_loops, "Write the loop IR as text to this file ('-' for stdout)");
   cmd->add_option("--weights", opts->weights, "embedded (in the library) or external (model.weights next to it, mapped and checksummed at open)")
       ->check(CLI::IsMember({"embedded", "external"}));
