@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Run a library written by `ptc compile` on torch tensors, through ctypes (include/ptc/runtime.h).
+
+    import torch, ptc_ctypes
+    m = ptc_ctypes.PtcModel("mlp_dyn.so")
+    m.inputs    # [TensorInfo(name='x', dtype=torch.float32, code=7, sizes=['s77', 64])]
+    m.outputs   # [TensorInfo(name='layer_norm', ...)]
+    m.symbols   # [SymbolInfo(name='s77', min=1, max=1024)]   (max None = unbounded)
+    (y,) = m(torch.randn(8, 64))
+    m.close()   # or: with ptc_ctypes.PtcModel(path) as m: ...
+
+Inputs must be CPU tensors of the model's dtypes; non-contiguous ones are copied to contiguous
+memory. Outputs are freshly allocated (or written into `out=` tensors). Errors from the library
+(wrong rank, sizes out of a symbol's range, ...) raise RuntimeError(ptc_last_error()).
+
+The library's OpenMP threads follow OMP_NUM_THREADS: set it before the library (or torch, which
+loads an OpenMP runtime too) is loaded.
+
+Dependencies: ctypes + torch (numpy is not needed).
+"""
+import ctypes
+import os
+from collections import namedtuple
+
+import torch
+
+PTC_OK = 0
+PTC_ERROR = 1
+PTC_ABI_VERSION = 1
+
+# torch.export schema numbering (ScalarType in torch/_export/serde/schema.py), as in runtime.h.
+CODE_TO_DTYPE = {
+    1: torch.uint8,
+    2: torch.int8,
+    3: torch.int16,
+    4: torch.int32,
+    5: torch.int64,
+    6: torch.float16,
+    7: torch.float32,
+    8: torch.float64,
+    12: torch.bool,
+    13: torch.bfloat16,
+}
+DTYPE_TO_CODE = {v: k for k, v in CODE_TO_DTYPE.items()}
+
+
+def dtype_code(dtype):
+    """torch.dtype -> ptc dtype code (ValueError for a dtype ptc has no code for)."""
+    try:
+        return DTYPE_TO_CODE[dtype]
+    except KeyError:
+        raise ValueError(f"ptc has no dtype code for {dtype}") from None
+
+
+def code_dtype(code):
+    """ptc dtype code -> torch.dtype (ValueError for an unknown code)."""
+    try:
+        return CODE_TO_DTYPE[code]
+    except KeyError:
+        raise ValueError(f"unknown ptc dtype code {code}") from None
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("sizes", ctypes.POINTER(ctypes.c_int64)),
+    ]
+
+
+class _TensorInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("sizes", ctypes.POINTER(ctypes.c_int64)),
+        ("dims", ctypes.POINTER(ctypes.c_char_p)),
+    ]
+
+
+_EMPTY = (ctypes.c_int64 * 1)()  # a valid pointer for tensors without elements
+
+# sizes: ints for static sizes, strings ("s77", "s27*s77") for symbolic ones.
+TensorInfo = namedtuple("TensorInfo", "name dtype code sizes")
+SymbolInfo = namedtuple("SymbolInfo", "name min max")  # max None = unbounded
+
+
+def _declare(lib):
+    P = ctypes.c_void_p
+    sigs = {
+        "ptc_abi_version": (ctypes.c_int, []),
+        "ptc_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(P)]),
+        "ptc_close": (None, [P]),
+        "ptc_num_inputs": (ctypes.c_int, [P]),
+        "ptc_num_outputs": (ctypes.c_int, [P]),
+        "ptc_input_info": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(_TensorInfo)]),
+        "ptc_output_info": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(_TensorInfo)]),
+        "ptc_num_symbols": (ctypes.c_int, [P]),
+        "ptc_symbol_info": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+                                           ctypes.POINTER(ctypes.c_int64),
+                                           ctypes.POINTER(ctypes.c_int64)]),
+        "ptc_output_shape": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(_Tensor), ctypes.c_int,
+                                            ctypes.POINTER(ctypes.c_int64)]),
+        "ptc_run": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(_Tensor), ctypes.c_int,
+                                   ctypes.POINTER(_Tensor)]),
+        "ptc_last_error": (ctypes.c_char_p, []),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+class PtcModel:
+    """A model in a library written by `ptc compile`, callable on torch tensors."""
+
+    def __init__(self, path, weights_path=None):
+        self.path = os.path.abspath(path)
+        # ctypes.CDLL releases the GIL during calls; RTLD_LOCAL keeps two libraries apart.
+        self._lib = ctypes.CDLL(self.path, mode=getattr(os, "RTLD_LOCAL", 0) | os.RTLD_NOW)
+        _declare(self._lib)
+        abi = self._lib.ptc_abi_version()
+        if abi != PTC_ABI_VERSION:
+            raise RuntimeError(f"{path}: ptc ABI version {abi}, this module knows {PTC_ABI_VERSION}")
+        handle = ctypes.c_void_p()
+        wp = None if weights_path is None else os.fsencode(weights_path)
+        self._check(self._lib.ptc_open(wp, ctypes.byref(handle)), "ptc_open")
+        self._m = handle
+        self.inputs = [self._info(self._lib.ptc_input_info, i)
+                       for i in range(self._lib.ptc_num_inputs(self._m))]
+        self.outputs = [self._info(self._lib.ptc_output_info, i)
+                        for i in range(self._lib.ptc_num_outputs(self._m))]
+        self.symbols = []
+        for i in range(self._lib.ptc_num_symbols(self._m)):
+            name, lo, hi = ctypes.c_char_p(), ctypes.c_int64(), ctypes.c_int64()
+            self._check(self._lib.ptc_symbol_info(self._m, i, ctypes.byref(name), ctypes.byref(lo),
+                                                  ctypes.byref(hi)), "ptc_symbol_info")
+            self.symbols.append(SymbolInfo(name.value.decode(), lo.value,
+                                           None if hi.value < 0 else hi.value))
+
+    # -- helpers -------------------------------------------------------------------------------
+    def last_error(self):
+        msg = self._lib.ptc_last_error()
+        return msg.decode(errors="replace") if msg else "(no message)"
+
+    def _check(self, rc, what):
+        """RuntimeError(ptc_last_error()) when a call returns PTC_ERROR (`what` names the call
+        only when the library gave no message)."""
+        if rc != PTC_OK:
+            msg = self._lib.ptc_last_error()
+            raise RuntimeError(msg.decode(errors="replace") if msg else f"{what} failed")
+
+    def _info(self, fn, i):
+        info = _TensorInfo()
+        self._check(fn(self._m, i, ctypes.byref(info)), fn.__name__)
+        sizes = []
+        for d in range(info.rank):
+            s = info.sizes[d]
+            if s >= 0:
+                sizes.append(int(s))
+            else:
+                dim = info.dims[d] if info.dims else None
+                sizes.append(dim.decode() if dim else "?")
+        name = info.name.decode() if info.name else f"#{i}"
+        return TensorInfo(name, CODE_TO_DTYPE.get(info.dtype), info.dtype, sizes)
+
+    def _require_open(self):
+        if self._m is None:
+            raise RuntimeError(f"{self.path}: model is closed")
+
+    @staticmethod
+    def _sizes_array(t):
+        n = max(t.dim(), 1)  # rank 0: pass a valid pointer anyway
+        return (ctypes.c_int64 * n)(*t.shape) if t.dim() else (ctypes.c_int64 * 1)(0)
+
+    def _c_tensor(self, t, what, keep):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != "cpu":
+            raise ValueError(f"{what}: tensor is on {t.device}, ptc runs on the CPU")
+        if t.layout != torch.strided:
+            raise ValueError(f"{what}: layout {t.layout} is not supported (dense tensors only)")
+        code = dtype_code(t.dtype)
+        sizes = self._sizes_array(t)
+        keep.append(sizes)
+        ptr = t.data_ptr() or ctypes.addressof(_EMPTY)  # an empty tensor may have no storage
+        return _Tensor(ctypes.c_void_p(ptr), code, t.dim(),
+                       ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int64)))
+
+    def _prepare_inputs(self, tensors):
+        if len(tensors) != len(self.inputs):
+            raise RuntimeError(f"expected {len(self.inputs)} inputs "
+                               f"({', '.join(i.name for i in self.inputs)}), got {len(tensors)}")
+        keep, ins = [], []
+        for k, (t, info) in enumerate(zip(tensors, self.inputs)):
+            what = f"input {k} ({info.name})"
+            if isinstance(t, torch.Tensor):
+                if info.dtype is not None and t.dtype != info.dtype:
+                    raise TypeError(f"{what}: dtype {t.dtype}, the model takes {info.dtype}")
+                if not t.is_contiguous():
+                    t = t.contiguous()
+                if t.requires_grad:
+                    t = t.detach()
+            ins.append(t)
+        arr = (_Tensor * max(len(ins), 1))()
+        for k, t in enumerate(ins):
+            arr[k] = self._c_tensor(t, f"input {k} ({self.inputs[k].name})", keep)
+        keep.append(ins)  # contiguous copies stay alive until the call is done
+        return arr, keep
+
+    # -- API -----------------------------------------------------------------------------------
+    def output_shapes(self, *tensors):
+        """The sizes of every output for these inputs (checked like a run)."""
+        self._require_open()
+        arr, keep = self._prepare_inputs(tensors)
+        return self._output_shapes(arr, len(tensors))
+
+    def _output_shapes(self, arr, n_in):
+        shapes = []
+        for j, info in enumerate(self.outputs):
+            buf = (ctypes.c_int64 * max(len(info.sizes), 1))()
+            self._check(self._lib.ptc_output_shape(self._m, n_in, arr, j, buf), "ptc_output_shape")
+            shapes.append(tuple(int(buf[d]) for d in range(len(info.sizes))))
+        return shapes
+
+    def __call__(self, *tensors, out=None):
+        """Runs the model; returns a tuple of output tensors (the `out` tensors when given)."""
+        self._require_open()
+        arr, keep = self._prepare_inputs(tensors)
+        shapes = self._output_shapes(arr, len(tensors))
+        if out is None:
+            outs = []
+            for info, shape in zip(self.outputs, shapes):
+                if info.dtype is None:
+                    raise RuntimeError(f"output {info.name}: unknown dtype code {info.code}")
+                outs.append(torch.empty(shape, dtype=info.dtype))
+        else:
+            outs = list(out)
+            if len(outs) != len(self.outputs):
+                raise RuntimeError(f"expected {len(self.outputs)} out tensors, got {len(outs)}")
+            for j, (t, info, shape) in enumerate(zip(outs, self.outputs, shapes)):
+                if tuple(t.shape) != shape or t.dtype != info.dtype or not t.is_contiguous() \
+                        or t.device.type != "cpu":
+                    raise RuntimeError(f"out[{j}] ({info.name}): need a contiguous CPU "
+                                       f"{info.dtype} tensor of shape {list(shape)}, got "
+                                       f"{t.dtype} {list(t.shape)} on {t.device}")
+        out_arr = (_Tensor * max(len(outs), 1))()
+        for j, t in enumerate(outs):
+            out_arr[j] = self._c_tensor(t, f"output {j}", keep)
+        self._check(self._lib.ptc_run(self._m, len(tensors), arr, len(outs), out_arr), "ptc_run")
+        return tuple(outs)
+
+    run = __call__
+
+    def close(self):
+        if getattr(self, "_m", None) is not None:
+            self._lib.ptc_close(self._m)
+            self._m = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        def fmt(i):
+            return f"{i.name}: {i.dtype}{i.sizes}"
+        return (f"PtcModel({self.path!r}, inputs=[{', '.join(map(fmt, self.inputs))}], "
+                f"outputs=[{', '.join(map(fmt, self.outputs))}], symbols={self.symbols})")
+
+
+if __name__ == "__main__":
+    import sys
+    for p in sys.argv[1:]:
+        with PtcModel(p) as m:
+            print(m)

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""End-to-end test of ptc libraries through ctypes (scripts/ptc_ctypes.py), no pytest needed.
+
+Compiles models/mlp_dyn.pt2 and models/tfm_dyn.pt2 with `ptc compile` into a temporary folder,
+runs them through ptc_ctypes.PtcModel on several batch sizes / sequence lengths and compares with
+PyTorch eager on the same .pt2 (torch.export.load(...).module()), atol = rtol = 1e-4. Also checks
+the reported signature and that bad inputs raise RuntimeError with a message.
+
+    .venv/bin/python scripts/test_ctypes.py [--ptc-binary build/ptc] [--keep DIR] [-v]
+
+Prints one line per check and 'N passed, N failed'; exit code 0 when all passed, 1 otherwise.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+warnings.filterwarnings("ignore", message=".*non-writable.*")
+warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+
+import torch  # noqa: E402
+
+import ptc_ctypes  # noqa: E402
+
+ATOL = 1e-4
+RTOL = 1e-4
+
+
+class Runner:
+    def __init__(self, verbose):
+        self.passed = 0
+        self.failed = 0
+        self.verbose = verbose
+
+    def check(self, name, fn):
+        try:
+            msg = fn()
+        except Exception as e:  # noqa: BLE001
+            self.failed += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+            if self.verbose:
+                traceback.print_exc()
+            return
+        self.passed += 1
+        print(f"ok   {name}" + (f"  ({msg})" if msg else ""))
+
+
+def wait_for(path, seconds=120):
+    """Someone may be rebuilding build/ptc at this moment: wait for it to come back."""
+    deadline = time.time() + seconds
+    while not os.access(path, os.X_OK):
+        if time.time() > deadline:
+            raise FileNotFoundError(f"{path} not found (or not executable)")
+        time.sleep(2)
+
+
+def compile_model(ptc, model, out):
+    for attempt in range(3):
+        wait_for(ptc)
+        r = subprocess.run([str(ptc), "compile", str(model), "-o", str(out)],
+                           capture_output=True, text=True)
+        if r.returncode == 0 and out.exists():
+            return
+        if attempt < 2 and not os.access(ptc, os.X_OK):  # binary replaced mid-run: retry
+            continue
+        raise RuntimeError(f"ptc compile {model.name} failed (rc {r.returncode}): "
+                           f"{(r.stderr or r.stdout).strip()}")
+
+
+def compare(got, ref):
+    if got.shape != ref.shape:
+        raise AssertionError(f"shape {list(got.shape)} != eager {list(ref.shape)}")
+    if got.dtype != ref.dtype:
+        raise AssertionError(f"dtype {got.dtype} != eager {ref.dtype}")
+    err = (got - ref).abs().max().item() if got.numel() else 0.0
+    if not torch.allclose(got, ref, atol=ATOL, rtol=RTOL):
+        raise AssertionError(f"max abs error {err:.3g} over atol={ATOL} rtol={RTOL}")
+    return f"max abs err {err:.2e}"
+
+
+def expect_error(fn, exc=RuntimeError, contains=None):
+    try:
+        fn()
+    except exc as e:
+        msg = str(e)
+        if not msg.strip():
+            raise AssertionError(f"{exc.__name__} without a message")
+        if contains and contains not in msg:
+            raise AssertionError(f"message {msg!r} does not mention {contains!r}")
+        return msg
+    raise AssertionError(f"no {exc.__name__} raised")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ptc-binary", default=os.environ.get("PTC_BINARY", str(ROOT / "build" / "ptc")))
+    ap.add_argument("--models-dir", default=str(ROOT / "models"))
+    ap.add_argument("--keep", help="compile into this folder and keep it")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+
+    torch.manual_seed(0)
+    ptc = Path(args.ptc_binary).resolve()
+    models = Path(args.models_dir)
+    t = Runner(args.verbose)
+    if args.keep:
+        work = Path(args.keep)
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="ptc_ctypes_test_"))
+
+    try:
+        libs = {}
+        for name in ("mlp_dyn", "tfm_dyn"):
+            def build(name=name):
+                start = time.perf_counter()
+                compile_model(ptc, models / f"{name}.pt2", work / f"{name}.so")
+                libs[name] = ptc_ctypes.PtcModel(work / f"{name}.so")
+                return f"{time.perf_counter() - start:.1f} s"
+            t.check(f"compile+open {name}", build)
+
+        # ---- mlp_dyn: x [s77, 64], s77 in [1, 1024] ------------------------------------------
+        if "mlp_dyn" in libs:
+            m = libs["mlp_dyn"]
+            eager = torch.export.load(str(models / "mlp_dyn.pt2")).module()
+
+            def sig():
+                assert len(m.inputs) == 1 and len(m.outputs) == 1, (m.inputs, m.outputs)
+                x = m.inputs[0]
+                assert x.dtype == torch.float32 and x.code == 7, x
+                assert len(x.sizes) == 2 and isinstance(x.sizes[0], str) and x.sizes[1] == 64, x
+                assert m.outputs[0].dtype == torch.float32 and m.outputs[0].sizes[1] == 64
+                assert len(m.symbols) == 1, m.symbols
+                s = m.symbols[0]
+                assert s.name == x.sizes[0] and s.min == 1 and s.max == 1024, s
+                return f"{x.name}: {x.sizes}, {s.name} in [{s.min}, {s.max}]"
+            t.check("mlp_dyn signature", sig)
+
+            for b in (1, 2, 4, 13, 64, 257, 1024):
+                def run(b=b):
+                    x = torch.randn(b, 64)
+                    with torch.inference_mode():
+                        ref = eager(x)
+                    got = m(x)
+                    assert isinstance(got, tuple) and len(got) == 1
+                    return compare(got[0], ref)
+                t.check(f"mlp_dyn batch {b}", run)
+
+            def noncontig():
+                x = torch.randn(64, 20).t()  # [20, 64], strides (1, 20)
+                assert not x.is_contiguous()
+                with torch.inference_mode():
+                    ref = eager(x.contiguous())
+                return compare(m(x)[0], ref)
+            t.check("mlp_dyn non-contiguous input", noncontig)
+
+            def out_arg():
+                x = torch.randn(7, 64)
+                y = torch.full((7, 64), float("nan"))
+                (got,) = m(x, out=[y])
+                assert got is y
+                with torch.inference_mode():
+                    return compare(y, eager(x))
+            t.check("mlp_dyn out= tensors", out_arg)
+
+            def shapes():
+                s = m.output_shapes(torch.empty(33, 64))
+                assert s == [(33, 64)], s
+            t.check("mlp_dyn output_shapes", shapes)
+
+            t.check("mlp_dyn wrong rank raises",
+                    lambda: expect_error(lambda: m(torch.randn(64)), RuntimeError, "rank"))
+            t.check("mlp_dyn wrong rank (3) raises",
+                    lambda: expect_error(lambda: m(torch.randn(2, 3, 64)), RuntimeError))
+            t.check("mlp_dyn static size mismatch raises",
+                    lambda: expect_error(lambda: m(torch.randn(4, 63)), RuntimeError))
+            t.check("mlp_dyn batch over range raises",
+                    lambda: expect_error(lambda: m(torch.randn(1025, 64)), RuntimeError))
+            t.check("mlp_dyn wrong dtype raises",
+                    lambda: expect_error(lambda: m(torch.randn(4, 64, dtype=torch.float64)),
+                                         TypeError))
+            t.check("mlp_dyn wrong input count raises",
+                    lambda: expect_error(lambda: m(torch.randn(4, 64), torch.randn(4, 64))))
+
+            def after_error():  # an error leaves the model usable
+                x = torch.randn(5, 64)
+                with torch.inference_mode():
+                    return compare(m(x)[0], eager(x))
+            t.check("mlp_dyn runs after an error", after_error)
+
+        # ---- tfm_dyn: x [b, s, 64], b in [1, 64], s in [2, 512] ------------------------------
+        if "tfm_dyn" in libs:
+            m = libs["tfm_dyn"]
+            eager = torch.export.load(str(models / "tfm_dyn.pt2")).module()
+
+            def sig():
+                x = m.inputs[0]
+                assert len(m.inputs) == 1 and len(x.sizes) == 3 and x.sizes[2] == 64, x
+                assert all(isinstance(d, str) for d in x.sizes[:2]), x
+                rng = {s.name: (s.min, s.max) for s in m.symbols}
+                assert rng.get(x.sizes[0]) == (1, 64), rng
+                assert rng.get(x.sizes[1]) == (2, 512), rng
+                return f"{x.name}: {x.sizes}, {rng}"
+            t.check("tfm_dyn signature", sig)
+
+            for b, s in ((1, 2), (2, 16), (3, 37), (1, 128), (8, 128), (4, 255), (2, 512), (64, 8)):
+                def run(b=b, s=s):
+                    x = torch.randn(b, s, 64)
+                    with torch.inference_mode():
+                        ref = eager(x)
+                    return compare(m(x)[0], ref)
+                t.check(f"tfm_dyn batch {b} seq {s}", run)
+
+            t.check("tfm_dyn wrong rank raises",
+                    lambda: expect_error(lambda: m(torch.randn(16, 64)), RuntimeError, "rank"))
+            t.check("tfm_dyn seq below range raises",
+                    lambda: expect_error(lambda: m(torch.randn(2, 1, 64)), RuntimeError))
+
+        def close_all():
+            for lib in libs.values():
+                lib.close()
+                lib.close()  # twice is fine
+            for lib in libs.values():
+                expect_error(lambda: lib(torch.randn(4, 64)), RuntimeError, "closed")
+        t.check("close", close_all)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    print(f"{t.passed} passed, {t.failed} failed")
+    return 0 if t.failed == 0 and t.passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
