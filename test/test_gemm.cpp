@@ -42,6 +42,33 @@ Mat make_mat(int64_t rows, int64_t cols, bool col_major, int64_t pad, std::mt199
   return m;
 }
 
+// Double-precision reference: sum[m*N+n] = sum_k A[m,k] B[k,n], mag[m*N+n] = sum_k |A[m,k] B[k,n]|
+// (dense double copies first, so that it stays quick in unoptimised sanitizer builds).
+void reference(const Mat& A, const Mat& B, std::vector<double>& sum, std::vector<double>& mag) {
+  const int64_t M = A.rows, K = A.cols, N = B.cols;
+  std::vector<double> a(M * K), bt(N * K);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) a[m * K + k] = A.buf[m * A.s_row + k * A.s_col];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) bt[n * K + k] = B.buf[k * B.s_row + n * B.s_col];
+  sum.assign(M * N, 0.0);
+  mag.assign(M * N, 0.0);
+  for (int64_t m = 0; m < M; ++m) {
+    const double* ar = a.data() + m * K;
+    for (int64_t n = 0; n < N; ++n) {
+      const double* br = bt.data() + n * K;
+      double s = 0, g = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = ar[k] * br[k];
+        s += p;
+        g += p < 0 ? -p : p;
+      }
+      sum[m * N + n] = s;
+      mag[m * N + n] = g;
+    }
+  }
+}
+
 enum class Ep { None, BiasRelu };
 
 struct Case {
@@ -82,21 +109,20 @@ void check_case(const Case& t, std::mt19937& rng, void* ws = nullptr, size_t ws_
     g.B = nullptr;
     g.B_packed = packed.data();
   }
+  bool ok;
   if (t.ep == Ep::None)
-    ptc_rt::gemm(g, ptc_rt::NoEpilogue{}, ws, ws_bytes);
+    ok = ptc_rt::gemm(g, ptc_rt::NoEpilogue{}, ws, ws_bytes);
   else
-    ptc_rt::gemm(g, ptc_rt::BiasColEpilogue<ptc_rt::Act::Relu>{bias.data(), 1}, ws, ws_bytes);
+    ok = ptc_rt::gemm(g, ptc_rt::BiasColEpilogue<ptc_rt::Act::Relu>{bias.data(), 1}, ws, ws_bytes);
+  CHECK(ok);
 
+  std::vector<double> sum, mags;
+  reference(A, B, sum, mags);
   int64_t bad = 0;
   for (int64_t m = 0; m < t.M; ++m) {
     for (int64_t n = 0; n < t.N; ++n) {
-      double s = 0, mag = 0;
-      for (int64_t k = 0; k < t.K; ++k) {
-        s += static_cast<double>(A.at(m, k)) * B.at(k, n);
-        mag += std::fabs(static_cast<double>(A.at(m, k)) * B.at(k, n));
-      }
-      double ref = t.alpha * s;
-      mag = std::fabs(t.alpha) * mag;
+      double ref = t.alpha * sum[m * t.N + n];
+      double mag = std::fabs(t.alpha) * mags[m * t.N + n];
       if (t.beta != 0.f) {
         ref += t.beta * static_cast<double>(C0.at(m, n));
         mag += std::fabs(t.beta * static_cast<double>(C0.at(m, n)));
@@ -135,6 +161,10 @@ TEST_CASE("gemm: tiny and skinny shapes", "[gemm]") {
   check_case({400, 1, 300, true, false}, rng);
   check_case({400, 1, 300, false, true}, rng);
   check_case({3, 700, 64, true, true, 5}, rng);
+  check_case({4, 300, 50}, rng);  // direct axpy form: 4 rows, a partial last chunk
+  check_case({4, 1000, 33, true, false, 1, 2.f, -1.f, Ep::BiasRelu}, rng);
+  check_case({3, 257, 40, false, false, 0, 1.f, 0.f, Ep::BiasRelu}, rng);
+  check_case({2, 512, 40}, rng);
 }
 
 TEST_CASE("gemm: odd sizes in all combinations", "[gemm]") {
@@ -156,10 +186,13 @@ TEST_CASE("gemm: every layout combination with padding, alpha/beta, epilogue", "
     for (int at = 0; at < 2; ++at)
       for (int bw = 0; bw < 2; ++bw)
         for (int64_t pad : {0, 3}) {
-          check_case({s[0], s[1], s[2], at != 0, bw != 0, pad}, rng);
-          check_case({s[0], s[1], s[2], at != 0, bw != 0, pad, 0.5f, 0.f, Ep::BiasRelu}, rng);
-          check_case({s[0], s[1], s[2], at != 0, bw != 0, pad, -1.5f, 0.25f}, rng);
-          check_case({s[0], s[1], s[2], at != 0, bw != 0, pad, 1.f, 1.f, Ep::BiasRelu}, rng);
+          if (pad == 0) {
+            check_case({s[0], s[1], s[2], at != 0, bw != 0, pad}, rng);
+            check_case({s[0], s[1], s[2], at != 0, bw != 0, pad, 0.5f, 0.f, Ep::BiasRelu}, rng);
+          } else {
+            check_case({s[0], s[1], s[2], at != 0, bw != 0, pad, -1.5f, 0.25f}, rng);
+            check_case({s[0], s[1], s[2], at != 0, bw != 0, pad, 1.f, 1.f, Ep::BiasRelu}, rng);
+          }
         }
 }
 
@@ -168,14 +201,19 @@ TEST_CASE("gemm: large rectangular", "[gemm]") {
   check_case({512, 64, 1000}, rng);
   check_case({512, 64, 1000, true, true, 1}, rng);
   check_case({64, 512, 1000, false, true}, rng);
-  check_case({300, 1100, 600, false, true, 0, 1.f, 0.f, Ep::BiasRelu}, rng);  // several NC/KC/MC blocks
+  check_case({250, 1100, 300, false, true, 0, 1.f, 0.f, Ep::BiasRelu}, rng);  // several NC/MC blocks
   check_case({700, 300, 17, true, false}, rng);
+  // several K blocks (KC is up to 1024), with beta and epilogue applied once
+  check_case({50, 600, 2100, false, true, 0, 1.f, 0.5f, Ep::BiasRelu}, rng);
+  check_case({70, 530, 1500, true, false, 2, -0.5f, 1.f}, rng);
 }
 
 TEST_CASE("gemm: pre-packed B", "[gemm]") {
   std::mt19937 rng(9);
-  const int64_t shapes[][3] = {{1, 1, 1},    {1, 3072, 768}, {3, 5, 7},      {67, 129, 31},
-                               {129, 67, 257}, {31, 257, 1100}, {512, 64, 1000}, {300, 1100, 600}};
+  // incl. several K blocks (KC <= 1024), N panels (NC >= 512) and M blocks (MC >= 112)
+  const int64_t shapes[][3] = {{1, 1, 1},     {1, 3072, 768},  {3, 5, 7},
+                               {67, 129, 31}, {129, 67, 257},  {31, 257, 1100},
+                               {40, 600, 1100}, {250, 700, 90}};
   for (auto& s : shapes)
     for (int bw = 0; bw < 2; ++bw) {
       Case c{s[0], s[1], s[2], false, bw != 0};
@@ -229,7 +267,8 @@ TEST_CASE("gemm: GELU epilogues", "[gemm]") {
   const float v[6] = {-3.f, -0.5f, 0.f, 0.5f, 1.f, 3.f};
   for (float x : v) {
     const double ge = 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    const double gt = 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    const double k = 0.7978845608028654;  // sqrt(2 / pi)
+    const double gt = 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
     CHECK(ptc_rt::apply_act<ptc_rt::Act::Gelu>(x) == Approx(ge).margin(1e-6));
     CHECK(ptc_rt::apply_act<ptc_rt::Act::GeluTanh>(x) == Approx(gt).margin(1e-6));
   }
@@ -283,15 +322,12 @@ void check_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool a_trans,
   else
     ptc_rt::gemm_batched(g, batch, sa, sb_call, sc, ptc_rt::NoEpilogue{});
   int64_t bad = 0;
+  std::vector<double> sum, mags;
   for (int64_t b = 0; b < batch; ++b) {
-    const Mat& Bm = Bs[b_broadcast ? 0 : b];
+    reference(As[b], Bs[b_broadcast ? 0 : b], sum, mags);
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) {
-        double s = 0, mag = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          s += static_cast<double>(As[b].at(m, k)) * Bm.at(k, n);
-          mag += std::fabs(static_cast<double>(As[b].at(m, k)) * Bm.at(k, n));
-        }
+        double s = sum[m * N + n], mag = mags[m * N + n];
         if (ep) s += b + 0.5 * m, mag += b + 0.5 * m;
         const double tol = 1e-6 * (4.0 + std::sqrt(static_cast<double>(K))) * mag + 1e-30;
         if (!(std::fabs(c[b * sc + m * N + n] - s) <= tol)) ++bad;

@@ -732,3 +732,13 @@ TEST_CASE("sym: random expressions agree with direct evaluation (wide ranges)", 
   samples.push_back({-1, -1, 1});
   property_run(u, samples, 2000, 4, 99);
 }
+
+TEST_CASE("sym: recombine_divmod folds m*(x//m) + x%m back into x", "[sym]") {
+  Expr x = symbol("x0", {0, 1000}), s = symbol("s27", {2, 512});
+  CHECK(recombine_divmod(s * floordiv(x, s) * 64 + mod(x, s) * 64 + 5) == x * 64 + 5);
+  CHECK(recombine_divmod(floordiv(x, 8) * 8 + mod(x, 8)) == x);
+  Expr y = mod(x, s) + 3;  // no partner: unchanged
+  CHECK(recombine_divmod(y) == y);
+  Expr z = floordiv(x, s) * s * 2 + mod(x, s);  // coefficients differ: unchanged
+  CHECK(recombine_divmod(z) == z);
+}

@@ -1,9 +1,14 @@
-// bench_gemm — times ptc_rt::gemm (lib/runtime/cpu/ptc_gemm.h) for scripts/bench_gemm.py.
+// bench_gemm — times ptc_rt::gemm (lib/runtime/cpu/ptc_gemm.h).
+//
+// Built by scripts/bench_gemm.py as a shared library (-shared -fPIC -DBENCH_GEMM_LIB) that the
+// script loads into the Python process next to torch, so that ptc and torch.mm are timed in
+// alternating samples on the same buffers and the same OpenMP thread pool (torch's libgomp.so.1
+// satisfies this library's dependency). Built without BENCH_GEMM_LIB it is a standalone driver:
 //   bench_gemm M N K [a_trans b_weight [samples [min_sample_seconds]]]
-// Prints one line: "M N K a_trans b_weight median_seconds_per_call gflops".
-// Threads: OMP_NUM_THREADS. Each sample repeats the call until it lasts min_sample_seconds.
+// prints "M N K a_trans b_weight median_seconds_per_call gflops" (threads: OMP_NUM_THREADS).
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -11,13 +16,32 @@
 
 #include "runtime/cpu/ptc_gemm.h"
 
+namespace {
+// A: M x K (row-major, or column-major when a_trans); B: K x N (row-major, or the weight layout
+// W[N, K] when b_weight); C: M x N row-major.
+ptc_rt::GemmArgs make_args(int64_t M, int64_t N, int64_t K, int at, int bw, const float* A,
+                           const float* B, float* C) {
+  return ptc_rt::GemmArgs{M, N, K, A, at ? 1 : K, at ? M : 1, B, bw ? 1 : N, bw ? K : 1, C, N};
+}
+}  // namespace
+
+// Runs the GEMM `reps` times; returns the elapsed seconds.
+extern "C" double ptc_bench_gemm(int64_t M, int64_t N, int64_t K, int at, int bw, const float* A,
+                                 const float* B, float* C, int64_t reps) {
+  const ptc_rt::GemmArgs g = make_args(M, N, K, at, bw, A, B, C);
+  const auto t = std::chrono::steady_clock::now();
+  for (int64_t r = 0; r < reps; ++r) ptc_rt::gemm(g, ptc_rt::NoEpilogue{});
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+#ifndef BENCH_GEMM_LIB
 int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr, "usage: bench_gemm M N K [a_trans b_weight [samples [min_s]]]\n");
     return 1;
   }
   const int64_t M = std::atoll(argv[1]), N = std::atoll(argv[2]), K = std::atoll(argv[3]);
-  const bool at = argc > 4 && std::atoi(argv[4]), bw = argc > 5 && std::atoi(argv[5]);
+  const int at = argc > 4 ? std::atoi(argv[4]) : 0, bw = argc > 5 ? std::atoi(argv[5]) : 0;
   const int samples = argc > 6 ? std::atoi(argv[6]) : 7;
   const double min_s = argc > 7 ? std::atof(argv[7]) : 0.05;
   std::vector<float> a(M * K), b(K * N), c(M * N);
@@ -25,25 +49,17 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> d(-1.f, 1.f);
   for (auto& x : a) x = d(rng);
   for (auto& x : b) x = d(rng);
-  ptc_rt::GemmArgs g{M, N, K, a.data(), at ? 1 : K, at ? M : 1, b.data(), bw ? 1 : N, bw ? K : 1,
-                     c.data(), N};
-  using clk = std::chrono::steady_clock;
-  auto run = [&] { ptc_rt::gemm(g, ptc_rt::NoEpilogue{}); };
-  // warm-up and calibration
-  run();
-  auto t0 = clk::now();
-  run();
-  double one = std::chrono::duration<double>(clk::now() - t0).count();
+  ptc_bench_gemm(M, N, K, at, bw, a.data(), b.data(), c.data(), 1);  // warm-up
+  const double one = ptc_bench_gemm(M, N, K, at, bw, a.data(), b.data(), c.data(), 1);
   const int64_t reps = std::max<int64_t>(1, static_cast<int64_t>(min_s / std::max(one, 1e-7)));
   std::vector<double> ts;
-  for (int s = 0; s < samples; ++s) {
-    auto t = clk::now();
-    for (int64_t r = 0; r < reps; ++r) run();
-    ts.push_back(std::chrono::duration<double>(clk::now() - t).count() / reps);
-  }
+  for (int s = 0; s < samples; ++s)
+    ts.push_back(ptc_bench_gemm(M, N, K, at, bw, a.data(), b.data(), c.data(), reps) / reps);
   std::sort(ts.begin(), ts.end());
   const double med = ts[ts.size() / 2];
-  std::printf("%lld %lld %lld %d %d %.9g %.3f\n", (long long)M, (long long)N, (long long)K, at, bw,
-              med, 2.0 * M * N * K / med * 1e-9);
+  std::printf("%lld %lld %lld %d %d %.9g %.3f\n", static_cast<long long>(M),
+              static_cast<long long>(N), static_cast<long long>(K), at, bw, med,
+              2.0 * M * N * K / med * 1e-9);
   return 0;
 }
+#endif

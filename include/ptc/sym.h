@@ -99,6 +99,9 @@ Expr mod(Expr a, Expr b);
 // Ceil division for non-negative operands: floordiv(a + b - 1, b).
 Expr ceildiv(Expr a, Expr b);
 
+// Rewrites c*m*(x // m) + c*(x % m) into c*x wherever both terms appear in a sum.
+Expr recombine_divmod(Expr e);
+
 // Interval arithmetic over symbol ranges (saturating; unbounded stays unbounded).
 Range bounds(Expr e);
 bool prove_eq(Expr a, Expr b);  // a == b for every assignment in range

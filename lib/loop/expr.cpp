@@ -91,6 +91,7 @@ bool is_comparison(Op op) {
 }  // namespace
 
 ExprRef load(int buffer, DType dt, sym::Expr index) {
+  index = sym::recombine_divmod(index);
   Expr e{Op::Load, dt, {}, buffer, index, 0, {}};
   return make(std::move(e));
 }
@@ -98,6 +99,7 @@ ExprRef load(int buffer, DType dt, sym::Expr index) {
 ExprRef constant(double v, DType dt) { return make(Expr{Op::Const, dt, {}, -1, sym::Expr(), v, {}}); }
 
 ExprRef index_value(sym::Expr index, DType dt) {
+  index = sym::recombine_divmod(index);
   if (auto c = index.as_const()) return constant(static_cast<double>(*c), dt);
   return make(Expr{Op::IndexVal, dt, {}, -1, index, 0, {}});
 }

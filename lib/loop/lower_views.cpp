@@ -53,22 +53,119 @@ sym::Expr slice_bound(const sym::Expr& b, const sym::Expr& size) {
 
 }  // namespace
 
+namespace {
+
+// Dimension groups of a reshape: old dims [o0, o1) hold exactly the elements of new dims
+// [n0, n1). Size-1 dims form groups of their own. nullopt when the groups cannot be proven
+// (symbolic sizes whose products are not comparable).
+struct DimGroup {
+  size_t o0, o1, n0, n1;
+};
+
+std::optional<std::vector<DimGroup>> reshape_groups(const Index& old_sizes, const Index& new_sizes) {
+  std::vector<DimGroup> groups;
+  size_t i = 0, j = 0;
+  const sym::Expr one(1);
+  while (i < old_sizes.size() || j < new_sizes.size()) {
+    if (i < old_sizes.size() && old_sizes[i] == one) {
+      groups.push_back({i, i + 1, j, j});
+      ++i;
+      continue;
+    }
+    if (j < new_sizes.size() && new_sizes[j] == one) {
+      groups.push_back({i, i, j, j + 1});
+      ++j;
+      continue;
+    }
+    if (i >= old_sizes.size() || j >= new_sizes.size()) return std::nullopt;
+    size_t i1 = i + 1, j1 = j + 1;
+    sym::Expr po = old_sizes[i], pn = new_sizes[j];
+    // a < b, also when b is a multiple of a that interval arithmetic alone cannot order
+    // (s0 < s0*s1 for s1 >= 2).
+    auto less = [](const sym::Expr& a, const sym::Expr& b) {
+      if (sym::prove_lt(a, b)) return true;
+      if (!sym::prove_ge(a, 1)) return false;
+      sym::Expr q = sym::floordiv(b, a);
+      return q * a == b && sym::prove_ge(q, 2);
+    };
+    while (!(po == pn)) {
+      bool grow_old;
+      if (less(po, pn)) grow_old = true;
+      else if (less(pn, po)) grow_old = false;
+      else return std::nullopt;
+      if (grow_old) {
+        if (i1 >= old_sizes.size()) return std::nullopt;
+        po = po * old_sizes[i1++];
+      } else {
+        if (j1 >= new_sizes.size()) return std::nullopt;
+        pn = pn * new_sizes[j1++];
+      }
+    }
+    groups.push_back({i, i1, j, j1});
+    i = i1;
+    j = j1;
+  }
+  return groups;
+}
+
+}  // namespace
+
 TensorRef reshape(Lowering& L, const TensorRef& x, const Index& sizes) {
   if (x.sizes == sizes) return x;
   Index in_sizes = x.sizes;
   Index in_strides = row_major_strides(in_sizes), out_strides = row_major_strides(sizes);
-  return remap(L, x, sizes,
-               [=](const Index& idx) {
-                 sym::Expr flat = flat_index(idx, out_strides, 0);
-                 Index in(in_sizes.size());
-                 for (size_t d = 0; d < in_sizes.size(); ++d)
-                   in[d] = sym::mod(sym::floordiv(flat, in_strides[d]), in_sizes[d]);
-                 return in;
-               },
-               [=](const View& v) -> std::optional<View> {
-                 if (!is_contiguous(v)) return std::nullopt;
-                 return View{v.buffer, sizes, out_strides, v.offset};
-               });
+  auto groups = reshape_groups(in_sizes, sizes);
+  // Element map: per group, flatten the new indices and split them over the old dims, so merges
+  // and splits give simple index expressions (x0 // s1, x0 % s1) rather than a whole-tensor
+  // flatten/unflatten.
+  auto map = [=](const Index& idx) {
+    Index in(in_sizes.size(), sym::Expr(0));
+    if (!groups) {
+      sym::Expr flat = flat_index(idx, out_strides, 0);
+      for (size_t d = 0; d < in_sizes.size(); ++d) in[d] = sym::mod(sym::floordiv(flat, in_strides[d]), in_sizes[d]);
+      return in;
+    }
+    for (const DimGroup& gr : *groups) {
+      sym::Expr flat = 0;
+      for (size_t k = gr.n0; k < gr.n1; ++k) flat = flat * sizes[k] + idx[k];
+      sym::Expr stride = 1;
+      for (size_t d = gr.o1; d-- > gr.o0;) {
+        sym::Expr q = sym::floordiv(flat, stride);
+        in[d] = d == gr.o0 ? q : sym::mod(q, in_sizes[d]);
+        stride = stride * in_sizes[d];
+      }
+    }
+    return in;
+  };
+  auto view_map = [=](const View& v) -> std::optional<View> {
+    if (is_contiguous(v)) return View{v.buffer, sizes, out_strides, v.offset};
+    if (!groups) return std::nullopt;
+    View o{v.buffer, sizes, Index(sizes.size(), sym::Expr(0)), v.offset};
+    for (const DimGroup& gr : *groups) {
+      if (gr.n0 == gr.n1) continue;  // old size-1 dims: no new dims
+      // The old dims must merge into one run: each stride is the next one times its size.
+      sym::Expr inner;
+      bool have = false;
+      for (size_t d = gr.o1; d-- > gr.o0;) {
+        if (in_sizes[d] == sym::Expr(1)) continue;
+        if (have && !(v.strides[d] == inner)) return std::nullopt;
+        inner = v.strides[d] * in_sizes[d];
+        have = true;
+      }
+      sym::Expr stride = 1;
+      for (size_t d = gr.o1; d-- > gr.o0;)
+        if (!(in_sizes[d] == sym::Expr(1))) {
+          stride = v.strides[d];
+          break;
+        }
+      for (size_t k = gr.n1; k-- > gr.n0;) {
+        o.strides[k] = stride;
+        stride = stride * sizes[k];
+      }
+    }
+    return o;
+  };
+  return remap(L, x, sizes, map, view_map);
 }
 
 TensorRef permute(Lowering& L, const TensorRef& x, const std::vector<int64_t>& perm) {

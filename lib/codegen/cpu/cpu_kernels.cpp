@@ -96,16 +96,16 @@ class ExprPrinter {
       case Op::Where: return "(" + a(0) + " ? " + a(1) + " : " + a(2) + ")";
       case Op::Neg: return "(-" + a(0) + ")";
       case Op::Abs: return "std::abs(" + a(0) + ")";
-      case Op::Exp: return "std::exp(" + a(0) + ")";
+      case Op::Exp: return (e->dtype == DType::Float32 ? "ptc_rt::exp_f(" : "std::exp(") + a(0) + ")";
       case Op::Log: return "std::log(" + a(0) + ")";
       case Op::Log1p: return "std::log1p(" + a(0) + ")";
       case Op::Sqrt: return "std::sqrt(" + a(0) + ")";
       case Op::Rsqrt: return "(" + T + "(1) / std::sqrt(" + a(0) + "))";
       case Op::Sin: return "std::sin(" + a(0) + ")";
       case Op::Cos: return "std::cos(" + a(0) + ")";
-      case Op::Tanh: return "std::tanh(" + a(0) + ")";
-      case Op::Erf: return "std::erf(" + a(0) + ")";
-      case Op::Sigmoid: return "ptc_rt::sigmoid(" + a(0) + ")";
+      case Op::Tanh: return (e->dtype == DType::Float32 ? "ptc_rt::tanh_f(" : "std::tanh(") + a(0) + ")";
+      case Op::Erf: return (e->dtype == DType::Float32 ? "ptc_rt::erf_f(" : "std::erf(") + a(0) + ")";
+      case Op::Sigmoid: return (e->dtype == DType::Float32 ? "ptc_rt::sigmoid_f(" : "ptc_rt::sigmoid(") + a(0) + ")";
       case Op::Relu: return "ptc_rt::relu(" + a(0) + ")";
       case Op::Floor: return "std::floor(" + a(0) + ")";
       case Op::Ceil: return "std::ceil(" + a(0) + ")";
@@ -201,7 +201,15 @@ void emit_member(std::ostream& os, const Computation& c, size_t outer, const std
   indent += "  ";
   std::vector<std::string> n = size_names(os, c.domain, outer, prefix, indent);
   for (size_t d = 0; d < outer; ++d) n[d] = outer_names[d];
-  open_loops(os, n, outer, 'x', indent);
+  if (c.kind == Computation::Kind::Pointwise && n.size() > outer) {
+    // The innermost loop gets a simd hint: its iterations are independent.
+    std::vector<std::string> head(n.begin(), n.end() - 1);
+    open_loops(os, head, outer, 'x', indent);
+    os << indent << "#pragma omp simd\n";
+    open_loops(os, n, n.size() - 1, 'x', indent);
+  } else {
+    open_loops(os, n, outer, 'x', indent);
+  }
   std::string at = "b" + std::to_string(c.out) + "[" + out_index(n.size(), 'x', n) + "]";
   if (c.kind == Computation::Kind::Pointwise) {
     ExprPrinter pr(os, indent);
@@ -228,22 +236,33 @@ void emit_member(std::ostream& os, const Computation& c, size_t outer, const std
     os << indent << T << " acc = " << init << ";\n";
     if (arg) os << indent << "int64_t best = 0, k = 0;\n";
     // Sum reductions of floats vectorize only with reassociation: let OpenMP do it explicitly.
+    bool minmax = (c.reduce == loop::ReduceOp::Max || c.reduce == loop::ReduceOp::Min) && dtype_is_float(acc_t);
+    if (minmax) os << indent << "bool nan = false;\n";
     if (c.reduce == loop::ReduceOp::Sum && dtype_is_float(acc_t) && m.size() == 1)
       os << indent << "#pragma omp simd reduction(+:acc)\n";
+    if (minmax && m.size() == 1)
+      os << indent << "#pragma omp simd reduction(" << (c.reduce == loop::ReduceOp::Max ? "max" : "min") << ":acc) reduction(|:nan)\n";
     open_loops(os, m, 0, 'r', indent);
     ExprPrinter pr(os, indent);
     std::string v = pr.print(c.body);
     switch (c.reduce) {
       case loop::ReduceOp::Sum: os << indent << "acc += " << v << ";\n"; break;
       case loop::ReduceOp::Prod: os << indent << "acc *= " << v << ";\n"; break;
-      case loop::ReduceOp::Max: os << indent << "acc = ptc_rt::maxnan(" << v << ", acc);\n"; break;
-      case loop::ReduceOp::Min: os << indent << "acc = ptc_rt::minnan(" << v << ", acc);\n"; break;
+      case loop::ReduceOp::Max:
+        if (minmax) os << indent << "{ const " << T << " v = " << v << "; nan |= v != v; acc = v > acc ? v : acc; }\n";
+        else os << indent << "acc = ptc_rt::maxnan(" << v << ", acc);\n";
+        break;
+      case loop::ReduceOp::Min:
+        if (minmax) os << indent << "{ const " << T << " v = " << v << "; nan |= v != v; acc = v < acc ? v : acc; }\n";
+        else os << indent << "acc = ptc_rt::minnan(" << v << ", acc);\n";
+        break;
       case loop::ReduceOp::Any: os << indent << "acc = acc || " << v << ";\n"; break;
       case loop::ReduceOp::All: os << indent << "acc = acc && " << v << ";\n"; break;
       case loop::ReduceOp::ArgMax: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v > acc) { acc = v; best = k; } ++k; }\n"; break;
       case loop::ReduceOp::ArgMin: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v < acc) { acc = v; best = k; } ++k; }\n"; break;
     }
     close_loops(os, m.size(), indent);
+    if (minmax) os << indent << "if (nan) acc = std::numeric_limits<" << T << ">::quiet_NaN();\n";
     os << indent << at << " = " << (arg ? "best" : "acc") << ";\n";
     close_loops(os, n.size() - outer, indent);
   }

@@ -14,8 +14,9 @@
 //   ep(float* c, int64_t row, int64_t col0, int64_t ncols)      // gemm
 //   ep(float* c, int64_t batch, int64_t row, int64_t col0, int64_t ncols)   // gemm_batched
 //
-// c points at C[row, col0] (of batch `batch`), and ncols <= NR contiguous floats are final.
-// The epilogue may be called from several threads at once (for disjoint tiles).
+// c points at C[row, col0] (of batch `batch`), and the ncols contiguous floats there are final
+// (ncols is a tile width, e.g. NR; rely on nothing about it). Each element is passed exactly
+// once; the epilogue may run on several threads at once (for disjoint tiles), in any order.
 //
 // Threads: with OpenMP, the problem (batch x M x N) is cut into one sub-problem per thread
 // (or a multiple, for balance) along M and/or N, chosen by a cost model of padded compute and
@@ -26,18 +27,22 @@
 // Workspace (packing buffers, no global mutable state): either caller-provided, sized by
 // gemm_workspace_bytes(M, N, K, nthreads) (any alignment; threads beyond what fits are not
 // used), or — when ws == nullptr — a per-thread thread_local buffer that grows to at most
-// gemm_workspace_bytes(M, N, K, 1) (≈ (MC + NC) * KC * 4 bytes: 1.3 MiB for AVX-512,
-// 2.2 MiB for AVX2) and is freed when the thread exits.
+// gemm_workspace_bytes(M, N, K, 1) (≈ (MC + NC) * KC * 4 bytes: 2.5 MiB for AVX-512,
+// 1.2 MiB for AVX2) and is freed when the thread exits.
 //
-// Small problems (M*N*K <= 32^3) and skinny ones (M or N < 4, matrix-vector products) take a
-// direct loop path without packing.
+// Matrix-vector-like problems (M <= 4, or N <= 8 with contiguous A rows and B columns) take a
+// direct loop path without packing (see use_direct); all others, even tiny ones, are packed.
+// A constant B (a weight) can be packed once with gemm_pack_b and passed as GemmArgs::B_packed.
+//
+// Files: ptc_vec.h (portable SIMD vector), ptc_gemm_kernel.h (micro-kernel, packing, blocking
+// parameters and their rationale), this file (driver and API).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <new>
+#include <atomic>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -133,7 +138,7 @@ inline float* align64(void* p) {
   return reinterpret_cast<float*>(u);
 }
 
-// Grow-only per-thread buffer (for ws == nullptr).
+// Grow-only per-thread buffer (for ws == nullptr); nullptr if the allocation fails.
 struct TlsBuffer {
   float* p = nullptr;
   int64_t n = 0;
@@ -144,7 +149,6 @@ struct TlsBuffer {
       const size_t bytes = static_cast<size_t>(round_up(floats * 4, 64));
       p = static_cast<float*>(std::aligned_alloc(64, bytes));
       n = p ? floats : 0;
-      if (!p) throw std::bad_alloc();
     }
     return p;
   }
@@ -216,69 +220,147 @@ void gemm_block(const GemmArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n
   }
 }
 
-// ---- direct path (small / skinny problems, no packing) ---------------------------------------
-constexpr int64_t kDirectCols = 4 * W;  // columns per register block in the axpy form
+// ---- direct path (matrix-vector-like problems, no packing) -----------------------------------
+constexpr int64_t kDirectCols = 4 * W;  // column granularity of the thread split
+// accumulator vectors the axpy form may hold in registers (32 vector registers: 24; 16: 12)
+#if defined(__AVX512F__) || defined(__ARM_NEON) || defined(__aarch64__)
+constexpr int kDirectAccs = 24;
+#else
+constexpr int kDirectAccs = 12;
+#endif
 
-template <class Ep4>
-void gemm_direct(const GemmArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, Ep4& ep) {
+inline void store_direct(float* c, float v, const GemmArgs& g) {
+  v *= g.alpha;
+  *c = g.beta == 0.f ? v : v + g.beta * *c;
+}
+
+// axpy form for MB rows starting at m (B's rows contiguous): MB x VB vectors of C accumulate in
+// registers while B is streamed once, a chunk of VB * W columns at a time.
+template <int MB, class Ep4>
+void direct_axpy(const GemmArgs& g, int64_t m, int64_t n0, int64_t n1, Ep4& ep) {
+  constexpr int VB = std::min(16, kDirectAccs / MB);
   const int64_t K = g.K;
-  for (int64_t m = m0; m < m1; ++m) {
-    const float* a = g.A + m * g.lda_m;
-    float* crow = g.C + m * g.ldc_m;
-    if (g.ldb_n == 1) {
-      // axpy form: a register block of up to 4 vectors of C, B rows contiguous
-      for (int64_t nb = n0; nb < n1; nb += kDirectCols) {
-        const int64_t nn = std::min<int64_t>(kDirectCols, n1 - nb);
-        vfloat acc[4] = {vzero(), vzero(), vzero(), vzero()};
-        if (nn == kDirectCols) {
-          for (int64_t k = 0; k < K; ++k) {
-            const float av = a[k * g.lda_k];
-            const float* b = g.B + k * g.ldb_k + nb;
-            for (int v = 0; v < 4; ++v) acc[v] += vload(b + v * W) * av;
-          }
-        } else {
-          for (int64_t k = 0; k < K; ++k) {
-            const float av = a[k * g.lda_k];
-            const float* b = g.B + k * g.ldb_k + nb;
-            for (int v = 0; v * W < nn; ++v) {
-              const int cnt = static_cast<int>(std::min<int64_t>(W, nn - v * W));
-              acc[v] += (cnt == W ? vload(b + v * W) : vload_partial(b + v * W, cnt)) * av;
-            }
-          }
-        }
-        float* c = crow + nb;
-        for (int64_t j = 0; j < nn; ++j) {
-          const float s = g.alpha * acc[j / W][j % W];
-          c[j] = g.beta == 0.f ? s : s + g.beta * c[j];
+  const float* a[MB];
+  for (int i = 0; i < MB; ++i) a[i] = g.A + (m + i) * g.lda_m;
+  for (int64_t nb = n0; nb < n1; nb += VB * W) {
+    const int64_t nn = std::min<int64_t>(VB * W, n1 - nb);
+    vfloat acc[MB][VB];
+    for (int i = 0; i < MB; ++i)
+      for (int v = 0; v < VB; ++v) acc[i][v] = vzero();
+    if (nn == VB * W) {
+      for (int64_t k = 0; k < K; ++k) {
+        const float* b = g.B + k * g.ldb_k + nb;
+        float av[MB];
+        for (int i = 0; i < MB; ++i) av[i] = a[i][k * g.lda_k];
+#pragma GCC unroll 16
+        for (int v = 0; v < VB; ++v) {
+          const vfloat bv = vload(b + v * W);
+          for (int i = 0; i < MB; ++i) acc[i][v] += bv * av[i];
         }
       }
-    } else if (g.lda_k == 1 && g.ldb_k == 1) {
-      // dot form: A row and B column (a W row) both contiguous in k
-      for (int64_t n = n0; n < n1; ++n) {
-        const float* b = g.B + n * g.ldb_n;
-        vfloat acc = vzero();
-        int64_t k = 0;
-        for (; k + W <= K; k += W) acc += vload(a + k) * vload(b + k);
-        float s = vreduce_add(acc);
-        for (; k < K; ++k) s += a[k] * b[k];
-        s *= g.alpha;
-        crow[n] = g.beta == 0.f ? s : s + g.beta * crow[n];
-      }
-    } else {  // general strides
-      for (int64_t n = n0; n < n1; ++n) {
-        const float* b = g.B + n * g.ldb_n;
-        float s = 0.f;
-        for (int64_t k = 0; k < K; ++k) s += a[k * g.lda_k] * b[k * g.ldb_k];
-        s *= g.alpha;
-        crow[n] = g.beta == 0.f ? s : s + g.beta * crow[n];
+    } else {  // last chunk: whole vectors, then one partial vector
+      const int nfull = static_cast<int>(nn / W), rem = static_cast<int>(nn % W);
+      for (int64_t k = 0; k < K; ++k) {
+        const float* b = g.B + k * g.ldb_k + nb;
+        float av[MB];
+        for (int i = 0; i < MB; ++i) av[i] = a[i][k * g.lda_k];
+        for (int v = 0; v < nfull; ++v) {
+          const vfloat bv = vload(b + v * W);
+          for (int i = 0; i < MB; ++i) acc[i][v] += bv * av[i];
+        }
+        if (rem) {
+          const vfloat bv = vload_partial(b + nfull * W, rem);
+          for (int i = 0; i < MB; ++i) acc[i][nfull] += bv * av[i];
+        }
       }
     }
-    ep(crow + n0, m, n0, n1 - n0);
+    for (int i = 0; i < MB; ++i) {
+      float* c = g.C + (m + i) * g.ldc_m + nb;
+      for (int64_t j = 0; j < nn; ++j) store_direct(c + j, acc[i][j / W][j % W], g);
+      ep(c, m + i, nb, nn);
+    }
   }
 }
 
-inline bool use_direct(int64_t M, int64_t N, int64_t K) {
-  return M * N * K <= 32 * 32 * 32 || M < 4 || N < 4;
+// Rows [m0, m1) x columns [n0, n1) without packing: the axpy form (above) when B's rows are
+// contiguous, else per row and chunk of columns the dot form (A's rows and B's columns
+// contiguous in k: 4 dot products at a time) or plain loops (general strides).
+template <class Ep4>
+void gemm_direct(const GemmArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, Ep4& ep) {
+  const int64_t K = g.K;
+  const bool dot = g.lda_k == 1 && g.ldb_k == 1;
+  if (g.ldb_n == 1 && !(dot && g.N < W)) {
+    for (int64_t m = m0; m < m1; m += 4) {
+      switch (std::min<int64_t>(4, m1 - m)) {
+        case 1: direct_axpy<1>(g, m, n0, n1, ep); break;
+        case 2: direct_axpy<2>(g, m, n0, n1, ep); break;
+        case 3: direct_axpy<3>(g, m, n0, n1, ep); break;
+        default: direct_axpy<4>(g, m, n0, n1, ep); break;
+      }
+    }
+    return;
+  }
+  for (int64_t nb = n0; nb < n1; nb += kDirectCols) {
+    const int64_t nn = std::min<int64_t>(kDirectCols, n1 - nb);
+    for (int64_t m = m0; m < m1; ++m) {
+      const float* a = g.A + m * g.lda_m;
+      float* c = g.C + m * g.ldc_m + nb;
+      if (dot) {
+        const int64_t kv = K - K % W;
+        int64_t j = 0;
+        for (; j + 4 <= nn; j += 4) {  // 4 columns at a time: 4 independent accumulators
+          const float* b0 = g.B + (nb + j) * g.ldb_n;
+          const float* b1 = b0 + g.ldb_n;
+          const float* b2 = b1 + g.ldb_n;
+          const float* b3 = b2 + g.ldb_n;
+          vfloat s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero();
+          for (int64_t k = 0; k < kv; k += W) {
+            const vfloat av = vload(a + k);
+            s0 += av * vload(b0 + k);
+            s1 += av * vload(b1 + k);
+            s2 += av * vload(b2 + k);
+            s3 += av * vload(b3 + k);
+          }
+          float r0 = vreduce_add(s0), r1 = vreduce_add(s1);
+          float r2 = vreduce_add(s2), r3 = vreduce_add(s3);
+          for (int64_t k = kv; k < K; ++k) {
+            r0 += a[k] * b0[k];
+            r1 += a[k] * b1[k];
+            r2 += a[k] * b2[k];
+            r3 += a[k] * b3[k];
+          }
+          store_direct(c + j, r0, g);
+          store_direct(c + j + 1, r1, g);
+          store_direct(c + j + 2, r2, g);
+          store_direct(c + j + 3, r3, g);
+        }
+        for (; j < nn; ++j) {
+          const float* b = g.B + (nb + j) * g.ldb_n;
+          vfloat acc = vzero();
+          for (int64_t k = 0; k < kv; k += W) acc += vload(a + k) * vload(b + k);
+          float r = vreduce_add(acc);
+          for (int64_t k = kv; k < K; ++k) r += a[k] * b[k];
+          store_direct(c + j, r, g);
+        }
+      } else {  // general strides
+        for (int64_t j = 0; j < nn; ++j) {
+          const float* b = g.B + (nb + j) * g.ldb_n;
+          float r = 0.f;
+          for (int64_t k = 0; k < K; ++k) r += a[k * g.lda_k] * b[k * g.ldb_k];
+          store_direct(c + j, r, g);
+        }
+      }
+      ep(c, m, nb, nn);
+    }
+  }
+}
+
+// The direct path wins for matrix-vector-like shapes only (measured on AVX-512 and AVX2): few
+// rows when B's rows (axpy form) or both A's rows and B's columns (dot form) are contiguous,
+// or few columns with the dot form. Everything else, however small, is faster packed.
+inline bool use_direct(const GemmArgs& g) {
+  const bool dot = g.lda_k == 1 && g.ldb_k == 1;
+  return (g.M <= 4 && (dot || g.ldb_n == 1)) || (g.N <= 8 && dot);
 }
 
 // Split one problem into tm x tn parts so that batch * tm * tn spreads evenly over P threads,
@@ -303,7 +385,10 @@ inline void choose_split(int64_t P, int64_t batch, int64_t M, int64_t N, int64_t
       const double mt = static_cast<double>(round_up(ceil_div(M, tm), mr));
       const double nt = static_cast<double>(round_up(ceil_div(N, tn), nr));
       double cost = mt * nt * static_cast<double>(K);
-      if (packs) cost += 8.0 * static_cast<double>(K) * (nt + mt * std::ceil(nt / NC));
+      if (packs)  // packing B once, A once per NC panel
+        cost += 8.0 * static_cast<double>(K) * (nt + mt * std::ceil(nt / NC));
+      else  // direct path: B streamed once per group of 4 rows
+        cost += static_cast<double>(K) * nt * std::ceil(mt / 4);
       if (best < 0 || cost < best) { best = cost; *tm_out = tm; *tn_out = tn; }
     }
     if (best >= 0) return;
@@ -311,12 +396,12 @@ inline void choose_split(int64_t P, int64_t batch, int64_t M, int64_t N, int64_t
 }
 
 // The driver for gemm and gemm_batched. off(b, &oa, &ob, &oc): element offsets of batch b.
-// ep5(c, batch, row, col0, ncols).
+// ep5(c, batch, row, col0, ncols). Returns false iff a thread_local buffer could not be allocated.
 template <class OffFn, class Ep5>
-void gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void* ws,
+bool gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void* ws,
               size_t ws_bytes) {
   const int64_t M = g.M, N = g.N, K = g.K;
-  if (M <= 0 || N <= 0 || batch <= 0) return;
+  if (M <= 0 || N <= 0 || batch <= 0) return true;
 
   auto sub = [&](int64_t b) {
     int64_t oa = 0, ob = 0, oc = 0;
@@ -340,13 +425,13 @@ void gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void*
         ep(c, b, m, 0, N);
       }
     }
-    return;
+    return true;
   }
 
   const double flops = 2.0 * static_cast<double>(M) * N * K * batch;
   int64_t P = max_threads();
   P = std::max<int64_t>(1, std::min<int64_t>(P, static_cast<int64_t>(flops / 2e6)));
-  const bool direct = !g.B_packed && use_direct(M, N, K);
+  const bool direct = !g.B_packed && use_direct(g);
 
   const int64_t ptf = per_thread_floats(M, N, K);
   float* wsa = nullptr;
@@ -368,6 +453,7 @@ void gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void*
   const int64_t items = batch * tm * tn;
   const int nthreads = static_cast<int>(std::min<int64_t>(P, items));
   (void)nthreads;
+  std::atomic<bool> ok{true};
 
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
@@ -384,9 +470,13 @@ void gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void*
       gemm_direct(s, m0, m1, n0, n1, ep4);
     } else {
       float* w = wsa ? wsa + thread_id() * ptf : tls_buffer(ptf);
-      gemm_block(s, m0, m1, n0, n1, w, ep4);
+      if (w)
+        gemm_block(s, m0, m1, n0, n1, w, ep4);
+      else
+        ok.store(false, std::memory_order_relaxed);
     }
   }
+  return ok.load();
 }
 
 }  // namespace gemm_detail
@@ -418,35 +508,36 @@ inline void gemm_pack_b(int64_t K, int64_t N, const float* B, int64_t ldb_k, int
 }
 
 // C = ep(alpha * A * B + beta * C). ws: nullptr (thread_local buffers) or ws_bytes of caller
-// workspace (see gemm_workspace_bytes).
+// workspace (see gemm_workspace_bytes). Returns false only if ws == nullptr and a thread's
+// packing buffer could not be allocated (C is then incomplete); never throws.
 template <class Epilogue>
-void gemm(const GemmArgs& a, Epilogue&& ep, void* ws = nullptr, size_t ws_bytes = 0) {
+bool gemm(const GemmArgs& a, Epilogue&& ep, void* ws = nullptr, size_t ws_bytes = 0) {
   auto ep5 = [&](float* c, int64_t, int64_t row, int64_t col0, int64_t n) { ep(c, row, col0, n); };
   auto off = [](int64_t, int64_t* oa, int64_t* ob, int64_t* oc) { *oa = *ob = *oc = 0; };
-  gemm_detail::gemm_run(a, 1, off, ep5, ws, ws_bytes);
+  return gemm_detail::gemm_run(a, 1, off, ep5, ws, ws_bytes);
 }
 
-inline void gemm(const GemmArgs& a) { gemm(a, NoEpilogue{}); }
+inline bool gemm(const GemmArgs& a) { return gemm(a, NoEpilogue{}); }
 
 // Batched: problem b uses A + b*stride_a, B + b*stride_b, C + b*stride_c (a stride of 0
 // broadcasts, e.g. one weight for all batches). ep(c, batch, row, col0, ncols).
 template <class Epilogue>
-void gemm_batched(const GemmArgs& a, int64_t batch, int64_t stride_a, int64_t stride_b,
+bool gemm_batched(const GemmArgs& a, int64_t batch, int64_t stride_a, int64_t stride_b,
                   int64_t stride_c, Epilogue&& ep, void* ws = nullptr, size_t ws_bytes = 0) {
   auto off = [=](int64_t b, int64_t* oa, int64_t* ob, int64_t* oc) {
     *oa = b * stride_a;
     *ob = b * stride_b;
     *oc = b * stride_c;
   };
-  gemm_detail::gemm_run(a, batch, off, ep, ws, ws_bytes);
+  return gemm_detail::gemm_run(a, batch, off, ep, ws, ws_bytes);
 }
 
 // Batched with arbitrary per-batch offsets (several / broadcast batch dims of torch.matmul):
 // offsets(b, int64_t* oa, int64_t* ob, int64_t* oc) gives the element offsets of problem b.
 template <class OffsetFn, class Epilogue>
-void gemm_batched_fn(const GemmArgs& a, int64_t batch, OffsetFn&& offsets, Epilogue&& ep,
+bool gemm_batched_fn(const GemmArgs& a, int64_t batch, OffsetFn&& offsets, Epilogue&& ep,
                      void* ws = nullptr, size_t ws_bytes = 0) {
-  gemm_detail::gemm_run(a, batch, offsets, ep, ws, ws_bytes);
+  return gemm_detail::gemm_run(a, batch, offsets, ep, ws, ws_bytes);
 }
 
 }  // namespace ptc_rt

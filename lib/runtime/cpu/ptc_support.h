@@ -29,6 +29,40 @@ inline int64_t pymod(int64_t a, int64_t b) {
 }
 template <class T> inline T fmod_py(T a, T b) { return a - b * std::floor(a / b); }
 
+// float math the compiler can vectorize (straight-line arithmetic, no libm calls), accurate to
+// a few ulp (exp) / ~1e-7 absolute (erf, tanh): the generated kernels use them for float32.
+inline float exp_f(float x) {
+  const float xc = x < -87.33654f ? -87.33654f : (x > 88.37626f ? 88.37626f : x);
+  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  const float v = y * scale;
+  return x != x ? x : (x < -87.33654f ? 0.0f : (x > 88.72283f ? std::numeric_limits<float>::infinity() : v));
+}
+inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
+inline float tanh_f(float x) {
+  const float a = x < 0 ? -x : x;
+  const float e = exp_f(-2.0f * (a > 9.0f ? 9.0f : a));
+  const float t = (1.0f - e) / (1.0f + e);
+  return x != x ? x : (x < 0 ? -t : t);
+}
+inline float erf_f(float x) {  // Abramowitz & Stegun 7.1.26
+  const float a = x < 0 ? -x : x;
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
+  const float y = 1.0f - poly * exp_f(-a * a);
+  return x != x ? x : (x < 0 ? -y : y);
+}
+
 // max/min that propagate NaN like torch.maximum / amax.
 template <class T> inline T maxnan(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> inline T minnan(T a, T b) { return (a != a || a < b) ? a : b; }
