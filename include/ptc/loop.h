@@ -35,7 +35,8 @@ enum class Op : uint8_t {
   Add, Sub, Mul, Div, Pow, Max, Min, FloorDiv, Mod,  // FloorDiv/Mod: Python semantics
   Eq, Ne, Lt, Le, Gt, Ge, And, Or,
   // ternary
-  Where,     // args: cond, a, b
+  Where,     // args: cond, a, b — only the chosen branch is evaluated (guards out-of-range loads)
+  Select,    // args: cond, a, b — both branches are safe to evaluate (vectorizes as a blend)
 };
 const char* op_name(Op op);
 int op_arity(Op op);
@@ -75,7 +76,8 @@ ExprRef index_value(sym::Expr index, DType dt = DType::Int64);
 ExprRef unary(Op op, ExprRef a);
 ExprRef cast(ExprRef a, DType dt);
 ExprRef binary(Op op, ExprRef a, ExprRef b);  // result dtype: bool for comparisons, else a's
-ExprRef where(ExprRef c, ExprRef a, ExprRef b);
+ExprRef where(ExprRef c, ExprRef a, ExprRef b);   // lazy: for padding, cat, pooling windows
+ExprRef select(ExprRef c, ExprRef a, ExprRef b);  // eager: for value masks (where.self, causal)
 
 // Loop variables: the symbol for domain dimension d / reduced dimension d, whose range is
 // [0, hi-1] for a size whose upper bound is hi.

@@ -55,13 +55,14 @@ const char* op_name(Op op) {
     case Op::And: return "and";
     case Op::Or: return "or";
     case Op::Where: return "where";
+    case Op::Select: return "select";
   }
   return "?";
 }
 
 int op_arity(Op op) {
   if (op == Op::Load || op == Op::Const || op == Op::IndexVal) return 0;
-  if (op == Op::Where) return 3;
+  if (op == Op::Where || op == Op::Select) return 3;
   if (op >= Op::Add) return 2;
   return 1;
 }
@@ -146,6 +147,12 @@ std::vector<std::string> origins_of(const ExprRef& e) {
   std::set<const Expr*> seen;
   if (e) collect_origins(e, out, seen);
   return out;
+}
+
+ExprRef select(ExprRef c, ExprRef a, ExprRef b) {
+  if (c->op == Op::Const) return c->value != 0 ? a : b;
+  DType dt = a->dtype;
+  return make(Expr{Op::Select, dt, {std::move(c), std::move(a), std::move(b)}, -1, sym::Expr(), 0, {}});
 }
 
 sym::Expr loop_var(int d, const sym::Expr& size) {

@@ -123,6 +123,10 @@ class Interp {
       case Op::Const: return e->value;
       case Op::IndexVal: return static_cast<double>(eval(e->index));
       case Op::Where: return value(e->args[0]) != 0 ? value(e->args[1]) : value(e->args[2]);
+      case Op::Select: {
+        double c = value(e->args[0]), a = value(e->args[1]), b = value(e->args[2]);  // both evaluated
+        return c != 0 ? a : b;
+      }
       case Op::Cast: return round_to(value(e->args[0]), e->dtype);
       default: break;
     }

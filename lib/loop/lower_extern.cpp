@@ -138,10 +138,10 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         ExprRef e = binary(Op::Mul, s.at(idx), constant(scale, compute));
         if (mask) {
           ExprRef m = mask->at(idx);
-          e = mask->dtype == DType::Bool ? where(m, e, constant(ninf, compute)) : binary(Op::Add, e, cast(m, compute));
+          e = mask->dtype == DType::Bool ? select(m, e, constant(ninf, compute)) : binary(Op::Add, e, cast(m, compute));
         }
         if (causal)
-          e = where(binary(Op::Le, index_value(idx[r - 1]), index_value(idx[r - 2])), e, constant(ninf, compute));
+          e = select(binary(Op::Le, index_value(idx[r - 1]), index_value(idx[r - 2])), e, constant(ninf, compute));
         return e;
       });
       TensorRef p = softmax(L, scores, static_cast<int64_t>(r - 1), false, compute);

@@ -125,7 +125,7 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
       ExprRef slope = a.scalar("negative_slope", dt);
       return out(map1(L, a.tensor("self"), dt, [=](ExprRef x) {
         x = cast(x, dt);
-        return where(binary(Op::Gt, x, c(0, dt)), x, binary(Op::Mul, x, slope));
+        return select(binary(Op::Gt, x, c(0, dt)), x, binary(Op::Mul, x, slope));
       }));
     }
     case OpKind::Mish: {
@@ -185,7 +185,7 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
     return out(map2(L, a.tensor("self"), a.tensor("other"), dt, [=](ExprRef p, ExprRef q) {
       ExprRef d = binary(Op::Div, cast(p, DType::Float64), cast(q, DType::Float64));
       if (mode == "floor") d = unary(Op::Floor, d);
-      else if (mode == "trunc") d = where(binary(Op::Lt, d, c(0, DType::Float64)), unary(Op::Ceil, d), unary(Op::Floor, d));
+      else if (mode == "trunc") d = select(binary(Op::Lt, d, c(0, DType::Float64)), unary(Op::Ceil, d), unary(Op::Floor, d));
       return cast(d, dt);
     }));
   }
@@ -213,7 +213,7 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
       if (!shape) L.fail("cannot broadcast the shapes of where's arguments");
       TensorRef bc = L.broadcast_to(cond, *shape), bx = L.broadcast_to(x, *shape), by = L.broadcast_to(y, *shape);
       return out(L.pointwise(dt, *shape, [=](const Index& i) {
-        return where(cast(bc.at(i), DType::Bool), cast(bx.at(i), dt), cast(by.at(i), dt));
+        return select(cast(bc.at(i), DType::Bool), cast(bx.at(i), dt), cast(by.at(i), dt));
       }));
     }
     case OpKind::MaskedFillScalar: case OpKind::MaskedFillTensor: {
@@ -222,7 +222,7 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
       TensorRef mask = L.broadcast_to(a.tensor("mask"), x.sizes);
       TensorRef v = k == OpKind::MaskedFillScalar ? scalar_tensor(L, a.scalar("value", dt)) : a.tensor("value");
       return out(L.pointwise(dt, x.sizes, [=](const Index& i) {
-        return where(cast(mask.at(i), DType::Bool), cast(v.at({}), dt), cast(x.at(i), dt));
+        return select(cast(mask.at(i), DType::Bool), cast(v.at({}), dt), cast(x.at(i), dt));
       }));
     }
     case OpKind::Clamp: case OpKind::ClampMin: case OpKind::ClampInplace: {

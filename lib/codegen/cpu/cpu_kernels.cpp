@@ -93,7 +93,8 @@ class ExprPrinter {
       case Op::Const: return literal(e->value, e->dtype);
       case Op::IndexVal: return "static_cast<" + T + ">(" + cpp_index(e->index) + ")";
       case Op::Cast: return "static_cast<" + T + ">(" + a(0) + ")";
-      case Op::Where: return "(" + a(0) + " ? " + a(1) + " : " + a(2) + ")";
+      case Op::Where:
+      case Op::Select: return "(" + a(0) + " ? " + a(1) + " : " + a(2) + ")";
       case Op::Neg: return "(-" + a(0) + ")";
       case Op::Abs: return "std::abs(" + a(0) + ")";
       case Op::Exp: return (e->dtype == DType::Float32 ? "ptc_rt::exp_f(" : "std::exp(") + a(0) + ")";
@@ -315,7 +316,7 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
       for (size_t d = r - 2; d-- > 0;) os << in << "const int64_t x" << d << " = rest % n" << d << "; rest /= n" << d << ";\n";
     }
     os << in << "const int64_t x" << r - 2 << " = row;\n";
-    os << in << "for (int64_t j = 0; j < ncols; ++j) {\n";
+    os << in << "#pragma omp simd\n" << in << "for (int64_t j = 0; j < ncols; ++j) {\n";
     os << in << "  const int64_t x" << r - 1 << " = col0 + j;\n";
     ExprPrinter pr(os, in + "  ");
     pr.override_load(c.out, "cp[j]");
