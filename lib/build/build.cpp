@@ -91,7 +91,7 @@ void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const 
 
   std::string tmp_out = out_path + ".tmp" + std::to_string(getpid());
   std::string cmd = "cd " + shell_quote(dir.string()) + " && " + opts.cxx + " -std=c++17 -O3 -march=" + opts.cpu_arch +
-                    " -fopenmp -fPIC -shared -fvisibility=hidden -Wno-unused" + (opts.profile ? " -DPTC_PROFILE" : "") + " -o " +
+                    " -fopenmp -fno-trapping-math -fno-math-errno -fPIC -shared -fvisibility=hidden -Wno-unused" + (opts.profile ? " -DPTC_PROFILE" : "") + " -o " +
                     shell_quote(fs::absolute(tmp_out).string()) + " model.cpp" + (weights.external ? " -ldl" : " weights.S");
   spdlog::debug("building: {}", cmd);
   auto t0 = std::chrono::steady_clock::now();

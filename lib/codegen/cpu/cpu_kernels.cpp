@@ -308,7 +308,7 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   std::string ep_name = "ptc_rt::NoEpilogue{}";
   if (ep) {
     ep_name = "epilogue";
-    os << indent << "  auto epilogue = [&](float* cp, " << (r > 2 ? "int64_t bi, " : "") << "int64_t row, int64_t col0, int64_t ncols) {\n";
+    os << indent << "  auto epilogue = [=](float* __restrict cp, " << (r > 2 ? "int64_t bi, " : "") << "int64_t row, int64_t col0, int64_t ncols) {\n";
     std::string in = indent + "    ";
     for (size_t d = 0; d < r; ++d) os << in << "const int64_t n" << d << " = " << cpp_index(c.domain[d]) << "; (void)n" << d << ";\n";
     if (r > 2) {

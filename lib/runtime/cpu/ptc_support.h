@@ -42,9 +42,7 @@ inline float exp_f(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
+  const float scale = __builtin_bit_cast(float, (static_cast<int32_t>(n) + 127) << 23);
   const float v = y * scale;
   return x != x ? x : (x < -87.33654f ? 0.0f : (x > 88.72283f ? std::numeric_limits<float>::infinity() : v));
 }
