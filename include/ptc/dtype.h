@@ -28,6 +28,12 @@ std::optional<DType> dtype_from_c10(int64_t code);
 // "float32", "torch.float32", "float", "f32", "long", ...
 std::optional<DType> dtype_from_name(const std::string& name);
 
+// One element of dtype `t` at `p` as a double, and back (ints truncate and saturate like a
+// C cast of an in-range value; bool is != 0). For reference code: the loop-IR interpreter and
+// constant folding. Internal error for dtypes without a host type (f16, bf16, complex, fp8).
+double read_element(const std::byte* p, DType t);
+void write_element(std::byte* p, DType t, double v);
+
 struct Device {
   enum class Type : uint8_t { CPU, CUDA, Meta, Other };
   Type type = Type::CPU;

@@ -81,6 +81,8 @@ using Arg = std::variant<std::monostate,                             // None
                          sym::Expr, std::vector<sym::Expr>,          // SymInt, SymInt[]
                          DType, Device>;                             // ScalarType, Device
 std::string arg_str(const Arg& a);
+// The argument as a number when it is one (int, float, bool or a constant SymInt).
+std::optional<double> arg_number(const Arg& a);
 
 class Node {
  public:

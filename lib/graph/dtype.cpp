@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "ptc/error.h"
 
 namespace ptc {
 namespace {
@@ -89,6 +94,51 @@ std::optional<DType> dtype_from_name(const std::string& raw) {
   for (const auto& r : kRows)
     if (n == r.name || n == r.short_name) return r.t;
   return std::nullopt;
+}
+
+double read_element(const std::byte* p, DType t) {
+  switch (t) {
+    case DType::Float32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::Float64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DType::Int64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DType::Int32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DType::Int16: { int16_t v; std::memcpy(&v, p, 2); return v; }
+    case DType::Int8: return static_cast<double>(static_cast<int8_t>(*p));
+    case DType::UInt8: return static_cast<double>(static_cast<uint8_t>(*p));
+    case DType::Bool: return *p != std::byte{0} ? 1 : 0;
+    default: break;
+  }
+  PTC_CHECK(false, "reading dtype ", dtype_name(t), " is not supported");
+  return 0;
+}
+
+
+template <class I>
+I to_int(double v) {
+  if (std::isnan(v)) return 0;
+  v = std::trunc(v);
+  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<I>::max());
+  if (v <= lo) return std::numeric_limits<I>::min();
+  if (v >= hi) return std::numeric_limits<I>::max();
+  return static_cast<I>(v);
+}
+
+
+void write_element(std::byte* p, DType t, double v) {
+  switch (t) {
+    case DType::Float32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); return; }
+    case DType::Float64: std::memcpy(p, &v, 8); return;
+    case DType::Int64: { int64_t i = to_int<int64_t>(v); std::memcpy(p, &i, 8); return; }
+    case DType::Int32: { int32_t i = to_int<int32_t>(v); std::memcpy(p, &i, 4); return; }
+    case DType::Int16: { int16_t i = to_int<int16_t>(v); std::memcpy(p, &i, 2); return; }
+    // uint8 wraps like a C cast from an integer (torch's behaviour for in-range int values).
+    case DType::Int8: *p = static_cast<std::byte>(to_int<int8_t>(v)); return;
+    case DType::UInt8: *p = static_cast<std::byte>(static_cast<uint8_t>(to_int<int64_t>(v))); return;
+    case DType::Bool: *p = static_cast<std::byte>(v != 0 ? 1 : 0); return;
+    default: break;
+  }
+  PTC_CHECK(false, "writing dtype ", dtype_name(t), " is not supported");
 }
 
 std::string Device::str() const {

@@ -46,14 +46,6 @@ std::string list_str(const std::vector<T>& v, F f) {
   return s + "]";
 }
 
-std::optional<double> scalar_of(const Arg& a) {
-  if (auto i = std::get_if<int64_t>(&a)) return static_cast<double>(*i);
-  if (auto d = std::get_if<double>(&a)) return *d;
-  if (auto b = std::get_if<bool>(&a)) return *b ? 1.0 : 0.0;
-  if (auto e = std::get_if<sym::Expr>(&a))
-    if (auto c = e->as_const()) return static_cast<double>(*c);
-  return std::nullopt;
-}
 
 std::optional<std::vector<double>> list_of(const Arg& a) {
   std::vector<double> out;
@@ -104,11 +96,20 @@ bool is_default(const Arg& a, const SchemaArg& sa) {
       if (x != want) return false;
     return true;
   }
-  auto got = scalar_of(a);
+  auto got = arg_number(a);
   return got && *got == want;
 }
 
 }  // namespace
+
+std::optional<double> arg_number(const Arg& a) {
+  if (auto i = std::get_if<int64_t>(&a)) return static_cast<double>(*i);
+  if (auto d = std::get_if<double>(&a)) return *d;
+  if (auto b = std::get_if<bool>(&a)) return *b ? 1.0 : 0.0;
+  if (auto e = std::get_if<sym::Expr>(&a))
+    if (auto c = e->as_const()) return static_cast<double>(*c);
+  return std::nullopt;
+}
 
 std::string arg_str(const Arg& a) {
   struct Visitor {

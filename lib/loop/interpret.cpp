@@ -15,34 +15,6 @@ using loop::Computation;
 using loop::ExprRef;
 using loop::Op;
 
-double read_elem(const std::byte* p, DType dt) {
-  switch (dt) {
-    case DType::Float32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::Float64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DType::Int64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case DType::Int32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DType::Int16: { int16_t v; std::memcpy(&v, p, 2); return v; }
-    case DType::Int8: return static_cast<double>(static_cast<int8_t>(*p));
-    case DType::UInt8: return static_cast<double>(static_cast<uint8_t>(*p));
-    case DType::Bool: return *p != std::byte{0} ? 1 : 0;
-    default: user_error("the reference interpreter does not support dtype ", dtype_name(dt));
-  }
-}
-
-void write_elem(std::byte* p, DType dt, double v) {
-  switch (dt) {
-    case DType::Float32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); return; }
-    case DType::Float64: std::memcpy(p, &v, 8); return;
-    case DType::Int64: { int64_t i = static_cast<int64_t>(v); std::memcpy(p, &i, 8); return; }
-    case DType::Int32: { int32_t i = static_cast<int32_t>(v); std::memcpy(p, &i, 4); return; }
-    case DType::Int16: { int16_t i = static_cast<int16_t>(v); std::memcpy(p, &i, 2); return; }
-    case DType::Int8: *p = static_cast<std::byte>(static_cast<int8_t>(v)); return;
-    case DType::UInt8: *p = static_cast<std::byte>(static_cast<uint8_t>(v)); return;
-    case DType::Bool: *p = static_cast<std::byte>(v != 0 ? 1 : 0); return;
-    default: user_error("the reference interpreter does not support dtype ", dtype_name(dt));
-  }
-}
-
 double round_to(double v, DType dt) {
   if (dt == DType::Float32) return static_cast<float>(v);
   if (dt == DType::Float64) return v;
@@ -64,10 +36,10 @@ class Interp {
         const auto& bytes = inputs.at(static_cast<size_t>(buf.io_index));
         size_t n = static_cast<size_t>(eval(buf.numel()));
         if (bytes.size() != n * item) user_error("input ", buf.io_index, " has ", bytes.size(), " bytes, expected ", n * item);
-        for (size_t i = 0; i < n; ++i) data_[b].push_back(read_elem(bytes.data() + i * item, buf.dtype));
+        for (size_t i = 0; i < n; ++i) data_[b].push_back(read_element(bytes.data() + i * item, buf.dtype));
       } else if (buf.kind == Buffer::Kind::Weight) {
         const TensorData& td = g_.weights.at(buf.weight);
-        for (size_t i = 0; i + item <= td.storage_bytes; i += item) data_[b].push_back(read_elem(td.storage + i, buf.dtype));
+        for (size_t i = 0; i + item <= td.storage_bytes; i += item) data_[b].push_back(read_element(td.storage + i, buf.dtype));
       } else {
         data_[b].assign(static_cast<size_t>(eval(buf.numel())), std::numeric_limits<double>::quiet_NaN());
       }
@@ -78,7 +50,7 @@ class Interp {
       const Buffer& buf = p_.buffers[b];
       size_t item = dtype_size(buf.dtype);
       std::vector<std::byte> bytes(data_[b].size() * item);
-      for (size_t i = 0; i < data_[b].size(); ++i) write_elem(bytes.data() + i * item, buf.dtype, data_[b][i]);
+      for (size_t i = 0; i < data_[b].size(); ++i) write_element(bytes.data() + i * item, buf.dtype, data_[b][i]);
       outs.push_back(std::move(bytes));
     }
     return outs;

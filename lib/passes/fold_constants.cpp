@@ -223,18 +223,10 @@ class Evaluator {
     if (!c) throw Unsupported{};
     return *c;
   }
-  static std::optional<double> number(const Arg& a) {
-    if (auto i = std::get_if<int64_t>(&a)) return static_cast<double>(*i);
-    if (auto d = std::get_if<double>(&a)) return *d;
-    if (auto b = std::get_if<bool>(&a)) return *b ? 1.0 : 0.0;
-    if (auto e = std::get_if<sym::Expr>(&a))
-      if (auto c = e->as_const()) return static_cast<double>(*c);
-    return std::nullopt;
-  }
   static double scalar_arg(const Node& n, const char* name) {
     const Arg* a = n.arg(name);
     if (!a) throw Unsupported{};
-    auto v = number(*a);
+    auto v = arg_number(*a);
     if (!v) throw Unsupported{};
     return *v;
   }
@@ -282,7 +274,7 @@ class Evaluator {
     const Arg* a = n.arg(name);
     if (!a) throw Unsupported{};
     if (std::holds_alternative<Value*>(*a)) return Operand{&tensor_arg(n, name), 0};
-    auto v = number(*a);
+    auto v = arg_number(*a);
     if (!v) throw Unsupported{};
     return Operand{nullptr, *v};
   }

@@ -71,8 +71,8 @@ const TensorData* weight_of(const Graph& g, const Value* v);
 // Element access by dtype, as the loop interpreter does (double precision). Supported dtypes:
 // bool, uint8, int8, int16, int32, int64, float32, float64.
 bool dtype_supported(DType t);
-double read_element(const std::byte* p, DType t);
-void write_element(std::byte* p, DType t, double v);  // casts like torch (truncation for ints)
+using ptc::read_element;   // (ptc/dtype.h)
+using ptc::write_element;
 
 // The static sizes/strides/storage offset of a type; nullopt when any is symbolic or negative
 // strides/sizes occur.
