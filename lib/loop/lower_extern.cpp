@@ -47,6 +47,21 @@ TensorRef matmul(Lowering& L, TensorRef a, TensorRef b, DType dt, const Index& o
   return reshape(L, y, out_sizes);
 }
 
+// Records an extern computation writing a new buffer of `out` sizes; returns its result.
+TensorRef emit_extern(Lowering& L, ExternKind kind, DType dt, const Index& out, std::vector<View> operands,
+                      std::vector<int64_t> params = {}) {
+  int buf = L.new_buffer("buf", dt, out);
+  Computation c;
+  c.kind = Computation::Kind::Extern;
+  c.extern_kind = kind;
+  c.out = buf;
+  c.domain = out;
+  c.operands = std::move(operands);
+  c.params = std::move(params);
+  L.emit(std::move(c));
+  return L.of_view(View{buf, out, L.prog_.buffers[buf].strides, 0}, dt);
+}
+
 }  // namespace
 
 TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
@@ -58,16 +73,7 @@ TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
   TensorRef bc = b.dtype == dt ? b : map1(L, b, dt, [dt](ExprRef v) { return cast(v, dt); });
   Index out = a.sizes;
   out.back() = b.sizes.back();
-  int buf = L.new_buffer("buf", dt, out);
-  Computation c;
-  c.kind = Computation::Kind::Extern;
-  c.extern_kind = ExternKind::Gemm;
-  c.out = buf;
-  c.domain = out;
-  c.operands = {L.as_view(ac, L.origin()), L.as_view(bc, L.origin())};
-  c.origin = L.origin();
-  L.emit(std::move(c));
-  return L.of_view(View{buf, out, L.prog_.buffers[buf].strides, 0}, dt);
+  return emit_extern(L, ExternKind::Gemm, dt, out, {L.as_view(ac, L.origin()), L.as_view(bc, L.origin())});
 }
 
 Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
@@ -105,20 +111,10 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         return v;
       };
       auto st = pair("stride", 1), pd = pair("padding", 0), dl = pair("dilation", 1);
-      DType dt = a.out_dtype();
-      Index out = a.out_sizes();
-      int buf = L.new_buffer("buf", dt, out);
-      Computation c;
-      c.kind = Computation::Kind::Extern;
-      c.extern_kind = ExternKind::Convolution;
-      c.out = buf;
-      c.domain = out;
-      c.operands = {L.as_view(x, L.origin()), L.as_view(w, L.origin())};
-      if (!a.is_none("bias")) c.operands.push_back(L.as_view(a.tensor("bias"), L.origin()));
-      c.params = {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups")};
-      c.origin = L.origin();
-      L.emit(std::move(c));
-      return one(L.of_view(View{buf, out, L.prog_.buffers[buf].strides, 0}, dt));
+      std::vector<View> operands{L.as_view(x, L.origin()), L.as_view(w, L.origin())};
+      if (!a.is_none("bias")) operands.push_back(L.as_view(a.tensor("bias"), L.origin()));
+      return one(emit_extern(L, ExternKind::Convolution, a.out_dtype(), a.out_sizes(), std::move(operands),
+                             {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups")}));
     }
     case OpKind::ScaledDotProductAttention: case OpKind::UnderscoreScaledDotProductFlashAttentionForCpu: {
       TensorRef q = a.tensor("query"), k = a.tensor("key"), v = a.tensor("value");
