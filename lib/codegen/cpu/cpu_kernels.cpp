@@ -180,10 +180,19 @@ void close_loops(std::ostream& os, size_t count, std::string& indent) {
   }
 }
 
-// Opens the kernel's parallel outer loops over `sizes` (all collapsed into one OpenMP loop).
-void open_parallel(std::ostream& os, const std::vector<std::string>& n, const std::string& work, std::string& indent) {
-  if (!n.empty())
-    os << indent << "#pragma omp parallel for collapse(" << n.size() << ") schedule(static) if (" << work << " > 32768)\n";
+// Opens the kernel's outer loops over `sizes`: the leading ones that give enough iterations to
+// share among threads are collapsed into one OpenMP loop; the rest stay plain nested loops (a
+// collapsed index costs a division per dimension per iteration).
+void open_parallel(std::ostream& os, const std::vector<std::string>& n, const std::vector<sym::Expr>& sizes,
+                   const std::string& work, std::string& indent) {
+  size_t count = 0;
+  int64_t iters = 1;
+  while (count < n.size() && iters < 256) {
+    iters *= sizes[count].as_const().value_or(1);  // a symbolic size may be 1 (batch)
+    ++count;
+  }
+  if (count > 0)
+    os << indent << "#pragma omp parallel for collapse(" << count << ") schedule(static) if (" << work << " > 32768)\n";
   open_loops(os, n, 0, 'x', indent);
 }
 
@@ -243,7 +252,17 @@ void emit_member(std::ostream& os, const Computation& c, size_t outer, const std
       os << indent << "#pragma omp simd reduction(+:acc)\n";
     if (minmax && m.size() == 1)
       os << indent << "#pragma omp simd reduction(" << (c.reduce == loop::ReduceOp::Max ? "max" : "min") << ":acc) reduction(|:nan)\n";
-    open_loops(os, m, 0, 'r', indent);
+    int64_t window = 1;
+    for (const auto& r : c.reduce_domain) window *= r.as_const().value_or(1 << 20);
+    if (window <= 16 && m.size() > 1) {  // pooling windows: let the compiler unroll them
+      for (size_t d = 0; d < m.size(); ++d) {
+        os << indent << "#pragma GCC unroll 16\n";
+        open_loops(os, m, 0, 'r', indent);
+        break;
+      }
+    } else {
+      open_loops(os, m, 0, 'r', indent);
+    }
     ExprPrinter pr(os, indent);
     std::string v = pr.print(c.body);
     switch (c.reduce) {
@@ -282,7 +301,7 @@ void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k
     for (const auto& s : first.reduce_domain) r.push_back("(" + cpp_index(s) + ")");
     work += " * " + product(r) + " * " + std::to_string(k.comps.size());
   }
-  open_parallel(os, n, work, indent);
+  open_parallel(os, n, outer, work, indent);
   for (int ci : k.comps) emit_member(os, p.comps[ci], outer.size(), n, indent, ci);
   close_loops(os, n.size(), indent);
 }
