@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "frontend/pt2_context.h"  // pt2::default_argument: schema defaults for hand-built nodes
 #include "passes/rewrite.h"        // owned_tensor / read_all for hand-built weights
 #include "ptc/frontend.h"
 #include "ptc/passes.h"
@@ -45,17 +44,7 @@ struct Builder {
     n->name = name;
     n->target = op_info(kind).schema.qualified();
     n->source.stack_trace = trace;
-    for (const SchemaArg& sa : op_info(kind).schema.args) {
-      auto it = given.find(sa.name);
-      if (it != given.end()) {
-        n->args.push_back(it->second);
-        given.erase(it);
-      } else {
-        REQUIRE(sa.has_default);
-        n->args.push_back(pt2::default_argument(sa));
-      }
-    }
-    REQUIRE(given.empty());
+    n->args = test::schema_args(kind, std::move(given));
     std::vector<Type> types = infer_node_types(*n);
     REQUIRE(!types.empty());
     for (size_t i = 0; i < types.size(); ++i)

@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "frontend/pt2_context.h"  // pt2::default_argument: schema defaults for hand-built nodes
 #include "passes/shape_rules.h"    // the rule table (coverage test)
 #include "ptc/error.h"
 #include "ptc/frontend.h"
@@ -79,17 +78,7 @@ struct Builder {
     n->kind = kind;
     n->name = name;
     n->target = op_info(kind).schema.qualified();
-    for (const SchemaArg& sa : op_info(kind).schema.args) {
-      auto it = given.find(sa.name);
-      if (it != given.end()) {
-        n->args.push_back(it->second);
-        given.erase(it);
-      } else {
-        REQUIRE(sa.has_default);
-        n->args.push_back(pt2::default_argument(sa));
-      }
-    }
-    REQUIRE(given.empty());  // every given argument is in the schema
+    n->args = test::schema_args(kind, std::move(given));
     n->list_output =
         op_info(kind).schema.returns.size() == 1 && op_info(kind).schema.returns[0].type == ArgType::TensorList;
     for (int i = 0; i < nout; ++i)

@@ -1,5 +1,9 @@
 #include "test_util.h"
 
+#include <catch2/catch.hpp>
+
+#include "frontend/pt2_context.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 #include <unzip.h>
@@ -79,6 +83,22 @@ void rewrite_zip(const std::string& src, const std::string& dst,
   for (const auto& [name, bytes] : extra) add(name, bytes);
   unzClose(in);
   zipClose(out, nullptr);
+}
+
+std::vector<Arg> schema_args(OpKind kind, std::map<std::string, Arg> given) {
+  std::vector<Arg> args;
+  for (const SchemaArg& sa : op_info(kind).schema.args) {
+    auto it = given.find(sa.name);
+    if (it != given.end()) {
+      args.push_back(it->second);
+      given.erase(it);
+    } else {
+      REQUIRE(sa.has_default);
+      args.push_back(pt2::default_argument(sa));
+    }
+  }
+  REQUIRE(given.empty());  // every given argument is in the schema
+  return args;
 }
 
 }  // namespace ptc::test

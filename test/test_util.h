@@ -2,9 +2,12 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "ptc/graph.h"
 
 namespace ptc::test {
 
@@ -27,5 +30,9 @@ RunResult run_ptc(const std::string& args);
 void rewrite_zip(const std::string& src, const std::string& dst,
                  const std::function<std::optional<std::string>(const std::string&, const std::string&)>& edit,
                  const std::vector<std::pair<std::string, std::string>>& extra = {});
+
+// Arguments for a hand-built node of `kind`, aligned with its schema: the `given` ones by name,
+// schema defaults for the rest (a REQUIRE fails on an unknown name or a missing required one).
+std::vector<Arg> schema_args(OpKind kind, std::map<std::string, Arg> given);
 
 }  // namespace ptc::test
