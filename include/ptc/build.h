@@ -14,6 +14,7 @@ struct BuildOptions {
   std::string cpu_arch = "native"; // -march value
   std::string work_dir;            // where sources go (kept); empty: a temporary folder, removed
   bool profile = false;            // time each kernel; the library prints the table at ptc_close
+  int jobs = 0;                    // translation units compiled at once (0: one per hardware thread)
 };
 
 // Writes and compiles; the library appears at `out_path` atomically (temp file + rename).

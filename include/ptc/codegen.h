@@ -43,7 +43,11 @@ void WeightLayout::stream(const Graph& g, Sink&& sink) const {
 }
 
 struct CpuSource {
-  std::string model_cpp;  // kernels + wrapper; includes ptc_support.h, ptc_gemm.h, runtime.h
+  // (file name, text): model.cpp (tensor metadata, input checks, the run sequence and the C ABI;
+  // includes ptc_support.h, ptc_arena.h, runtime.h) and kernels_<i>.cpp (the kernel functions;
+  // include ptc_support.h and ptc_rt.h), each a translation unit of its own. The runtime's
+  // ptc_runtime.cpp (GEMM, convolution) is the library's last translation unit.
+  std::vector<std::pair<std::string, std::string>> files;
 };
 CpuSource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights);
 

@@ -7,9 +7,15 @@
 //   * GEMM epilogues: a pointwise computation over a GEMM's result domain that reads the GEMM
 //     result only at its own element (bias, activation, residual) runs inside the GEMM's
 //     epilogue on each tile while it is in cache, writing the final buffer directly.
+//   * Horizontal fusion: later pointwise computations over the same domain join a pointwise
+//     kernel's loop nest when they depend on nothing computed in between and read the
+//     kernel's own results only at their own element (sibling bias adds, the parts of a split).
 //   * Everything else is one kernel per computation.
-// Only consecutive computations are grouped, so program order (and with it every dependence)
-// is kept. Memory planning is separate (plan_memory).
+// Kernels run in the order of their first computation; a computation moves earlier only past
+// computations it does not read, so every dependence is kept.
+// In-place reuse: a pointwise computation (alone or in a row group) that is the last reader of a
+// temporary of its own size, reading it only at its own element, writes into its storage.
+// Memory planning (temp_lifetimes + ptc_arena.h) is separate.
 #pragma once
 
 #include <string>
@@ -33,16 +39,22 @@ struct Schedule {
   std::vector<Kernel> kernels;
   // Buffers no kernel writes any more (a GEMM result consumed by its fused epilogue).
   std::vector<bool> elided;
+  // In-place reuse: alias_of[b] = a when temporary b is written into the storage of temporary
+  // a, which its writer reads for the last time, element by element, before overwriting it
+  // (-1: own storage).
+  std::vector<int> alias_of;
 };
 
 Schedule schedule(const loop::Program& p);
 std::string print_schedule(const loop::Program& p, const Schedule& s);
 
 // Liveness of the temporaries over the kernel sequence, for the arena planner: buffer id,
-// first kernel writing it, last kernel reading it.
+// first kernel writing it, last kernel reading it (or one of its in-place aliases reading it,
+// which share its storage and are listed in `aliases`).
 struct Lifetime {
   int buffer;
   int first, last;
+  std::vector<int> aliases;
 };
 std::vector<Lifetime> temp_lifetimes(const loop::Program& p, const Schedule& s);
 

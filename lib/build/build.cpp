@@ -5,12 +5,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "ptc/error.h"
 #include "runtime/cpu/ptc_weights.h"
@@ -62,7 +66,7 @@ void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const 
   fs::create_directories(dir, ec);
   if (ec) user_error(dir.string(), ": cannot create the build folder: ", ec.message());
 
-  write(dir / "model.cpp", src.model_cpp);
+  for (const auto& [name, text] : src.files) write(dir / name, text);
   for (const auto& [name, text] : embedded_files()) write(dir / name, text);
   // The weights: a blob linked in with .incbin, or a side file mapped at ptc_open.
   std::string weights_file;
@@ -89,18 +93,49 @@ void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const 
     if (ec) user_error(weights_file, ": cannot write the weights file: ", ec.message());
   }
 
-  std::string tmp_out = out_path + ".tmp" + std::to_string(getpid());
-  std::string cmd = "cd " + shell_quote(dir.string()) + " && " + opts.cxx + " -std=c++17 -O3 -march=" + opts.cpu_arch +
-                    " -fopenmp -fno-trapping-math -fno-math-errno -fPIC -shared -fvisibility=hidden -Wno-unused" + (opts.profile ? " -DPTC_PROFILE" : "") + " -o " +
-                    shell_quote(fs::absolute(tmp_out).string()) + " model.cpp" + (weights.external ? " -ldl" : " weights.S");
-  spdlog::debug("building: {}", cmd);
+  // Every translation unit to an object, several at once, then one link.
+  std::vector<std::string> units{"ptc_runtime.cpp"};  // the slowest first
+  for (const auto& f : src.files) units.push_back(f.first);
+  std::string flags = "-std=c++17 -O3 -march=" + opts.cpu_arch +
+                      " -fopenmp -fno-trapping-math -fno-math-errno -fPIC -fvisibility=hidden -Wno-unused" +
+                      (opts.profile ? " -DPTC_PROFILE" : "");
+  std::vector<std::string> cmds, outputs(units.size());
+  for (const auto& u : units)
+    cmds.push_back("cd " + shell_quote(dir.string()) + " && " + opts.cxx + " " + flags + " -c " + u + " -o " + u + ".o");
+  std::vector<int> rcs(units.size(), 0);
+  int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  jobs = std::min<int>(jobs, static_cast<int>(units.size()));
   auto t0 = std::chrono::steady_clock::now();
+  {
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t i; (i = next++) < cmds.size();) {
+        spdlog::debug("building: {}", cmds[i]);
+        rcs[i] = run(cmds[i], outputs[i]);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < jobs; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+  }
+  for (size_t i = 0; i < units.size(); ++i)
+    if (rcs[i] != 0) user_error("the host compiler failed on the generated code (", (dir / units[i]).string(), "):\n", outputs[i].substr(0, 4000));
+  spdlog::debug("compiled {} translation units ({} at a time) in {:.2f} s", units.size(), jobs,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+
+  std::string tmp_out = out_path + ".tmp" + std::to_string(getpid());
+  std::string objects;
+  for (const auto& u : units) objects += " " + u + ".o";
+  std::string cmd = "cd " + shell_quote(dir.string()) + " && " + opts.cxx + " -shared -fopenmp -o " +
+                    shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : " weights.S");
+  spdlog::debug("linking: {}", cmd);
   std::string output;
   int rc = run(cmd, output);
   spdlog::debug("host compiler took {:.2f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (rc != 0) {
     fs::remove(tmp_out, ec);
-    user_error("the host compiler failed on the generated code (", dir.string(), "/model.cpp):\n", output.substr(0, 4000));
+    user_error("linking the generated library failed (", dir.string(), "):\n", output.substr(0, 4000));
   }
   fs::rename(tmp_out, out_path, ec);
   if (ec) user_error(out_path, ": cannot write the library: ", ec.message());

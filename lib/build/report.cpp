@@ -71,15 +71,26 @@ json make_report(const Graph& g, const loop::Program& p, const sched::Schedule& 
     const auto& b = p.buffers[l.buffer];
     bytes.push_back(static_cast<size_t>(at_bound(b.numel(), p.symbols, true)) * dtype_size(b.dtype));
     unplanned += (bytes.back() + 63) / 64 * 64;
+    for (int a : l.aliases)
+      unplanned += (static_cast<size_t>(at_bound(p.buffers[a].numel(), p.symbols, true)) * dtype_size(p.buffers[a].dtype) + 63) / 64 * 64;
     first.push_back(l.first);
     last.push_back(l.last);
   }
   size_t total = ptc_rt::plan_arena(static_cast<int>(lives.size()), bytes.data(), first.data(), last.data(), offs.data());
   json arena{{"bytes_at_max_sizes", total}, {"bytes_without_reuse", unplanned}};
   arena["buffers"] = json::array();
-  for (size_t i = 0; i < lives.size(); ++i)
-    arena["buffers"].push_back({{"buffer", p.buffers[lives[i].buffer].name}, {"bytes", bytes[i]}, {"offset", offs[i]},
-                                {"first_kernel", lives[i].first}, {"last_kernel", lives[i].last}});
+  size_t in_place = 0;
+  for (size_t i = 0; i < lives.size(); ++i) {
+    json jb{{"buffer", p.buffers[lives[i].buffer].name}, {"bytes", bytes[i]}, {"offset", offs[i]},
+            {"first_kernel", lives[i].first}, {"last_kernel", lives[i].last}};
+    if (!lives[i].aliases.empty()) {
+      jb["in_place"] = json::array();
+      for (int a : lives[i].aliases) jb["in_place"].push_back(p.buffers[a].name);
+      in_place += lives[i].aliases.size();
+    }
+    arena["buffers"].push_back(jb);
+  }
+  arena["in_place_buffers"] = in_place;
   j["arena"] = arena;
   j["weights"] = {{"bytes", w.total_bytes}, {"tensors", w.entries.size()}};
   j["compile_seconds"] = json::object();

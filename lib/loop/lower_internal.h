@@ -51,6 +51,11 @@ class Lowering {
   TensorRef broadcast_to(const TensorRef& t, const Index& sizes) const;
 
   const TensorRef& ref(const Value* v) const;
+  // How many nodes (and graph outputs) read `v`.
+  int uses(const Value* v) const {
+    auto it = uses_.find(v);
+    return it == uses_.end() ? 0 : it->second;
+  }
   void check_inplace(const Node& n);
   const Node* current = nullptr;  // the node being lowered, for messages and origins
   std::string origin() const;

@@ -231,6 +231,12 @@ Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
     case OpKind::SplitTensor: case OpKind::SplitWithSizes: case OpKind::Chunk: case OpKind::UnbindInt: {
       TensorRef x = a.tensor("self");
       int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      // Parts of a computed (not yet stored) tensor would each recompute it, and each part that
+      // feeds a GEMM would be stored on its own: store the whole once (e.g. a fused QKV
+      // projection's bias add becomes that GEMM's epilogue) and let the parts be views.
+      int used_parts = 0;
+      for (const Value* o : n.outputs) used_parts += L.uses(o) > 0;
+      if (!x.view && used_parts > 1) x = L.realize(x, n.name);
       std::vector<TensorRef> outs;
       sym::Expr start = 0;
       for (size_t i = 0; i < n.outputs.size(); ++i) {

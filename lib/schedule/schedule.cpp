@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -56,14 +57,46 @@ bool has_prefix(const std::vector<sym::Expr>& dom, const std::vector<sym::Expr>&
   return true;
 }
 
+bool same_index(const sym::Expr& a, const sym::Expr& b) {
+  if (a == b) return true;
+  try {
+    return sym::prove_eq(a, b);  // e.g. a size-1 dimension's variable, which is always 0
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Whether `within`, an offset over the variables of `m` that run inside a row (domain dims from
+// `outer` on, and the reduction's), stays in [0, rowsize - 1]: it must not decrease when any of
+// them grows by one, so that its extremes are at every variable's 0 and size - 1.
+bool within_row(const sym::Expr& within, const Computation& m, size_t outer, const sym::Expr& rowsize) {
+  std::map<sym::Expr, sym::Expr> lo, hi;
+  auto var = [&](const sym::Expr& v, const sym::Expr& size) {
+    if (!sym::prove_ge(sym::substitute(within, {{v, v + 1}}) - within, 0)) return false;
+    lo[v] = 0;
+    hi[v] = size - 1;
+    return true;
+  };
+  for (size_t d = outer; d < m.domain.size(); ++d)
+    if (!var(loop::loop_var(static_cast<int>(d), m.domain[d]), m.domain[d])) return false;
+  if (m.kind == Computation::Kind::Reduction)
+    for (size_t d = 0; d < m.reduce_domain.size(); ++d)
+      if (!var(loop::reduce_var(static_cast<int>(d), m.reduce_domain[d]), m.reduce_domain[d])) return false;
+  return sym::prove_ge(sym::substitute(within, lo), 0) && sym::prove_le(sym::substitute(within, hi), rowsize - 1);
+}
+
 // Whether a load at `index` of a buffer produced over `producer_domain` (which has prefix
-// `outer`) touches only the row of the consumer's current outer index.
-bool same_row(const sym::Expr& index, const std::vector<sym::Expr>& producer_domain, const std::vector<sym::Expr>& outer) {
+// `outer`) touches only the row of the consumer's current outer index. With the consumer `m`,
+// offsets that range bounds alone cannot place (a reduction index over a symbolic row) are
+// checked through its loop sizes.
+bool same_row(const sym::Expr& index, const std::vector<sym::Expr>& producer_domain, const std::vector<sym::Expr>& outer,
+              const Computation* m = nullptr) {
   sym::Expr rowsize = 1;
   for (size_t d = outer.size(); d < producer_domain.size(); ++d) rowsize = rowsize * producer_domain[d];
   sym::Expr within = index - row_major_flat(loop_vars(outer, outer.size()), outer) * rowsize;
   try {
-    return sym::prove_ge(within, 0) && sym::prove_le(within, rowsize - 1);
+    if (sym::prove_ge(within, 0) && sym::prove_le(within, rowsize - 1)) return true;
+    return m && within_row(within, *m, outer.size(), rowsize);
   } catch (const std::exception&) {
     return false;
   }
@@ -75,13 +108,25 @@ bool fits_row_group(const loop::Program& p, const Computation& c, const std::vec
   if (!has_prefix(c.domain, outer)) return false;
   if (c.kind == Computation::Kind::Reduction && c.domain.size() != outer.size()) return false;
   for (const auto& l : loads_of(c))
-    if (group_buffers.count(l.buffer) && !same_row(l.index, domain_of[l.buffer], outer)) return false;
+    if (group_buffers.count(l.buffer) && !same_row(l.index, domain_of[l.buffer], outer, &c)) return false;
   (void)p;
   return true;
 }
 
+// Whether two row-major domains enumerate the same elements in the same order with the same
+// last dimension (e.g. [B, S, N] over a GEMM's [B*S, N]): a computation over one reads the
+// other's buffer at its own flat index.
+bool same_flat_rows(const std::vector<sym::Expr>& a, const std::vector<sym::Expr>& b) {
+  if (a == b) return true;
+  if (a.empty() || b.empty() || !(a.back() == b.back())) return false;
+  sym::Expr pa = 1, pb = 1;
+  for (size_t d = 0; d + 1 < a.size(); ++d) pa = pa * a[d];
+  for (size_t d = 0; d + 1 < b.size(); ++d) pb = pb * b[d];
+  return pa == pb;
+}
+
 bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Computation& e, const std::vector<int>& readers) {
-  if (e.kind != Computation::Kind::Pointwise || !(e.domain == gemm.domain)) return false;
+  if (e.kind != Computation::Kind::Pointwise || !same_flat_rows(e.domain, gemm.domain)) return false;
   if (p.buffers[gemm.out].dtype != DType::Float32 || p.buffers[e.out].dtype != DType::Float32) return false;
   if (readers[gemm.out] != 1) return false;
   if (p.buffers[e.out].kind == loop::Buffer::Kind::Input || p.buffers[e.out].kind == loop::Buffer::Kind::Weight) return false;
@@ -94,6 +139,77 @@ bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Comput
     reads = true;
   }
   return reads;
+}
+
+// How many later computations the horizontal fusion looks at.
+constexpr size_t kFuseWindow = 16;
+
+bool fits_horizontal(const Computation& first, const Computation& d, const std::set<int>& produced, const std::set<int>& skipped_out) {
+  if (d.kind != Computation::Kind::Pointwise || !(d.domain == first.domain)) return false;
+  sym::Expr own = row_major_flat(loop_vars(d.domain, d.domain.size()), d.domain);
+  for (const auto& l : loads_of(d)) {
+    if (skipped_out.count(l.buffer)) return false;
+    if (produced.count(l.buffer) && !same_index(l.index, own)) return false;
+  }
+  return true;
+}
+
+// Whether computation `c` of kernel `k` (at position `pos`) may write its result into the
+// storage of temporary `a`: `a` has c's element count and size, nothing reads it after this
+// kernel, c reads it only at its own element, members after c do not read it, and members
+// before c read it only where c has not written yet (same element in a pointwise kernel, same
+// row in a row group).
+bool can_overwrite(const loop::Program& p, const Schedule& s, const Kernel& k, size_t pos, int a, const std::vector<int>& last_reader,
+                   int kernel_index, const std::vector<std::vector<sym::Expr>>& domain_of) {
+  const Computation& c = p.comps[k.comps[pos]];
+  const loop::Buffer& ab = p.buffers[a];
+  const loop::Buffer& bb = p.buffers[c.out];
+  if (ab.kind != loop::Buffer::Kind::Temp || s.elided[a] || a == c.out) return false;
+  if (last_reader[a] != kernel_index || dtype_size(ab.dtype) != dtype_size(bb.dtype) || !(ab.numel() == bb.numel())) return false;
+  sym::Expr own = row_major_flat(loop_vars(c.domain, c.domain.size()), c.domain);
+  for (size_t q = 0; q < k.comps.size(); ++q) {
+    const Computation& m = p.comps[k.comps[q]];
+    for (const auto& l : loads_of(m)) {
+      if (l.buffer != a) continue;
+      if (q > pos) return false;
+      if (q == pos && !same_index(l.index, own)) return false;
+      if (q < pos) {
+        if (k.kind == Kernel::Kind::RowGroup) {
+          if (!has_prefix(domain_of[a], k.outer) || !same_row(l.index, domain_of[a], k.outer, &m)) return false;
+        } else if (!(m.domain == c.domain) || !same_index(l.index, own)) {
+          return false;
+        }
+      }
+    }
+    for (const auto& v : m.operands)
+      if (v.buffer == a) return false;
+  }
+  return true;
+}
+
+void plan_in_place(const loop::Program& p, Schedule& s, const std::vector<std::vector<sym::Expr>>& domain_of) {
+  s.alias_of.assign(p.buffers.size(), -1);
+  std::vector<int> last_reader(p.buffers.size(), -1);
+  for (size_t ki = 0; ki < s.kernels.size(); ++ki)
+    for (int ci : s.kernels[ki].comps)
+      for (int b : reads_of(p.comps[ci])) last_reader[b] = static_cast<int>(ki);
+  for (int o : p.outputs) last_reader[o] = static_cast<int>(s.kernels.size());
+  std::vector<bool> reused(p.buffers.size(), false);  // its storage already went to another buffer
+  for (size_t ki = 0; ki < s.kernels.size(); ++ki) {
+    const Kernel& k = s.kernels[ki];
+    if (k.kind != Kernel::Kind::Loop && k.kind != Kernel::Kind::RowGroup) continue;
+    for (size_t pos = 0; pos < k.comps.size(); ++pos) {
+      const Computation& c = p.comps[k.comps[pos]];
+      if (c.kind != Computation::Kind::Pointwise || p.buffers[c.out].kind != loop::Buffer::Kind::Temp) continue;
+      for (const auto& l : loads_of(c)) {
+        int a = l.buffer;
+        if (reused[a] || !can_overwrite(p, s, k, pos, a, last_reader, static_cast<int>(ki), domain_of)) continue;
+        s.alias_of[c.out] = s.alias_of[a] >= 0 ? s.alias_of[a] : a;
+        reused[a] = true;
+        break;
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -120,36 +236,59 @@ Schedule schedule(const loop::Program& p) {
       start = comma + 1;
     }
   };
-  size_t i = 0;
+  std::vector<bool> taken(p.comps.size(), false);
+  auto next_free = [&](size_t j) {
+    while (j < p.comps.size() && taken[j]) ++j;
+    return j;
+  };
+  size_t i = next_free(0);
   while (i < p.comps.size()) {
     const Computation& c = p.comps[i];
     Kernel k;
-    k.comps.push_back(static_cast<int>(i));
-    add_origin(k, c);
+    auto take = [&](size_t j) {
+      taken[j] = true;
+      k.comps.push_back(static_cast<int>(j));
+      add_origin(k, p.comps[j]);
+    };
+    take(i);
     if (c.kind == Computation::Kind::Extern) {
       k.kind = c.extern_kind == loop::ExternKind::Gemm ? Kernel::Kind::Gemm : Kernel::Kind::Conv;
-      if (k.kind == Kernel::Kind::Gemm && i + 1 < p.comps.size() && fits_epilogue(p, c, p.comps[i + 1], readers)) {
-        k.epilogue = static_cast<int>(i + 1);
-        k.comps.push_back(k.epilogue);
-        add_origin(k, p.comps[i + 1]);
+      size_t j = next_free(i + 1);
+      if (k.kind == Kernel::Kind::Gemm && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
+        k.epilogue = static_cast<int>(j);
+        take(j);
         s.elided[c.out] = true;
-        ++i;
       }
     } else if (c.kind == Computation::Kind::Reduction) {
       k.kind = Kernel::Kind::RowGroup;
       k.outer = c.domain;
       std::set<int> produced{c.out};
-      while (i + 1 < p.comps.size() && fits_row_group(p, p.comps[i + 1], k.outer, produced, domain_of)) {
-        ++i;
-        k.comps.push_back(static_cast<int>(i));
-        produced.insert(p.comps[i].out);
-        add_origin(k, p.comps[i]);
+      for (size_t j = next_free(i + 1); j < p.comps.size() && fits_row_group(p, p.comps[j], k.outer, produced, domain_of);
+           j = next_free(j + 1)) {
+        take(j);
+        produced.insert(p.comps[j].out);
+      }
+    } else {
+      // Horizontal fusion: later pointwise computations over the same domain join this loop
+      // nest when they depend on nothing computed between here and there, and read what this
+      // kernel computes only at their own element.
+      std::set<int> produced{c.out}, skipped_out;
+      size_t scanned = 0;
+      for (size_t j = next_free(i + 1); j < p.comps.size() && scanned < kFuseWindow; j = next_free(j + 1), ++scanned) {
+        const Computation& d = p.comps[j];
+        if (fits_horizontal(c, d, produced, skipped_out)) {
+          take(j);
+          produced.insert(d.out);
+        } else {
+          skipped_out.insert(d.out);
+        }
       }
     }
     k.name = "k" + std::to_string(s.kernels.size());
     s.kernels.push_back(std::move(k));
-    ++i;
+    i = next_free(i + 1);
   }
+  plan_in_place(p, s, domain_of);
   return s;
 }
 
@@ -169,17 +308,26 @@ std::string print_schedule(const loop::Program& p, const Schedule& s) {
 
 std::vector<Lifetime> temp_lifetimes(const loop::Program& p, const Schedule& s) {
   std::vector<int> first(p.buffers.size(), -1), last(p.buffers.size(), -1);
+  auto root = [&](int b) { return b < static_cast<int>(s.alias_of.size()) && s.alias_of[b] >= 0 ? s.alias_of[b] : b; };
   for (size_t k = 0; k < s.kernels.size(); ++k)
     for (int ci : s.kernels[k].comps) {
       const Computation& c = p.comps[ci];
-      for (int b : reads_of(c)) last[b] = static_cast<int>(k);
-      if (first[c.out] < 0) first[c.out] = static_cast<int>(k);
-      last[c.out] = std::max(last[c.out], static_cast<int>(k));
+      for (int b : reads_of(c)) last[root(b)] = std::max(last[root(b)], static_cast<int>(k));
+      int o = root(c.out);
+      if (first[o] < 0) first[o] = static_cast<int>(k);
+      last[o] = std::max(last[o], static_cast<int>(k));
     }
   std::vector<Lifetime> out;
+  std::vector<int> slot(p.buffers.size(), -1);
   for (size_t b = 0; b < p.buffers.size(); ++b)
-    if (p.buffers[b].kind == loop::Buffer::Kind::Temp && !s.elided[b] && first[b] >= 0)
-      out.push_back({static_cast<int>(b), first[b], last[b]});
+    if (p.buffers[b].kind == loop::Buffer::Kind::Temp && !s.elided[b] && root(static_cast<int>(b)) == static_cast<int>(b) && first[b] >= 0) {
+      slot[b] = static_cast<int>(out.size());
+      out.push_back({static_cast<int>(b), first[b], last[b], {}});
+    }
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    int r = root(static_cast<int>(b));
+    if (r != static_cast<int>(b) && slot[r] >= 0) out[slot[r]].aliases.push_back(static_cast<int>(b));
+  }
   return out;
 }
 

@@ -17,6 +17,8 @@ std::function<int()> add_compile(CLI::App& app) {
       ->check(CLI::IsMember({"embedded", "external"}));
   cmd->add_option("--report", opts->report, "Write a JSON report: kernels with the graph nodes they fused, arena, compile times");
   cmd->add_flag("--profile", opts->build.profile, "Time each kernel; the library prints a table to stderr at ptc_close");
+  cmd->add_option("-j,--jobs", opts->build.jobs, "Translation units the host compiler builds at once (default: one per hardware thread)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--cpu-arch", opts->build.cpu_arch, "The -march of the generated code (default: native)");
   cmd->add_option("--cxx", opts->build.cxx, "The host C++ compiler (default: c++)");
   cmd->add_option("--input-shape", opts->load.input_shapes, "TorchScript only: shape of each input, e.g. 1x3x224x224");

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include "ptc/codegen.h"
 #include "ptc/schedule.h"
@@ -13,5 +15,11 @@ int dtype_code(DType t);  // runtime.h's PTC_* numbering
 // Prints one kernel as a block of C++ statements (buffers are pointers named b<id>, size symbols
 // and loop variables are int64_t locals named as in the IR).
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k);
+// Prints kernel `index` of the schedule as a function `void <kernel_function_name(index)>(const
+// int64_t* sym, void* const* buf)`: the symbols' values in `sym_names` order, and every buffer's
+// pointer at buf[<buffer id>].
+void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index,
+                          const std::vector<std::string>& sym_names);
+std::string kernel_function_name(size_t index);
 
 }  // namespace ptc::cpu

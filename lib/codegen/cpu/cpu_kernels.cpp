@@ -247,7 +247,9 @@ void emit_member(std::ostream& os, const Computation& c, size_t outer, const std
     if (arg) os << indent << "int64_t best = 0, k = 0;\n";
     // Sum reductions of floats vectorize only with reassociation: let OpenMP do it explicitly.
     bool minmax = (c.reduce == loop::ReduceOp::Max || c.reduce == loop::ReduceOp::Min) && dtype_is_float(acc_t);
-    if (minmax) os << indent << "bool nan = false;\n";
+    // An int flag and the `acc > v ? acc : v` form are what GCC turns into vmaxps (a bool flag or the
+    // other operand order leave the loop scalar once it is split at a mask bound: ~7x slower).
+    if (minmax) os << indent << "int nan = 0;\n";
     if (c.reduce == loop::ReduceOp::Sum && dtype_is_float(acc_t) && m.size() == 1)
       os << indent << "#pragma omp simd reduction(+:acc)\n";
     if (minmax && m.size() == 1)
@@ -269,11 +271,11 @@ void emit_member(std::ostream& os, const Computation& c, size_t outer, const std
       case loop::ReduceOp::Sum: os << indent << "acc += " << v << ";\n"; break;
       case loop::ReduceOp::Prod: os << indent << "acc *= " << v << ";\n"; break;
       case loop::ReduceOp::Max:
-        if (minmax) os << indent << "{ const " << T << " v = " << v << "; nan |= v != v; acc = v > acc ? v : acc; }\n";
+        if (minmax) os << indent << "{ const " << T << " v = " << v << "; nan |= v != v; acc = acc > v ? acc : v; }\n";
         else os << indent << "acc = ptc_rt::maxnan(" << v << ", acc);\n";
         break;
       case loop::ReduceOp::Min:
-        if (minmax) os << indent << "{ const " << T << " v = " << v << "; nan |= v != v; acc = v < acc ? v : acc; }\n";
+        if (minmax) os << indent << "{ const " << T << " v = " << v << "; nan |= v != v; acc = acc < v ? acc : v; }\n";
         else os << indent << "acc = ptc_rt::minnan(" << v << ", acc);\n";
         break;
       case loop::ReduceOp::Any: os << indent << "acc = acc || " << v << ";\n"; break;
@@ -290,7 +292,54 @@ void emit_member(std::ostream& os, const Computation& c, size_t outer, const std
   os << indent << "}\n";
 }
 
-// A loop kernel (one computation) or a row group (computations sharing an outer domain).
+// Elements of the innermost dimension one OpenMP iteration of a pointwise kernel covers.
+constexpr int64_t kInnerBlock = 1024;
+
+// A pointwise kernel: one or more computations over the same domain. The outer dimensions and
+// blocks of the innermost one are collapsed into the parallel loop (a collapsed index costs
+// divisions per iteration, so not per element); each member runs a simd loop over the block.
+void emit_pointwise(std::ostream& os, const loop::Program& p, const sched::Kernel& k, std::string indent) {
+  const std::vector<sym::Expr>& dom = p.comps[k.comps.front()].domain;
+  std::vector<std::string> n = size_names(os, dom, 0, "", indent);
+  if (dom.empty()) {
+    for (int ci : k.comps) emit_member(os, p.comps[ci], 0, n, indent, ci);
+    return;
+  }
+  size_t r = dom.size();
+  auto inner = dom.back().as_const();
+  bool blocked = !inner || *inner > kInnerBlock;
+  std::vector<std::string> par(n.begin(), n.end() - 1);
+  if (blocked) {
+    os << indent << "const int64_t nb = (" << n.back() << " + " << kInnerBlock - 1 << ") / " << kInnerBlock << ";\n";
+    par.push_back("nb");
+  }
+  if (!par.empty())
+    os << indent << "#pragma omp parallel for collapse(" << par.size() << ") schedule(static) if (" << product(n) << " * "
+       << k.comps.size() << " > 32768)\n";
+  open_loops(os, par, 0, 'x', indent);
+  std::string lo = "0", hi = n.back();
+  if (blocked) {
+    os << indent << "const int64_t lo = x" << r - 1 << " * " << kInnerBlock << ", hi = std::min<int64_t>(" << n.back() << ", lo + "
+       << kInnerBlock << ");\n";
+    lo = "lo";
+    hi = "hi";
+  }
+  std::string xi = "x" + std::to_string(r - 1);
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    os << indent << "{\n";
+    os << indent << "  #pragma omp simd\n";
+    os << indent << "  for (int64_t " << xi << " = " << lo << "; " << xi << " < " << hi << "; ++" << xi << ") {\n";
+    std::string in = indent + "    ";
+    ExprPrinter pr(os, in);
+    std::string v = pr.print(c.body);
+    os << in << "b" << c.out << "[" << out_index(r, 'x', n) << "] = " << v << ";\n";
+    os << indent << "  }\n" << indent << "}\n";
+  }
+  close_loops(os, par.size(), indent);
+}
+
+// A row group (computations sharing an outer domain).
 void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k, std::string indent) {
   const Computation& first = p.comps[k.comps.front()];
   std::vector<sym::Expr> outer = k.kind == sched::Kernel::Kind::RowGroup ? k.outer : first.domain;
@@ -324,19 +373,28 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   for (size_t d = 0; d + 2 < r; ++d) bs.push_back("(" + cpp_index(c.domain[d]) + ")");
   if (r > 2) os << indent << "  const int64_t batch = " << product(bs) << ";\n";
   // The epilogue: the fused pointwise body on each finished tile row segment, in place.
-  std::string ep_name = "ptc_rt::NoEpilogue{}";
+  std::string ep_name = "ptc_rt::GemmEpilogue{}";
   if (ep) {
-    ep_name = "epilogue";
-    os << indent << "  auto epilogue = [=](float* __restrict cp, " << (r > 2 ? "int64_t bi, " : "") << "int64_t row, int64_t col0, int64_t ncols) {\n";
+    ep_name = "ptc_rt::epilogue_ref(epilogue)";
+    os << indent << "  auto epilogue = [=](float* __restrict cp, int64_t bi, int64_t row, int64_t col0, int64_t ncols) {\n";
+    os << indent << "    (void)bi;\n";
     std::string in = indent + "    ";
-    for (size_t d = 0; d < r; ++d) os << in << "const int64_t n" << d << " = " << cpp_index(c.domain[d]) << "; (void)n" << d << ";\n";
-    if (r > 2) {
-      os << in << "int64_t rest = bi;\n";
-      for (size_t d = r - 2; d-- > 0;) os << in << "const int64_t x" << d << " = rest % n" << d << "; rest /= n" << d << ";\n";
+    // The epilogue's own loop variables: its domain enumerates the GEMM's rows in the same
+    // order, possibly with other leading dimensions ([B, S, N] over [B*S, N]).
+    size_t er = ep->domain.size();
+    for (size_t d = 0; d < er; ++d) os << in << "const int64_t n" << d << " = " << cpp_index(ep->domain[d]) << "; (void)n" << d << ";\n";
+    if (ep->domain == c.domain) {
+      if (r > 2) {
+        os << in << "int64_t rest = bi;\n";
+        for (size_t d = r - 2; d-- > 0;) os << in << "const int64_t x" << d << " = rest % n" << d << "; rest /= n" << d << ";\n";
+      }
+      os << in << "const int64_t x" << r - 2 << " = row;\n";
+    } else {
+      os << in << "int64_t rest = " << (r > 2 ? "bi * g.M + row" : "row") << ";\n";
+      for (size_t d = er - 1; d-- > 0;) os << in << "const int64_t x" << d << " = rest % n" << d << "; rest /= n" << d << ";\n";
     }
-    os << in << "const int64_t x" << r - 2 << " = row;\n";
     os << in << "#pragma omp simd\n" << in << "for (int64_t j = 0; j < ncols; ++j) {\n";
-    os << in << "  const int64_t x" << r - 1 << " = col0 + j;\n";
+    os << in << "  const int64_t x" << er - 1 << " = col0 + j;\n";
     ExprPrinter pr(os, in + "  ");
     pr.override_load(c.out, "cp[j]");
     std::string v = pr.print(ep->body);
@@ -344,7 +402,7 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
     os << indent << "  };\n";
   }
   if (r == 2) {
-    os << indent << "  ptc_rt::gemm(g, " << ep_name << ");\n";
+    os << indent << "  ptc_rt::gemm_call(g, 1, ptc_rt::GemmOffsets{}, " << ep_name << ");\n";
   } else {
     os << indent << "  auto offsets = [&](int64_t bi, int64_t* oa, int64_t* ob, int64_t* oc) {\n";
     os << indent << "    *oc = bi * g.M * g.N; *oa = 0; *ob = 0; int64_t rest = bi;\n";
@@ -353,7 +411,7 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
       os << indent << "      *oa += i * " << cpp_index(A.strides[d]) << "; *ob += i * " << cpp_index(B.strides[d]) << "; }\n";
     }
     os << indent << "  };\n";
-    os << indent << "  ptc_rt::gemm_batched_fn(g, batch, offsets, " << ep_name << ");\n";
+    os << indent << "  ptc_rt::gemm_call(g, batch, ptc_rt::offsets_ref(offsets), " << ep_name << ");\n";
   }
   os << indent << "}\n";
 }
@@ -381,11 +439,47 @@ void emit_conv(std::ostream& os, const loop::Program& p, const Computation& c, c
   const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
   os << indent << " ";
   for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
-  os << "\n" << indent << "  if (ptc_rt::conv_weight_flat(a.ws, a.KH, a.KW)) ptc_rt::conv2d(a); else ptc_rt::conv2d_direct(a);\n";
+  os << "\n" << indent << "  ptc_rt::conv2d_call(a);\n";
   os << indent << "}\n";
 }
 
 }  // namespace
+
+namespace {
+
+void collect_buffers(const ExprRef& e, std::set<int>& out, std::set<const loop::Expr*>& seen) {
+  if (!e || !seen.insert(e.get()).second) return;
+  if (e->op == Op::Load) out.insert(e->buffer);
+  for (const auto& a : e->args) collect_buffers(a, out, seen);
+}
+
+}  // namespace
+
+std::string kernel_function_name(size_t index) { return "ptc_kernel_" + std::to_string(index); }
+
+void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index,
+                          const std::vector<std::string>& sym_names) {
+  const sched::Kernel& k = s.kernels[index];
+  std::set<int> bufs;
+  std::set<const loop::Expr*> seen;
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    if (!s.elided[c.out]) bufs.insert(c.out);
+    collect_buffers(c.body, bufs, seen);
+    for (const auto& v : c.operands) bufs.insert(v.buffer);
+  }
+  os << "void " << kernel_function_name(index) << "(const int64_t* sym, void* const* buf) {\n";
+  for (size_t i = 0; i < sym_names.size(); ++i) os << "  const int64_t " << sym_names[i] << " = sym[" << i << "]; (void)" << sym_names[i] << ";\n";
+  for (int b : bufs) {
+    if (k.epilogue >= 0 && b == p.comps[k.comps.front()].out) continue;  // read through the epilogue's tile pointer
+    const loop::Buffer& bb = p.buffers[b];
+    bool ro = bb.kind == loop::Buffer::Kind::Input || bb.kind == loop::Buffer::Kind::Weight;
+    std::string T = std::string(ro ? "const " : "") + ctype(bb.dtype);
+    os << "  " << T << "* b" << b << " = static_cast<" << T << "*>(buf[" << b << "]);\n";
+  }
+  emit_kernel(os, p, k);
+  os << "}\n\n";
+}
 
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k) {
   os << "  { // " << k.name << ":";
@@ -396,7 +490,7 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& 
   }
   os << "\n";
   switch (k.kind) {
-    case sched::Kernel::Kind::Loop:
+    case sched::Kernel::Kind::Loop: emit_pointwise(os, p, k, "    "); break;
     case sched::Kernel::Kind::RowGroup: emit_loops(os, p, k, "    "); break;
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    "); break;
     case sched::Kernel::Kind::Conv: emit_conv(os, p, p.comps[k.comps.front()], "    "); break;

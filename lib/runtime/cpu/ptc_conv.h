@@ -10,17 +10,9 @@
 #include <vector>
 
 #include "ptc_gemm.h"
+#include "ptc_rt.h"  // Conv2dArgs
 
 namespace ptc_rt {
-
-struct Conv2dArgs {
-  const float* x; int64_t xs[4];  // input [N, C, H, W] with strides
-  const float* w; int64_t ws[4];  // weight [O, C/groups, KH, KW] with strides
-  const float* bias; int64_t bias_stride;  // nullptr: none
-  float* y;                       // output [N, O, OH, OW], contiguous
-  int64_t N, C, H, W, O, KH, KW, OH, OW;
-  int64_t sh, sw, ph, pw, dh, dw, groups;
-};
 
 inline void conv2d_direct(const Conv2dArgs& a) {
   const int64_t Cg = a.C / a.groups, Og = a.O / a.groups;

@@ -49,24 +49,10 @@
 #endif
 
 #include "ptc_gemm_kernel.h"
+#include "ptc_rt.h"  // GemmArgs
 #include "ptc_vec.h"
 
 namespace ptc_rt {
-
-struct GemmArgs {
-  int64_t M, N, K;
-  const float* A;
-  int64_t lda_m, lda_k;  // A[m, k] = A[m * lda_m + k * lda_k]
-  const float* B;
-  int64_t ldb_k, ldb_n;  // B[k, n] = B[k * ldb_k + n * ldb_n]   (weight W[N,K]: ldb_k=1, ldb_n=K)
-  float* C;
-  int64_t ldc_m;  // C[m, n] = C[m * ldc_m + n]
-  float alpha = 1.f;
-  float beta = 0.f;
-  // Optional: B already packed by gemm_pack_b (e.g. a constant weight, packed once at model
-  // load). When set, B / ldb_* are ignored, and gemm_batched's B offsets apply to B_packed.
-  const float* B_packed = nullptr;
-};
 
 // ---- epilogues -------------------------------------------------------------------------------
 struct NoEpilogue {

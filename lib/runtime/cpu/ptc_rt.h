@@ -1,0 +1,61 @@
+// ptc_rt.h — the compiled-once part of a generated CPU library's runtime, as its kernels see it:
+// plain structs and non-template functions. They are defined in ptc_runtime.cpp, a translation
+// unit of its own, so the GEMM and convolution code is compiled once per library (whatever the
+// number of GEMMs and epilogues) and in parallel with the kernels. C++17, no dependencies.
+#pragma once
+
+#include <cstdint>
+
+namespace ptc_rt {
+
+struct GemmArgs {
+  int64_t M, N, K;
+  const float* A;
+  int64_t lda_m, lda_k;  // A[m, k] = A[m * lda_m + k * lda_k]
+  const float* B;
+  int64_t ldb_k, ldb_n;  // B[k, n] = B[k * ldb_k + n * ldb_n]   (weight W[N,K]: ldb_k=1, ldb_n=K)
+  float* C;
+  int64_t ldc_m;  // C[m, n] = C[m * ldc_m + n]
+  float alpha = 1.f;
+  float beta = 0.f;
+  // Optional: B already packed by gemm_pack_b (e.g. a constant weight, packed once at model
+  // load). When set, B / ldb_* are ignored, and gemm_batched's B offsets apply to B_packed.
+  const float* B_packed = nullptr;
+};
+
+struct Conv2dArgs {
+  const float* x; int64_t xs[4];  // input [N, C, H, W] with strides
+  const float* w; int64_t ws[4];  // weight [O, C/groups, KH, KW] with strides
+  const float* bias; int64_t bias_stride;  // nullptr: none
+  float* y;                       // output [N, O, OH, OW], contiguous
+  int64_t N, C, H, W, O, KH, KW, OH, OW;
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+
+// Non-owning references to a kernel's lambdas (they must outlive the call).
+//   offsets(batch, &oa, &ob, &oc): element offsets of A, B and C for problem `batch`
+//   epilogue(c, batch, row, col0, ncols): the final ncols floats of C[row, col0...] of `batch`
+struct GemmOffsets {
+  const void* obj = nullptr;
+  void (*fn)(const void*, int64_t, int64_t*, int64_t*, int64_t*) = nullptr;  // nullptr: all zero
+};
+struct GemmEpilogue {
+  const void* obj = nullptr;
+  void (*fn)(const void*, float*, int64_t, int64_t, int64_t, int64_t) = nullptr;  // nullptr: none
+};
+template <class F>
+GemmOffsets offsets_ref(const F& f) {
+  return {&f, [](const void* o, int64_t b, int64_t* oa, int64_t* ob, int64_t* oc) { (*static_cast<const F*>(o))(b, oa, ob, oc); }};
+}
+template <class F>
+GemmEpilogue epilogue_ref(const F& f) {
+  return {&f, [](const void* o, float* c, int64_t b, int64_t row, int64_t col0, int64_t n) { (*static_cast<const F*>(o))(c, b, row, col0, n); }};
+}
+
+// `batch` GEMMs (ptc_gemm.h) with per-problem offsets and a fused epilogue. False only when a
+// thread's packing buffer could not be allocated.
+bool gemm_call(const GemmArgs& g, int64_t batch, GemmOffsets offsets, GemmEpilogue epilogue);
+// A 2-D convolution (ptc_conv.h): as GEMMs when the weight's (C, KH, KW) flatten, else direct.
+void conv2d_call(const Conv2dArgs& a);
+
+}  // namespace ptc_rt
