@@ -191,7 +191,7 @@ TEST_CASE("one model handle runs from 4 threads at once with correct results", "
   CHECK(failures == 0);
 }
 
-TEST_CASE("the report shows layer norm and softmax as one kernel each and GEMM+bias+GELU fused", "[e2e][schedule]") {
+TEST_CASE("the report shows layer norm and softmax as one kernel each, GEMM+bias+GELU and conv+ReLU fused", "[e2e][schedule]") {
   auto report = [](const std::string& file) {
     std::string so = test::temp_dir() + "/" + file + ".report.so", rep = so + ".json";
     auto r = test::run_ptc("compile -q " + test::fixture(file) + " -o " + so + " --report " + rep);
@@ -226,6 +226,27 @@ TEST_CASE("the report shows layer norm and softmax as one kernel each and GEMM+b
   CHECK(sm[0]["kind"] == "row_group");
   auto lnorm = kernels_of(tfm, "native_layer_norm");
   CHECK(lnorm[0]["kind"] == "row_group");
+
+  // small_cnn: the first convolution's ReLU runs in the convolution's epilogue.
+  json cnn = report("small_cnn.pt2");
+  auto relu = kernels_of(cnn, "relu");
+  REQUIRE(relu.size() == 1);
+  CHECK(relu[0]["kind"] == "conv");
+  CHECK(relu[0]["computations"][1]["fused_as"] == "conv_epilogue");
+
+  // tfm_dyn: the fused QKV projection's bias add runs in its GEMM's epilogue (its three parts are
+  // views of one stored result), and the attention probabilities overwrite the scores in place.
+  json dyn = report("tfm_dyn.pt2");
+  auto qkv = kernels_of(dyn, "linear");
+  REQUIRE(qkv.size() == 1);
+  CHECK(qkv[0]["kind"] == "gemm");
+  CHECK(qkv[0]["computations"].size() == 2);
+  CHECK(dyn["arena"]["in_place_buffers"].get<int>() >= 1);
+  bool scores_in_place = false;
+  for (const auto& b : dyn["arena"]["buffers"])
+    if (b.contains("in_place") && b["bytes"].get<size_t>() == size_t{64} * 4 * 512 * 512 * 4) scores_in_place = true;
+  CHECK(scores_in_place);
+  CHECK(dyn["arena"]["bytes_at_max_sizes"].get<size_t>() < dyn["arena"]["bytes_without_reuse"].get<size_t>());
 }
 
 TEST_CASE("external weights (--weights external): a mapped, checksummed side file; bad files are refused", "[e2e]") {

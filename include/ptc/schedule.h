@@ -4,9 +4,10 @@
 //     and read each other's results only within the same outer index run as one kernel — one
 //     parallel loop over the outer index, the stages in order inside it (layer norm's mean,
 //     variance and normalize; softmax's max, sum and divide each become one kernel).
-//   * GEMM epilogues: a pointwise computation over a GEMM's result domain that reads the GEMM
-//     result only at its own element (bias, activation, residual) runs inside the GEMM's
-//     epilogue on each tile while it is in cache, writing the final buffer directly.
+//   * GEMM and convolution epilogues: a pointwise computation over a GEMM's (or convolution's)
+//     result domain that reads that result only at its own element (bias, activation,
+//     residual) runs inside the GEMM's epilogue on each tile while it is in cache, writing the
+//     final buffer directly.
 //   * Horizontal fusion: later pointwise computations over the same domain join a pointwise
 //     kernel's loop nest when they depend on nothing computed in between and read the
 //     kernel's own results only at their own element (sibling bias adds, the parts of a split).
@@ -30,7 +31,7 @@ struct Kernel {
   Kind kind = Kind::Loop;
   std::vector<int> comps;          // indices into Program::comps, in execution order
   std::vector<sym::Expr> outer;    // RowGroup: the shared outer domain
-  int epilogue = -1;               // Gemm: index of the fused pointwise computation, or -1
+  int epilogue = -1;               // Gemm, Conv: index of the fused pointwise computation, or -1
   std::string name;                // "k3"
   std::vector<std::string> origins;  // graph nodes whose work the kernel does (deduplicated)
 };

@@ -47,7 +47,7 @@ json make_report(const Graph& g, const loop::Program& p, const sched::Schedule& 
       const char* ck = c.kind == loop::Computation::Kind::Pointwise ? "pointwise"
                        : c.kind == loop::Computation::Kind::Reduction ? "reduction" : loop::extern_name(c.extern_kind);
       json jc{{"buffer", p.buffers[c.out].name}, {"kind", ck}};
-      if (ci == k.epilogue) jc["fused_as"] = "gemm_epilogue";
+      if (ci == k.epilogue) jc["fused_as"] = k.kind == sched::Kernel::Kind::Conv ? "conv_epilogue" : "gemm_epilogue";
       jk["computations"].push_back(jc);
     }
     jk["nodes"] = json::array();

@@ -126,7 +126,9 @@ bool same_flat_rows(const std::vector<sym::Expr>& a, const std::vector<sym::Expr
 }
 
 bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Computation& e, const std::vector<int>& readers) {
-  if (e.kind != Computation::Kind::Pointwise || !same_flat_rows(e.domain, gemm.domain)) return false;
+  if (e.kind != Computation::Kind::Pointwise) return false;
+  // A convolution's epilogue runs over its [N, O, OH, OW] output rows: the same domain only.
+  if (gemm.extern_kind == loop::ExternKind::Convolution ? !(e.domain == gemm.domain) : !same_flat_rows(e.domain, gemm.domain)) return false;
   if (p.buffers[gemm.out].dtype != DType::Float32 || p.buffers[e.out].dtype != DType::Float32) return false;
   if (readers[gemm.out] != 1) return false;
   if (p.buffers[e.out].kind == loop::Buffer::Kind::Input || p.buffers[e.out].kind == loop::Buffer::Kind::Weight) return false;
@@ -254,7 +256,7 @@ Schedule schedule(const loop::Program& p) {
     if (c.kind == Computation::Kind::Extern) {
       k.kind = c.extern_kind == loop::ExternKind::Gemm ? Kernel::Kind::Gemm : Kernel::Kind::Conv;
       size_t j = next_free(i + 1);
-      if (k.kind == Kernel::Kind::Gemm && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
+      if (j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
         k.epilogue = static_cast<int>(j);
         take(j);
         s.elided[c.out] = true;

@@ -3,6 +3,7 @@
 // computations into fewer kernels and tiles/vectorizes them explicitly builds on this printer.)
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -61,11 +62,44 @@ class ExprPrinter {
   }
   // Loads of `buffer` print as `text` (a GEMM epilogue's own element, already in registers).
   void override_load(int buffer, std::string text) { overrides_[buffer] = std::move(text); }
+  // Evaluates both branches of every `where` of `e` whose branches are safe to run anyway (no
+  // integer division), with their loads' indices clamped into their buffers: a blend instead of
+  // a branch, which vectorizes where masked strided loads do not (pooling windows over padding).
+  // Returns false (and changes nothing) when some guarded load's buffer may be empty.
+  bool eager_guards(const loop::Program& p, const ExprRef& e) {
+    std::set<const loop::Expr*> guarded, seen;
+    std::function<void(const ExprRef&, bool)> walk = [&](const ExprRef& x, bool under) {
+      if (!seen.insert(x.get()).second && !under) return;
+      if (under && x->op == Op::Load) guarded.insert(x.get());
+      for (size_t i = 0; i < x->args.size(); ++i) walk(x->args[i], under || (x->op == Op::Where && i > 0));
+    };
+    walk(e, false);
+    std::map<const loop::Expr*, std::string> hi;
+    for (const loop::Expr* l : guarded) {
+      const loop::Buffer& b = p.buffers[l->buffer];
+      sym::Expr last = b.offset;
+      for (size_t d = 0; d < b.sizes.size(); ++d) {
+        if (!sym::prove_ge(b.sizes[d], 1)) return false;
+        last = last + (b.sizes[d] - 1) * b.strides[d];
+      }
+      hi[l] = cpp_index(last);
+    }
+    std::function<bool(const ExprRef&)> safe = [&](const ExprRef& x) {
+      if ((x->op == Op::FloorDiv || x->op == Op::Mod || x->op == Op::Div) && !dtype_is_float(x->dtype)) return false;
+      for (const auto& a : x->args)
+        if (!safe(a)) return false;
+      return true;
+    };
+    if (!safe(e)) return false;
+    clamp_hi_ = std::move(hi);
+    eager_ = true;
+    return true;
+  }
 
  private:
   void hoist(const ExprRef& e) {
     if (names_.count(e.get()) || e->op == Op::Const || e->op == Op::IndexVal) return;
-    if (e->op == Op::Where) {
+    if (e->op == Op::Where && !eager_) {
       hoist(e->args[0]);  // the condition always runs; the branches print inline
     } else {
       for (const auto& a : e->args) hoist(a);
@@ -88,6 +122,8 @@ class ExprPrinter {
       case Op::Load: {
         auto it = overrides_.find(e->buffer);
         if (it != overrides_.end()) return it->second;
+        if (auto c = clamp_hi_.find(e.get()); c != clamp_hi_.end())
+          return "b" + std::to_string(e->buffer) + "[std::min<int64_t>(std::max<int64_t>(" + cpp_index(e->index) + ", 0), " + c->second + ")]";
         return "b" + std::to_string(e->buffer) + "[" + cpp_index(e->index) + "]";
       }
       case Op::Const: return literal(e->value, e->dtype);
@@ -145,6 +181,8 @@ class ExprPrinter {
   std::string indent_;
   std::map<const loop::Expr*, std::string> names_;
   std::map<int, std::string> overrides_;
+  bool eager_ = false;
+  std::map<const loop::Expr*, std::string> clamp_hi_;
 };
 
 std::string product(const std::vector<std::string>& v) {
@@ -309,17 +347,19 @@ void emit_pointwise(std::ostream& os, const loop::Program& p, const sched::Kerne
   auto inner = dom.back().as_const();
   bool blocked = !inner || *inner > kInnerBlock;
   std::vector<std::string> par(n.begin(), n.end() - 1);
-  if (blocked) {
-    os << indent << "const int64_t nb = (" << n.back() << " + " << kInnerBlock - 1 << ") / " << kInnerBlock << ";\n";
-    par.push_back("nb");
-  }
-  if (!par.empty())
-    os << indent << "#pragma omp parallel for collapse(" << par.size() << ") schedule(static) if (" << product(n) << " * "
+  if (blocked) os << indent << "const int64_t nb = (" << n.back() << " + " << kInnerBlock - 1 << ") / " << kInnerBlock << ";\n";
+  size_t nloops = par.size() + (blocked ? 1 : 0);
+  if (nloops > 0)
+    os << indent << "#pragma omp parallel for collapse(" << nloops << ") schedule(static) if (" << product(n) << " * "
        << k.comps.size() << " > 32768)\n";
   open_loops(os, par, 0, 'x', indent);
+  if (blocked) {
+    os << indent << "for (int64_t xb = 0; xb < nb; ++xb) {\n";
+    indent += "  ";
+  }
   std::string lo = "0", hi = n.back();
   if (blocked) {
-    os << indent << "const int64_t lo = x" << r - 1 << " * " << kInnerBlock << ", hi = std::min<int64_t>(" << n.back() << ", lo + "
+    os << indent << "const int64_t lo = xb * " << kInnerBlock << ", hi = std::min<int64_t>(" << n.back() << ", lo + "
        << kInnerBlock << ");\n";
     lo = "lo";
     hi = "hi";
@@ -336,7 +376,96 @@ void emit_pointwise(std::ostream& os, const loop::Program& p, const sched::Kerne
     os << in << "b" << c.out << "[" << out_index(r, 'x', n) << "] = " << v << ";\n";
     os << indent << "  }\n" << indent << "}\n";
   }
-  close_loops(os, par.size(), indent);
+  close_loops(os, nloops, indent);
+}
+
+// Small constant reduction windows (pooling) and the pointwise steps after them over the same
+// domain: vectorized across the innermost output dimension instead of along the window — one
+// accumulator per output element of a block, the window's loops outside the simd loop.
+constexpr int64_t kWindowMax = 64, kWindowBlock = 64;
+
+bool is_window_group(const loop::Program& p, const sched::Kernel& k) {
+  if (k.kind != sched::Kernel::Kind::RowGroup || k.outer.empty()) return false;
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    if (!(c.domain == k.outer)) return false;
+    if (c.kind != Computation::Kind::Reduction) continue;
+    if (c.reduce != loop::ReduceOp::Sum && c.reduce != loop::ReduceOp::Max && c.reduce != loop::ReduceOp::Min) return false;
+    if (!dtype_is_float(c.body->dtype)) return false;
+    int64_t window = 1;
+    for (const auto& r : c.reduce_domain) {
+      auto v = r.as_const();
+      if (!v) return false;
+      window *= *v;
+    }
+    if (window > kWindowMax) return false;
+  }
+  return true;
+}
+
+void emit_window_group(std::ostream& os, const loop::Program& p, const sched::Kernel& k, std::string indent) {
+  const std::vector<sym::Expr>& dom = k.outer;
+  size_t r = dom.size();
+  std::vector<std::string> n = size_names(os, dom, 0, "", indent);
+  os << indent << "const int64_t nb = (" << n.back() << " + " << kWindowBlock - 1 << ") / " << kWindowBlock << ";\n";
+  std::vector<std::string> par(n.begin(), n.end() - 1);
+  os << indent << "#pragma omp parallel for collapse(" << par.size() + 1 << ") schedule(static) if (" << product(n) << " * " << kWindowMax
+     << " > 32768)\n";
+  open_loops(os, par, 0, 'x', indent);
+  os << indent << "for (int64_t xb = 0; xb < nb; ++xb) {\n";
+  indent += "  ";
+  std::string xi = "x" + std::to_string(r - 1);
+  os << indent << "const int64_t lo = xb * " << kWindowBlock << ", hi = std::min<int64_t>(" << n.back() << ", lo + " << kWindowBlock
+     << ");\n";
+  auto simd_loop = [&](const std::string& in) {
+    os << in << "#pragma omp simd\n" << in << "for (int64_t " << xi << " = lo; " << xi << " < hi; ++" << xi << ") {\n";
+  };
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    std::string at = "b" + std::to_string(c.out) + "[" + out_index(r, 'x', n) + "]";
+    os << indent << "{\n";
+    std::string in = indent + "  ";
+    if (c.kind == Computation::Kind::Pointwise) {
+      simd_loop(in);
+      ExprPrinter pr(os, in + "  ");
+      std::string v = pr.print(c.body);
+      os << in << "  " << at << " = " << v << ";\n" << in << "}\n";
+    } else {
+      const std::string T = ctype(c.body->dtype);
+      std::string init = c.reduce == loop::ReduceOp::Sum ? literal(0, c.body->dtype)
+                                                          : literal(c.reduce == loop::ReduceOp::Max ? -INFINITY : INFINITY, c.body->dtype);
+      os << in << T << " acc[" << kWindowBlock << "];\n";
+      os << in << "for (int64_t j = 0; j < " << kWindowBlock << "; ++j) acc[j] = " << init << ";\n";
+      std::vector<std::string> m = size_names(os, c.reduce_domain, 0, "c" + std::to_string(ci) + "_r", in);
+      std::string rin = in;
+      for (size_t d = 0; d < m.size(); ++d) {
+        os << rin << "#pragma GCC unroll 16\n";
+        os << rin << "for (int64_t r" << d << " = 0; r" << d << " < " << m[d] << "; ++r" << d << ") {\n";
+        rin += "  ";
+      }
+      simd_loop(rin);
+      ExprPrinter pr(os, rin + "  ");
+      pr.eager_guards(p, c.body);
+      std::string v = pr.print(c.body);
+      os << rin << "  const " << T << " v = " << v << ";\n";
+      os << rin << "  " << T << "& a = acc[" << xi << " - lo];\n";
+      switch (c.reduce) {
+        case loop::ReduceOp::Sum: os << rin << "  a += v;\n"; break;
+        // NaN-propagating: once a is NaN neither test picks v again.
+        case loop::ReduceOp::Max: os << rin << "  a = (v != v || v > a) ? v : a;\n"; break;
+        default: os << rin << "  a = (v != v || v < a) ? v : a;\n"; break;
+      }
+      os << rin << "}\n";
+      for (size_t d = 0; d < m.size(); ++d) {
+        rin.resize(rin.size() - 2);
+        os << rin << "}\n";
+      }
+      simd_loop(in);
+      os << in << "  " << at << " = acc[" << xi << " - lo];\n" << in << "}\n";
+    }
+    os << indent << "}\n";
+  }
+  close_loops(os, par.size() + 1, indent);
 }
 
 // A row group (computations sharing an outer domain).
@@ -416,7 +545,9 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   os << indent << "}\n";
 }
 
-void emit_conv(std::ostream& os, const loop::Program& p, const Computation& c, const std::string& indent) {
+void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
+  const Computation& c = p.comps[k.comps.front()];
+  const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
   const loop::View& X = c.operands[0];
   const loop::View& W = c.operands[1];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU convolution supports float32 only so far (", c.origin, ")");
@@ -431,7 +562,7 @@ void emit_conv(std::ostream& os, const loop::Program& p, const Computation& c, c
   if (c.operands.size() > 2)
     os << indent << "  a.bias = b" << c.operands[2].buffer << " + " << cpp_index(c.operands[2].offset) << "; a.bias_stride = "
        << cpp_index(c.operands[2].strides[0]) << ";\n";
-  os << indent << "  a.y = b" << c.out << ";\n";
+  os << indent << "  a.y = b" << (ep ? ep->out : c.out) << ";\n";
   const char* names[] = {"N", "C", "H", "W"};
   for (int i = 0; i < 4; ++i) os << indent << "  a." << names[i] << " = " << cpp_index(X.sizes[i]) << ";\n";
   os << indent << "  a.O = " << cpp_index(W.sizes[0]) << "; a.KH = " << cpp_index(W.sizes[2]) << "; a.KW = " << cpp_index(W.sizes[3])
@@ -439,7 +570,28 @@ void emit_conv(std::ostream& os, const loop::Program& p, const Computation& c, c
   const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
   os << indent << " ";
   for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
-  os << "\n" << indent << "  ptc_rt::conv2d_call(a);\n";
+  os << "\n";
+  if (ep) {
+    // The fused pointwise step on `count` final outputs of (image, channel) from p0 = oh*OW+ow:
+    // runs of one output row each, so that (x2, x3) need no division per element.
+    std::string in = indent + "    ";
+    os << indent << "  auto epilogue = [=](float* __restrict cp, int64_t bi, int64_t row, int64_t col0, int64_t ncols) {\n";
+    for (size_t d = 0; d < 4; ++d) os << in << "const int64_t n" << d << " = " << cpp_index(ep->domain[d]) << "; (void)n" << d << ";\n";
+    os << in << "const int64_t x0 = bi, x1 = row;\n";
+    os << in << "int64_t x2 = col0 / n3, start = col0 % n3;\n";
+    os << in << "for (int64_t j = 0; j < ncols; ++x2, start = 0) {\n";
+    os << in << "  const int64_t run = std::min<int64_t>(ncols - j, n3 - start);\n";
+    os << in << "  float* __restrict cq = cp + j - start;\n";
+    os << in << "  #pragma omp simd\n";
+    os << in << "  for (int64_t x3 = start; x3 < start + run; ++x3) {\n";
+    ExprPrinter pr(os, in + "    ");
+    pr.override_load(c.out, "cq[x3]");
+    std::string v = pr.print(ep->body);
+    os << in << "    cq[x3] = " << v << ";\n" << in << "  }\n" << in << "  j += run;\n" << in << "}\n";
+    os << indent << "  };\n";
+    os << indent << "  a.ep = ptc_rt::epilogue_ref(epilogue);\n";
+  }
+  os << indent << "  ptc_rt::conv2d_call(a);\n";
   os << indent << "}\n";
 }
 
@@ -491,9 +643,14 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& 
   os << "\n";
   switch (k.kind) {
     case sched::Kernel::Kind::Loop: emit_pointwise(os, p, k, "    "); break;
-    case sched::Kernel::Kind::RowGroup: emit_loops(os, p, k, "    "); break;
+    case sched::Kernel::Kind::RowGroup:
+      if (is_window_group(p, k))
+        emit_window_group(os, p, k, "    ");
+      else
+        emit_loops(os, p, k, "    ");
+      break;
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    "); break;
-    case sched::Kernel::Kind::Conv: emit_conv(os, p, p.comps[k.comps.front()], "    "); break;
+    case sched::Kernel::Kind::Conv: emit_conv(os, p, k, "    "); break;
   }
   os << "  }\n";
 }

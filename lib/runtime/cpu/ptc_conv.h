@@ -39,6 +39,7 @@ inline void conv2d_direct(const Conv2dArgs& a) {
               }
             }
           }
+      if (a.ep.fn) a.ep.fn(a.ep.obj, out, n, o, 0, a.OH * a.OW);
     }
 }
 
@@ -92,11 +93,14 @@ inline void conv2d(const Conv2dArgs& a) {
       ga.C = a.y + (n * a.O + g * Og) * P;
       ga.ldc_m = P;
       const float* bias = a.bias ? a.bias + g * Og * a.bias_stride : nullptr;
-      const int64_t bs = a.bias_stride;
-      auto ep = [bias, bs](float* cp, int64_t row, int64_t, int64_t ncols) {
-        if (!bias) return;
-        const float b = bias[row * bs];
-        for (int64_t j = 0; j < ncols; ++j) cp[j] += b;
+      const int64_t bs = a.bias_stride, o0 = g * Og;
+      const GemmEpilogue user = a.ep;
+      auto ep = [bias, bs, user, n, o0](float* cp, int64_t row, int64_t col0, int64_t ncols) {
+        if (bias) {
+          const float b = bias[row * bs];
+          for (int64_t j = 0; j < ncols; ++j) cp[j] += b;
+        }
+        if (user.fn) user.fn(user.obj, cp, n, o0 + row, col0, ncols);
       };
       gemm(ga, ep);
     }

@@ -23,14 +23,6 @@ struct GemmArgs {
   const float* B_packed = nullptr;
 };
 
-struct Conv2dArgs {
-  const float* x; int64_t xs[4];  // input [N, C, H, W] with strides
-  const float* w; int64_t ws[4];  // weight [O, C/groups, KH, KW] with strides
-  const float* bias; int64_t bias_stride;  // nullptr: none
-  float* y;                       // output [N, O, OH, OW], contiguous
-  int64_t N, C, H, W, O, KH, KW, OH, OW;
-  int64_t sh, sw, ph, pw, dh, dw, groups;
-};
 
 // Non-owning references to a kernel's lambdas (they must outlive the call).
 //   offsets(batch, &oa, &ob, &oc): element offsets of A, B and C for problem `batch`
@@ -43,6 +35,18 @@ struct GemmEpilogue {
   const void* obj = nullptr;
   void (*fn)(const void*, float*, int64_t, int64_t, int64_t, int64_t) = nullptr;  // nullptr: none
 };
+struct Conv2dArgs {
+  const float* x; int64_t xs[4];  // input [N, C, H, W] with strides
+  const float* w; int64_t ws[4];  // weight [O, C/groups, KH, KW] with strides
+  const float* bias; int64_t bias_stride;  // nullptr: none
+  float* y;                       // output [N, O, OH, OW], contiguous
+  int64_t N, C, H, W, O, KH, KW, OH, OW;
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+  // Optional, after the bias: epilogue(y + ..., image, channel, p0, count) on `count` final
+  // outputs of row `channel` of `image` from flat position p0 = oh * OW + ow.
+  GemmEpilogue ep;
+};
+
 template <class F>
 GemmOffsets offsets_ref(const F& f) {
   return {&f, [](const void* o, int64_t b, int64_t* oa, int64_t* ob, int64_t* oc) { (*static_cast<const F*>(o))(b, oa, ob, oc); }};

@@ -1,0 +1,145 @@
+// The scheduler on hand-built loop programs: which computations share a kernel (row groups,
+// GEMM epilogues, horizontal fusion), and which temporaries are written in place.
+#include <catch2/catch.hpp>
+
+#include "ptc/loop.h"
+#include "ptc/schedule.h"
+
+using namespace ptc;
+using namespace ptc::loop;
+
+namespace {
+
+sym::Expr S() { return sym::symbol("s0", {1, 64}); }
+
+struct Builder {
+  Program p;
+  int buffer(const std::string& name, Buffer::Kind kind, std::vector<sym::Expr> sizes) {
+    Buffer b;
+    b.name = name;
+    b.kind = kind;
+    b.sizes = sizes;
+    sym::Expr st = 1;
+    b.strides.assign(sizes.size(), 1);
+    for (size_t d = sizes.size(); d-- > 0;) {
+      b.strides[d] = st;
+      st = st * sizes[d];
+    }
+    b.offset = 0;
+    p.buffers.push_back(b);
+    return static_cast<int>(p.buffers.size()) - 1;
+  }
+  // Row-major flat index of the loop variables over `sizes`, with dims permuted by `perm`.
+  static sym::Expr flat(const std::vector<sym::Expr>& sizes, std::vector<int> perm = {}) {
+    if (perm.empty())
+      for (size_t d = 0; d < sizes.size(); ++d) perm.push_back(static_cast<int>(d));
+    sym::Expr f = 0;
+    for (int d : perm) f = f * sizes[d] + loop_var(d, sizes[d]);
+    return f;
+  }
+  void pointwise(int out, std::vector<sym::Expr> domain, ExprRef body) {
+    Computation c;
+    c.kind = Computation::Kind::Pointwise;
+    c.out = out;
+    c.domain = domain;
+    c.body = body;
+    p.comps.push_back(c);
+  }
+  void reduction(int out, std::vector<sym::Expr> domain, std::vector<sym::Expr> rdomain, ReduceOp op, ExprRef body) {
+    Computation c;
+    c.kind = Computation::Kind::Reduction;
+    c.out = out;
+    c.domain = domain;
+    c.reduce_domain = rdomain;
+    c.reduce = op;
+    c.body = body;
+    p.comps.push_back(c);
+  }
+};
+
+ExprRef f32(double v) { return constant(v, DType::Float32); }
+
+}  // namespace
+
+TEST_CASE("horizontal fusion: sibling pointwise loops over one domain share a kernel", "[schedule]") {
+  Builder b;
+  std::vector<sym::Expr> dom{S(), 64};
+  int x = b.buffer("x", Buffer::Kind::Input, dom);
+  int t0 = b.buffer("t0", Buffer::Kind::Temp, dom);
+  int t1 = b.buffer("t1", Buffer::Kind::Temp, dom);
+  int t2 = b.buffer("t2", Buffer::Kind::Temp, {64, S()});
+  int o0 = b.buffer("o0", Buffer::Kind::Output, dom);
+  int o1 = b.buffer("o1", Buffer::Kind::Output, dom);
+  int o2 = b.buffer("o2", Buffer::Kind::Output, dom);
+  sym::Expr own = Builder::flat(dom);
+  b.pointwise(t0, dom, binary(Op::Add, load(x, DType::Float32, own), f32(1)));
+  b.pointwise(t2, {64, S()}, load(x, DType::Float32, loop_var(1, S()) * 64 + loop_var(0, 64)));  // x transposed
+  b.pointwise(t1, dom, binary(Op::Mul, load(x, DType::Float32, own), f32(2)));  // sibling of t0, past t2
+  // reads t0 at its own element: joins; reads t1 transposed: must not join
+  b.pointwise(o0, dom, binary(Op::Add, load(t0, DType::Float32, own), load(t1, DType::Float32, own)));
+  b.pointwise(o1, dom, load(t1, DType::Float32, loop_var(0, S()) * 64 + (63 - loop_var(1, 64))));
+  b.pointwise(o2, dom, load(t2, DType::Float32, loop_var(1, 64) * S() + loop_var(0, S())));
+  b.p.outputs = {o0, o1, o2};
+  sched::Schedule s = sched::schedule(b.p);
+  std::string text = sched::print_schedule(b.p, s);
+  INFO(text);
+  REQUIRE(s.kernels.size() == 3);
+  CHECK(text.find("k0 loop: t0 t1 o0  #") != std::string::npos);  // not o2: it reads t2, computed in between
+  CHECK(text.find("k1 loop: t2  #") != std::string::npos);
+  CHECK(text.find("k2 loop: o1 o2  #") != std::string::npos);
+}
+
+TEST_CASE("horizontal fusion never moves a computation before what it reads", "[schedule]") {
+  Builder b;
+  std::vector<sym::Expr> dom{S(), 8};
+  int x = b.buffer("x", Buffer::Kind::Input, dom);
+  int r = b.buffer("r", Buffer::Kind::Temp, {S()});
+  int t0 = b.buffer("t0", Buffer::Kind::Temp, dom);
+  int o = b.buffer("o", Buffer::Kind::Output, dom);
+  sym::Expr own = Builder::flat(dom);
+  b.pointwise(t0, dom, unary(Op::Exp, load(x, DType::Float32, own)));
+  b.reduction(r, {S()}, {8}, ReduceOp::Sum, load(x, DType::Float32, loop_var(0, S()) * 8 + reduce_var(0, 8)));
+  b.pointwise(o, dom, binary(Op::Div, load(t0, DType::Float32, own), load(r, DType::Float32, loop_var(0, S()))));
+  b.p.outputs = {o};
+  sched::Schedule s = sched::schedule(b.p);
+  std::string text = sched::print_schedule(b.p, s);
+  INFO(text);
+  CHECK(text.find("k0 loop: t0  #") != std::string::npos);  // o reads r, computed after t0
+  CHECK(text.find("k1 rows: r o  #") != std::string::npos);
+}
+
+TEST_CASE("in-place reuse: a dying temporary read only at the writer's own element is overwritten", "[schedule]") {
+  Builder b;
+  std::vector<sym::Expr> dom{S(), 16};
+  int x = b.buffer("x", Buffer::Kind::Input, dom);
+  int t0 = b.buffer("t0", Buffer::Kind::Temp, dom);
+  int mx = b.buffer("mx", Buffer::Kind::Temp, {S()});
+  int t1 = b.buffer("t1", Buffer::Kind::Temp, dom);
+  int t2 = b.buffer("t2", Buffer::Kind::Temp, dom);
+  int o = b.buffer("o", Buffer::Kind::Output, {S(), 16});
+  sym::Expr own = Builder::flat(dom);
+  sym::Expr row = loop_var(0, S()) * 16 + reduce_var(0, 16);
+  b.pointwise(t0, dom, unary(Op::Exp, load(x, DType::Float32, own)));
+  // softmax-like row group: max over t0's row, then t1 = t0 - max at its own element -> in place
+  b.reduction(mx, {S()}, {16}, ReduceOp::Max, load(t0, DType::Float32, row));
+  b.pointwise(t1, dom, binary(Op::Sub, load(t0, DType::Float32, own), load(mx, DType::Float32, loop_var(0, S()))));
+  // t2 reads t1 reversed along the row: not at its own element, so t1 keeps its storage
+  b.pointwise(t2, dom, load(t1, DType::Float32, loop_var(0, S()) * 16 + (15 - loop_var(1, 16))));
+  b.pointwise(o, dom, binary(Op::Add, load(t2, DType::Float32, own), load(t1, DType::Float32, own)));
+  b.p.outputs = {o};
+  sched::Schedule s = sched::schedule(b.p);
+  INFO(sched::print_schedule(b.p, s));
+  CHECK(s.alias_of[t1] == t0);
+  CHECK(s.alias_of[t2] == -1);  // t1 is still read after t2's kernel
+  CHECK(s.alias_of[mx] == -1);
+  auto lives = sched::temp_lifetimes(b.p, s);
+  bool found = false;
+  for (const auto& l : lives)
+    if (l.buffer == t0) {
+      found = true;
+      CHECK(l.aliases == std::vector<int>{t1});
+      CHECK(l.last == static_cast<int>(s.kernels.size()) - 1);  // t1's last reader
+    }
+  CHECK(found);
+  for (const auto& l : lives) CHECK(l.buffer != t1);
+}
