@@ -8,7 +8,10 @@
  *   ptc_run(m, 1, &in, 1, &out);
  *   ptc_close(m);
  *
- * Tensors are dense, row-major (contiguous), on the CPU, owned by the caller. Every call checks
+ * Tensors are dense, row-major (contiguous), owned by the caller, in the memory of the library's
+ * device (ptc_device(): host memory for CPU libraries, CUDA device memory for CUDA ones — there
+ * ptc_run queues the work on the calling thread's default stream and waits for it, and
+ * ptc_run_async queues it on `stream`, a cudaStream_t, and returns at once). Every call checks
  * its arguments (count, dtype, rank, sizes against the model's symbolic shapes and ranges, null
  * pointers) and returns PTC_ERROR with a message for ptc_last_error() instead of reading or
  * writing out of bounds. A model handle may be used by several threads at once: each run uses
@@ -32,6 +35,7 @@ extern "C" {
 #endif
 
 enum { PTC_OK = 0, PTC_ERROR = 1 };
+enum { PTC_DEVICE_CPU = 0, PTC_DEVICE_CUDA = 1 };
 
 /* Element types (the numbering of torch.export's schema). */
 enum {
@@ -70,6 +74,12 @@ PTC_API int ptc_symbol_info(const ptc_model* model, int index, const char** name
 /* The sizes output `index` has for these inputs (checked like ptc_run). */
 PTC_API int ptc_output_shape(const ptc_model* model, int num_inputs, const ptc_tensor* inputs, int index, int64_t* sizes);
 PTC_API int ptc_run(ptc_model* model, int num_inputs, const ptc_tensor* inputs, int num_outputs, ptc_tensor* outputs);
+/* CUDA libraries: queue the run on `stream` (NULL: the default stream) and return; the outputs
+ * are ready when the stream reaches this point. CPU libraries: stream must be NULL; runs now. */
+PTC_API int ptc_run_async(ptc_model* model, int num_inputs, const ptc_tensor* inputs, int num_outputs, ptc_tensor* outputs,
+                          void* stream);
+/* PTC_DEVICE_CPU or PTC_DEVICE_CUDA: where the library runs and where tensor data lives. */
+PTC_API int ptc_device(void);
 PTC_API const char* ptc_last_error(void);
 
 #ifdef __cplusplus

@@ -11,7 +11,6 @@
 namespace ptc::cpu {
 
 const char* ctype(DType t);
-int dtype_code(DType t);  // runtime.h's PTC_* numbering
 // Prints one kernel as a block of C++ statements (buffers are pointers named b<id>, size symbols
 // and loop variables are int64_t locals named as in the IR).
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k);

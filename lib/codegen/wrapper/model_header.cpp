@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "../cpu/cpu_internal.h"
+#include "abi_common.h"
 #include "ptc/build.h"
 #include "ptc/error.h"
 
@@ -68,7 +69,7 @@ std::string generate_model_header(const loop::Program& p, const Graph& g) {
   os << ") const {\n";
   os << "    ptc_tensor in[" << std::max<size_t>(ins.size(), 1) << "] = {";
   for (size_t i = 0; i < ins.size(); ++i)
-    os << (i ? ", " : "") << "{const_cast<" << cpu::ctype(ins[i]->dtype) << "*>(" << in_names[i] << "), " << cpu::dtype_code(ins[i]->dtype)
+    os << (i ? ", " : "") << "{const_cast<" << cpu::ctype(ins[i]->dtype) << "*>(" << in_names[i] << "), " << wrapper::dtype_code(ins[i]->dtype)
        << ", static_cast<int32_t>(" << in_names[i] << "_sizes.size()), " << in_names[i] << "_sizes.data()}";
   os << "};\n    Outputs o;\n    ptc_tensor out[" << std::max<size_t>(p.outputs.size(), 1) << "];\n";
   for (size_t i = 0; i < p.outputs.size(); ++i) {
@@ -77,7 +78,7 @@ std::string generate_model_header(const loop::Program& p, const Graph& g) {
     os << "    o." << n << "_sizes.resize(" << b.sizes.size() << ");\n"
        << "    if (ptc_output_shape(model_, " << ins.size() << ", in, " << i << ", o." << n << "_sizes.data()) != PTC_OK) throw std::runtime_error(ptc_last_error());\n"
        << "    { size_t numel = 1; for (int64_t s : o." << n << "_sizes) numel *= static_cast<size_t>(s); o." << n << ".resize(numel); }\n"
-       << "    out[" << i << "] = ptc_tensor{o." << n << ".data(), " << cpu::dtype_code(b.dtype) << ", " << b.sizes.size() << ", o." << n << "_sizes.data()};\n";
+       << "    out[" << i << "] = ptc_tensor{o." << n << ".data(), " << wrapper::dtype_code(b.dtype) << ", " << b.sizes.size() << ", o." << n << "_sizes.data()};\n";
   }
   os << "    if (ptc_run(model_, " << ins.size() << ", in, " << p.outputs.size() << ", out) != PTC_OK) throw std::runtime_error(ptc_last_error());\n"
      << "    return o;\n  }\n\n private:\n  ptc_model* model_ = nullptr;\n};\n\n}  // namespace ptc_" << cls << "\n";

@@ -1,0 +1,263 @@
+// The backend-independent parts of a generated library's main source: tensor metadata, symbol
+// tables, input checks that bind the size symbols (bind), output shapes, and the C ABI functions
+// other than ptc_open/ptc_close (see abi_common.h for what the backend part must define).
+#include "abi_common.h"
+
+#include <set>
+#include <sstream>
+
+#include "ptc/codegen.h"
+#include "ptc/error.h"
+
+namespace ptc::wrapper {
+
+using loop::Buffer;
+
+std::string quote(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+int dtype_code(DType t) {
+  switch (t) {
+    case DType::UInt8: return 1;
+    case DType::Int8: return 2;
+    case DType::Int16: return 3;
+    case DType::Int32: return 4;
+    case DType::Int64: return 5;
+    case DType::Float16: return 6;
+    case DType::Float32: return 7;
+    case DType::Float64: return 8;
+    case DType::Bool: return 12;
+    case DType::BFloat16: return 13;
+    default: user_error("ptc libraries do not support dtype ", dtype_name(t), " at the library boundary");
+  }
+}
+
+namespace {
+
+void emit_tensor_infos(std::ostream& os, const loop::Program& p, const std::vector<int>& ids, const char* prefix,
+                       const std::vector<std::string>& names) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Buffer& b = p.buffers[ids[i]];
+    os << "const int64_t k" << prefix << "Sizes" << i << "[] = {";
+    for (size_t d = 0; d < b.sizes.size(); ++d) os << (d ? ", " : "") << b.sizes[d].as_const().value_or(-1);
+    os << (b.sizes.empty() ? "0" : "") << "};\n";
+    os << "const char* const k" << prefix << "Dims" << i << "[] = {";
+    for (size_t d = 0; d < b.sizes.size(); ++d) os << (d ? ", " : "") << quote(b.sizes[d].str());
+    os << (b.sizes.empty() ? "nullptr" : "") << "};\n";
+  }
+  os << "const ptc_tensor_info k" << prefix << "[] = {";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Buffer& b = p.buffers[ids[i]];
+    os << (i ? ", " : "") << "{" << quote(names[i]) << ", " << dtype_code(b.dtype) << ", " << b.sizes.size() << ", k"
+       << prefix << "Sizes" << i << ", k" << prefix << "Dims" << i << "}";
+  }
+  os << (ids.empty() ? "{}" : "") << "};\n";
+}
+
+}  // namespace
+
+AbiNames abi_names(const loop::Program& p, const Graph& g) {
+  AbiNames names;
+  for (const auto& [name, r] : p.symbols) names.syms.push_back(name);
+  for (const auto& in : g.inputs)
+    if (in.role == GraphInput::Role::User) names.in.push_back(in.value->name);
+  for (const Value* o : g.outputs) names.out.push_back(o->name);
+
+  // Every symbol must be bound by some input dimension that is exactly that symbol.
+  std::set<std::string> bindable;
+  for (int id : p.inputs)
+    for (const auto& s : p.buffers[id].sizes)
+      if (s.kind() == sym::Kind::Symbol) bindable.insert(s.name());
+  for (const auto& n : names.syms)
+    if (!bindable.count(n)) user_error("symbol ", n, " is not the size of any input dimension, so the library could not infer it at run time");
+
+  return names;
+}
+
+void emit_metadata(std::ostream& os, const loop::Program& p, const sched::Schedule& s, const AbiNames& names) {
+  const std::vector<std::string>& sym_names = names.syms;
+  const std::vector<std::string>& in_names = names.in;
+  const std::vector<std::string>& out_names = names.out;
+  auto sym_index = [&](const std::string& n) {
+    for (size_t i = 0; i < sym_names.size(); ++i)
+      if (sym_names[i] == n) return static_cast<int>(i);
+    return -1;
+  };
+  emit_tensor_infos(os, p, p.inputs, "Inputs", in_names);
+  emit_tensor_infos(os, p, p.outputs, "Outputs", out_names);
+  os << "constexpr int kNumInputs = " << p.inputs.size() << ", kNumOutputs = " << p.outputs.size()
+     << ", kNumSyms = " << sym_names.size() << ";\n";
+  os << "const char* const kSymNames[] = {";
+  for (size_t i = 0; i < sym_names.size(); ++i) os << (i ? ", " : "") << quote(sym_names[i]);
+  os << (sym_names.empty() ? "nullptr" : "") << "};\n";
+  os << "const int64_t kSymMin[] = {";
+  for (size_t i = 0; i < sym_names.size(); ++i) {
+    const auto& r = p.symbols.at(sym_names[i]);
+    os << (i ? ", " : "") << (r.bounded_below() ? r.lo : 0);
+  }
+  os << (sym_names.empty() ? "0" : "") << "};\nconst int64_t kSymMax[] = {";
+  for (size_t i = 0; i < sym_names.size(); ++i) {
+    const auto& r = p.symbols.at(sym_names[i]);
+    os << (i ? ", " : "") << (r.bounded_above() ? r.hi : -1);
+  }
+  os << (sym_names.empty() ? "0" : "") << "};\n\n";
+  // Per-kernel timing when built with -DPTC_PROFILE (ptc compile --profile): printed at ptc_close.
+  os << "constexpr int kNumKernels = " << s.kernels.size() << ";\n";
+  os << "#ifdef PTC_PROFILE\nconst char* const kKernelNames[] = {";
+  for (size_t ki = 0; ki < s.kernels.size(); ++ki) {
+    std::string label = s.kernels[ki].name + " " + (s.kernels[ki].origins.empty() ? "" : s.kernels[ki].origins.front());
+    os << (ki ? ", " : "") << quote(label);
+  }
+  os << (s.kernels.empty() ? "nullptr" : "") << "};\nptc_rt::KernelProfile g_profile[kNumKernels + 1];\n"
+     << "#define PTC_PROFILE_BEGIN(i) const auto ptc_t##i = ptc_rt::now_ns()\n"
+     << "#define PTC_PROFILE_END(i) g_profile[i].add(ptc_rt::now_ns() - ptc_t##i)\n"
+     << "#else\n#define PTC_PROFILE_BEGIN(i)\n#define PTC_PROFILE_END(i)\n#endif\n\n";
+  os << "int fail(const std::string& m) {\n  ptc_rt::last_error() = m;\n  return PTC_ERROR;\n}\n\n";
+  os << "std::string shape_str(const ptc_tensor& t) {\n  std::string s = \"[\";\n"
+     << "  for (int d = 0; d < t.rank; ++d) s += (d ? \", \" : \"\") + std::to_string(t.sizes[d]);\n  return s + \"]\";\n}\n\n";
+
+  // bind(): checks the inputs and fills the symbols.
+  os << "int bind(int n, const ptc_tensor* in, int64_t* sym) {\n"
+     << "  if (n != kNumInputs) return fail(\"expected \" + std::to_string(kNumInputs) + \" inputs, got \" + std::to_string(n));\n"
+     << "  if (n > 0 && !in) return fail(\"the inputs array is null\");\n"
+     << "  for (int k = 0; k < kNumSyms; ++k) sym[k] = -1;\n"
+     << "  for (int i = 0; i < n; ++i) {\n"
+     << "    const ptc_tensor& t = in[i];\n    const ptc_tensor_info& want = kInputs[i];\n"
+     << "    if (t.dtype != want.dtype) return fail(std::string(\"input \") + want.name + \": dtype code \" + std::to_string(t.dtype) + \", expected \" + std::to_string(want.dtype));\n"
+     << "    if (t.rank != want.rank) return fail(std::string(\"input \") + want.name + \": rank \" + std::to_string(t.rank) + \", expected \" + std::to_string(want.rank));\n"
+     << "    if (t.rank > 0 && !t.sizes) return fail(std::string(\"input \") + want.name + \": sizes pointer is null\");\n"
+     << "    for (int d = 0; d < t.rank; ++d)\n"
+     << "      if (t.sizes[d] < 0) return fail(std::string(\"input \") + want.name + \": negative size \" + std::to_string(t.sizes[d]));\n"
+     << "  }\n";
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const Buffer& b = p.buffers[p.inputs[i]];
+    for (size_t d = 0; d < b.sizes.size(); ++d) {
+      const sym::Expr& s = b.sizes[d];
+      std::string v = "in[" + std::to_string(i) + "].sizes[" + std::to_string(d) + "]";
+      if (auto c = s.as_const()) {
+        os << "  if (" << v << " != " << *c << ") return fail(std::string(\"input " << in_names[i] << ": size \") + shape_str(in["
+           << i << "]) + \" does not match: dim " << d << " must be " << *c << "\");\n";
+      } else if (s.kind() == sym::Kind::Symbol) {
+        int k = sym_index(s.name());
+        os << "  if (sym[" << k << "] < 0) sym[" << k << "] = " << v << ";\n"
+           << "  else if (sym[" << k << "] != " << v << ") return fail(std::string(\"input " << in_names[i] << ": dim " << d
+           << " is \") + std::to_string(" << v << ") + \" but " << s.name() << " is already \" + std::to_string(sym[" << k << "]));\n";
+      }
+    }
+  }
+  os << "  for (int k = 0; k < kNumSyms; ++k)\n"
+     << "    if (sym[k] < kSymMin[k] || (kSymMax[k] >= 0 && sym[k] > kSymMax[k]))\n"
+     << "      return fail(std::string(\"size \") + kSymNames[k] + \" = \" + std::to_string(sym[k]) + \" is outside its range [\" + std::to_string(kSymMin[k]) + \", \" + (kSymMax[k] >= 0 ? std::to_string(kSymMax[k]) : std::string(\"inf\")) + \"]\");\n";
+  // Input dims that are expressions of symbols are checked once all are bound.
+  os << "  {\n";
+  for (size_t k = 0; k < sym_names.size(); ++k) os << "    const int64_t " << sym_names[k] << " = sym[" << k << "];\n";
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const Buffer& b = p.buffers[p.inputs[i]];
+    for (size_t d = 0; d < b.sizes.size(); ++d)
+      if (!b.sizes[d].as_const() && b.sizes[d].kind() != sym::Kind::Symbol)
+        os << "    if (in[" << i << "].sizes[" << d << "] != " << cpp_index(b.sizes[d]) << ") return fail(\"input " << in_names[i]
+           << ": dim " << d << " must equal " << b.sizes[d].str() << "\");\n";
+  }
+  for (size_t k = 0; k < sym_names.size(); ++k) os << "    (void)" << sym_names[k] << ";\n";
+  os << "  }\n";
+  os << "  for (int i = 0; i < n; ++i) {\n    int64_t numel = 1;\n"
+     << "    for (int d = 0; d < in[i].rank; ++d) numel *= in[i].sizes[d];\n"
+     << "    if (numel > 0 && !in[i].data) return fail(std::string(\"input \") + kInputs[i].name + \": data pointer is null\");\n  }\n"
+     << "  return PTC_OK;\n}\n\n";
+
+  // Output sizes.
+  os << "void output_sizes(int index, const int64_t* sym, int64_t* sizes) {\n";
+  for (size_t k = 0; k < sym_names.size(); ++k) os << "  const int64_t " << sym_names[k] << " = sym[" << k << "]; (void)" << sym_names[k] << ";\n";
+  os << "  switch (index) {\n";
+  for (size_t i = 0; i < p.outputs.size(); ++i) {
+    os << "    case " << i << ":";
+    const Buffer& b = p.buffers[p.outputs[i]];
+    for (size_t d = 0; d < b.sizes.size(); ++d) os << " sizes[" << d << "] = " << cpp_index(b.sizes[d]) << ";";
+    os << " break;\n";
+  }
+  os << "    default: break;\n  }\n  (void)sizes;\n}\n\n";
+
+}
+
+void emit_abi_functions(std::ostream& os) {
+  os << R"ptc(extern "C" {
+
+int ptc_abi_version(void) { return PTC_ABI_VERSION; }
+
+int ptc_num_inputs(const ptc_model*) { return kNumInputs; }
+int ptc_num_outputs(const ptc_model*) { return kNumOutputs; }
+
+int ptc_input_info(const ptc_model*, int index, ptc_tensor_info* info) {
+  if (index < 0 || index >= kNumInputs || !info) return fail("ptc_input_info: bad index or null info");
+  *info = kInputs[index];
+  return PTC_OK;
+}
+
+int ptc_output_info(const ptc_model*, int index, ptc_tensor_info* info) {
+  if (index < 0 || index >= kNumOutputs || !info) return fail("ptc_output_info: bad index or null info");
+  *info = kOutputs[index];
+  return PTC_OK;
+}
+
+int ptc_num_symbols(const ptc_model*) { return kNumSyms; }
+
+int ptc_symbol_info(const ptc_model*, int index, const char** name, int64_t* min, int64_t* max) {
+  if (index < 0 || index >= kNumSyms) return fail("ptc_symbol_info: bad index");
+  if (name) *name = kSymNames[index];
+  if (min) *min = kSymMin[index];
+  if (max) *max = kSymMax[index];
+  return PTC_OK;
+}
+
+int ptc_output_shape(const ptc_model* model, int num_inputs, const ptc_tensor* inputs, int index, int64_t* sizes) {
+  if (!model) return fail("ptc_output_shape: model is null");
+  if (index < 0 || index >= kNumOutputs) return fail("ptc_output_shape: output index out of range");
+  if (!sizes && kOutputs[index].rank > 0) return fail("ptc_output_shape: sizes is null");
+  int64_t sym[kNumSyms + 1];
+  if (bind(num_inputs, inputs, sym) != PTC_OK) return PTC_ERROR;
+  output_sizes(index, sym, sizes);
+  return PTC_OK;
+}
+
+int ptc_run_async(ptc_model* model, int num_inputs, const ptc_tensor* inputs, int num_outputs, ptc_tensor* outputs, void* stream) {
+  if (!model) return fail("ptc_run: model is null");
+  int64_t sym[kNumSyms + 1];
+  if (bind(num_inputs, inputs, sym) != PTC_OK) return PTC_ERROR;
+  if (num_outputs != kNumOutputs) return fail("expected " + std::to_string(kNumOutputs) + " outputs, got " + std::to_string(num_outputs));
+  if (num_outputs > 0 && !outputs) return fail("the outputs array is null");
+  for (int i = 0; i < num_outputs; ++i) {
+    const ptc_tensor& t = outputs[i];
+    const ptc_tensor_info& want = kOutputs[i];
+    if (t.dtype != want.dtype) return fail(std::string("output ") + want.name + ": dtype code " + std::to_string(t.dtype) + ", expected " + std::to_string(want.dtype));
+    if (t.rank != want.rank) return fail(std::string("output ") + want.name + ": rank " + std::to_string(t.rank) + ", expected " + std::to_string(want.rank));
+    int64_t expect[64];
+    output_sizes(i, sym, expect);
+    int64_t numel = 1;
+    for (int d = 0; d < t.rank; ++d) {
+      if (!t.sizes || t.sizes[d] != expect[d]) return fail(std::string("output ") + want.name + ": size " + (t.sizes ? shape_str(t) : std::string("(null)")) + " does not match the size the inputs give (see ptc_output_shape)");
+      numel *= expect[d];
+    }
+    if (numel > 0 && !t.data) return fail(std::string("output ") + want.name + ": data pointer is null");
+  }
+  if (check_data(num_inputs, inputs, num_outputs, outputs) != PTC_OK) return PTC_ERROR;
+  return run_impl(model, inputs, outputs, sym, stream);
+}
+
+int ptc_run(ptc_model* model, int num_inputs, const ptc_tensor* inputs, int num_outputs, ptc_tensor* outputs) {
+  if (ptc_run_async(model, num_inputs, inputs, num_outputs, outputs, nullptr) != PTC_OK) return PTC_ERROR;
+  return finish(nullptr);
+}
+
+const char* ptc_last_error(void) { return ptc_rt::last_error().c_str(); }
+
+}  // extern "C"
+)ptc";
+}
+
+}  // namespace ptc::wrapper

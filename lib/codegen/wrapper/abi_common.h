@@ -1,0 +1,38 @@
+// The backend-independent parts of a generated library's main source (model.cpp / model.cu).
+//
+// The generated source, in order:
+//   1. includes (runtime.h, ptc_support.h), `struct ptc_model`, the kernel declarations (backend)
+//   2. `namespace {` + emit_metadata: kInputs/kOutputs, symbol tables, kNumKernels and the
+//      PTC_PROFILE_* macros, fail(), shape_str(), bind() (input checks, symbol binding) and
+//      output_sizes()
+//   3. the backend's run part, still in the anonymous namespace:
+//        int check_data(int n_in, const ptc_tensor* in, int n_out, const ptc_tensor* out);
+//        int run_impl(ptc_model*, const ptc_tensor* in, ptc_tensor* out, const int64_t* sym, void* stream);
+//        int finish(void* stream);   // waits for the work ptc_run_async queued (CPU: nothing)
+//      then `}  // namespace`
+//   4. the backend's ptc_open / ptc_close (extern "C")
+//   5. emit_abi_functions: every other C ABI function (ptc_run = ptc_run_async + finish).
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "ptc/graph.h"
+#include "ptc/loop.h"
+#include "ptc/schedule.h"
+
+namespace ptc::wrapper {
+
+struct AbiNames {
+  std::vector<std::string> in, out, syms;  // user input names, output names, size symbols (sorted)
+};
+// The names; a user error when a symbol is not the size of any input dimension.
+AbiNames abi_names(const loop::Program& p, const Graph& g);
+void emit_metadata(std::ostream& os, const loop::Program& p, const sched::Schedule& s, const AbiNames& names);
+void emit_abi_functions(std::ostream& os);
+
+std::string quote(const std::string& s);  // a C string literal
+int dtype_code(DType t);                  // runtime.h's PTC_* numbering
+
+}  // namespace ptc::wrapper
