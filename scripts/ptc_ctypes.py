@@ -9,8 +9,9 @@
     (y,) = m(torch.randn(8, 64))
     m.close()   # or: with ptc_ctypes.PtcModel(path) as m: ...
 
-Inputs must be CPU tensors of the model's dtypes; non-contiguous ones are copied to contiguous
-memory. Outputs are freshly allocated (or written into `out=` tensors). Errors from the library
+Inputs must be tensors of the model's dtypes on the library's device (CPU, or CUDA for libraries
+compiled with --device cuda, which run on torch's current stream); non-contiguous ones are copied
+to contiguous memory. Outputs are freshly allocated (or written into `out=` tensors). Errors from the library
 (wrong rank, sizes out of a symbol's range, ...) raise RuntimeError(ptc_last_error()).
 
 The library's OpenMP threads follow OMP_NUM_THREADS: set it before the library (or torch, which
@@ -105,9 +106,14 @@ def _declare(lib):
         "ptc_run": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(_Tensor), ctypes.c_int,
                                    ctypes.POINTER(_Tensor)]),
         "ptc_last_error": (ctypes.c_char_p, []),
+        "ptc_run_async": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(_Tensor), ctypes.c_int,
+                                         ctypes.POINTER(_Tensor), P]),
+        "ptc_device": (ctypes.c_int, []),
     }
     for name, (res, args) in sigs.items():
-        fn = getattr(lib, name)
+        fn = getattr(lib, name, None)
+        if fn is None:
+            continue
         fn.restype = res
         fn.argtypes = args
 
@@ -123,6 +129,8 @@ class PtcModel:
         abi = self._lib.ptc_abi_version()
         if abi != PTC_ABI_VERSION:
             raise RuntimeError(f"{path}: ptc ABI version {abi}, this module knows {PTC_ABI_VERSION}")
+        # Where the library runs (libraries from before ptc_device existed are CPU ones).
+        self.device = "cuda" if getattr(self._lib, "ptc_device", None) and self._lib.ptc_device() == 1 else "cpu"
         handle = ctypes.c_void_p()
         wp = None if weights_path is None else os.fsencode(weights_path)
         self._check(self._lib.ptc_open(wp, ctypes.byref(handle)), "ptc_open")
@@ -177,8 +185,8 @@ class PtcModel:
     def _c_tensor(self, t, what, keep):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
-        if t.device.type != "cpu":
-            raise ValueError(f"{what}: tensor is on {t.device}, ptc runs on the CPU")
+        if t.device.type != self.device:
+            raise ValueError(f"{what}: tensor is on {t.device}, this library runs on the {self.device.upper()}")
         if t.layout != torch.strided:
             raise ValueError(f"{what}: layout {t.layout} is not supported (dense tensors only)")
         code = dtype_code(t.dtype)
@@ -234,21 +242,26 @@ class PtcModel:
             for info, shape in zip(self.outputs, shapes):
                 if info.dtype is None:
                     raise RuntimeError(f"output {info.name}: unknown dtype code {info.code}")
-                outs.append(torch.empty(shape, dtype=info.dtype))
+                outs.append(torch.empty(shape, dtype=info.dtype, device=self.device))
         else:
             outs = list(out)
             if len(outs) != len(self.outputs):
                 raise RuntimeError(f"expected {len(self.outputs)} out tensors, got {len(outs)}")
             for j, (t, info, shape) in enumerate(zip(outs, self.outputs, shapes)):
                 if tuple(t.shape) != shape or t.dtype != info.dtype or not t.is_contiguous() \
-                        or t.device.type != "cpu":
-                    raise RuntimeError(f"out[{j}] ({info.name}): need a contiguous CPU "
+                        or t.device.type != self.device:
+                    raise RuntimeError(f"out[{j}] ({info.name}): need a contiguous {self.device.upper()} "
                                        f"{info.dtype} tensor of shape {list(shape)}, got "
                                        f"{t.dtype} {list(t.shape)} on {t.device}")
         out_arr = (_Tensor * max(len(outs), 1))()
         for j, t in enumerate(outs):
             out_arr[j] = self._c_tensor(t, f"output {j}", keep)
-        self._check(self._lib.ptc_run(self._m, len(tensors), arr, len(outs), out_arr), "ptc_run")
+        if self.device == "cuda":  # queued on torch's current stream, like a torch operation
+            stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+            self._check(self._lib.ptc_run_async(self._m, len(tensors), arr, len(outs), out_arr, stream),
+                        "ptc_run_async")
+        else:
+            self._check(self._lib.ptc_run(self._m, len(tensors), arr, len(outs), out_arr), "ptc_run")
         return tuple(outs)
 
     run = __call__

@@ -15,12 +15,15 @@ struct BuildOptions {
   std::string work_dir;            // where sources go (kept); empty: a temporary folder, removed
   bool profile = false;            // time each kernel; the library prints the table at ptc_close
   int jobs = 0;                    // translation units compiled at once (0: one per hardware thread)
+  std::string device = "cpu";      // cpu or cuda
+  std::string nvcc = "nvcc";       // CUDA compiler (cuda)
+  std::string cuda_arch = "sm_90"; // GPU architecture (cuda): SASS for it plus its PTX
 };
 
 // Writes and compiles; the library appears at `out_path` atomically (temp file + rename).
 // Throws UserError with the compiler's output when it fails.
-void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const Graph& g,
-                       const std::string& out_path, const BuildOptions& opts);
+void build_library(const LibrarySource& src, const WeightLayout& weights, const Graph& g, const std::string& out_path,
+                   const BuildOptions& opts);
 
 // Where --weights external puts the weights next to a library: model.so -> model.weights (the
 // generated library looks there when ptc_open gets no path).

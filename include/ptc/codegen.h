@@ -42,14 +42,18 @@ void WeightLayout::stream(const Graph& g, Sink&& sink) const {
   }
 }
 
-struct CpuSource {
+struct LibrarySource {
   // (file name, text): model.cpp (tensor metadata, input checks, the run sequence and the C ABI;
   // includes ptc_support.h, ptc_arena.h, runtime.h) and kernels_<i>.cpp (the kernel functions;
   // include ptc_support.h and ptc_rt.h), each a translation unit of its own. The runtime's
   // ptc_runtime.cpp (GEMM, convolution) is the library's last translation unit.
   std::vector<std::pair<std::string, std::string>> files;
 };
-CpuSource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights);
+LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights);
+// CUDA: model.cu (kernels, launchers, wrapper); the runtime's ptc_cuda_runtime.cu (cuBLASLt GEMM,
+// convolution) is the library's other translation unit. The schedule must have no extern
+// epilogues (ScheduleOptions::extern_epilogues = false).
+LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights);
 
 // The typed C++ header written next to the library (model.so -> model.h): runtime.h's
 // declarations and a class `ptc_<name>::Model` with `Outputs run(named typed inputs)`.

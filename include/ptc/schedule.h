@@ -46,7 +46,12 @@ struct Schedule {
   std::vector<int> alias_of;
 };
 
-Schedule schedule(const loop::Program& p);
+struct ScheduleOptions {
+  // Fuse pointwise consumers into GEMM/convolution epilogues (the CPU runtime runs them per
+  // tile; the CUDA backend's library calls take none yet).
+  bool extern_epilogues = true;
+};
+Schedule schedule(const loop::Program& p, const ScheduleOptions& opts = {});
 std::string print_schedule(const loop::Program& p, const Schedule& s);
 
 // Liveness of the temporaries over the kernel sequence, for the arena planner: buffer id,

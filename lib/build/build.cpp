@@ -56,8 +56,21 @@ std::string external_weights_path(const std::string& library_path) {
   return p + ".weights";
 }
 
-void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const Graph& g,
-                       const std::string& out_path, const BuildOptions& opts) {
+// The CUDA compiler: --nvcc when given, else nvcc on PATH, $CUDA_HOME/bin/nvcc or
+// /usr/local/cuda/bin/nvcc.
+std::string find_nvcc(const std::string& opt) {
+  if (opt != "nvcc") return opt;
+  std::string out;
+  if (run("command -v nvcc", out) == 0) return "nvcc";
+  for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* home = std::getenv(env); home && fs::exists(fs::path(home) / "bin" / "nvcc")) return (fs::path(home) / "bin" / "nvcc").string();
+  if (fs::exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
+  user_error("--device cuda needs the CUDA toolkit's nvcc: not on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin (pass --nvcc)");
+}
+
+void build_library(const LibrarySource& src, const WeightLayout& weights, const Graph& g, const std::string& out_path,
+                   const BuildOptions& opts) {
+  const bool cuda = opts.device == "cuda";
   bool temp = opts.work_dir.empty();
   fs::path dir = temp ? fs::temp_directory_path() / ("ptc-build-" + std::to_string(getpid()) + "-" +
                                                      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()))
@@ -75,7 +88,7 @@ void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const 
     weights.stream(g, [&](const unsigned char* p, size_t n) { blob.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n)); });
     if (!blob) user_error((dir / "weights.bin").string(), ": cannot write");
     write(dir / "weights.S",
-          "  .section .rodata\n  .balign 64\n  .globl ptc_model_weights\n  .type ptc_model_weights, @object\n"
+          "  .section .rodata\n  .balign 64\n  .globl ptc_model_weights\n  .hidden ptc_model_weights\n  .type ptc_model_weights, @object\n"
           "ptc_model_weights:\n  .incbin \"weights.bin\"\n  .byte 0\n  .section .note.GNU-stack,\"\",@progbits\n");
   } else {
     weights_file = external_weights_path(out_path);
@@ -94,14 +107,30 @@ void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const 
   }
 
   // Every translation unit to an object, several at once, then one link.
-  std::vector<std::string> units{"ptc_runtime.cpp"};  // the slowest first
+  std::vector<std::string> units{cuda ? "ptc_cuda_runtime.cu" : "ptc_runtime.cpp"};  // the slowest first
   for (const auto& f : src.files) units.push_back(f.first);
   std::string flags = "-std=c++17 -O3 -march=" + opts.cpu_arch +
                       " -fopenmp -fno-trapping-math -fno-math-errno -fPIC -fvisibility=hidden -Wno-unused" +
                       (opts.profile ? " -DPTC_PROFILE" : "");
+  std::string nvcc_flags, nvcc;
+  if (cuda) {
+    nvcc = find_nvcc(opts.nvcc);
+    // SASS for the chosen GPU plus its PTX, which newer GPUs' drivers compile at load.
+    std::string arch = opts.cuda_arch.rfind("sm_", 0) == 0 ? opts.cuda_arch.substr(3) : opts.cuda_arch;
+    nvcc_flags = "-std=c++17 -O3 -gencode arch=compute_" + arch + ",code=[sm_" + arch + ",compute_" + arch +
+                 "] --expt-relaxed-constexpr -Xcompiler -fPIC,-fvisibility=hidden -w";
+  }
   std::vector<std::string> cmds, outputs(units.size());
-  for (const auto& u : units)
-    cmds.push_back("cd " + shell_quote(dir.string()) + " && " + opts.cxx + " " + flags + " -c " + u + " -o " + u + ".o");
+  for (const auto& u : units) {
+    bool cu = u.size() > 3 && u.compare(u.size() - 3, 3, ".cu") == 0;
+    cmds.push_back("cd " + shell_quote(dir.string()) + " && " + (cu ? nvcc + " " + nvcc_flags : opts.cxx + " " + flags) + " -c " +
+                   u + " -o " + u + ".o");
+  }
+  if (cuda && !weights.external) {  // the weights blob through the host assembler
+    units.push_back("weights.S");
+    outputs.emplace_back();
+    cmds.push_back("cd " + shell_quote(dir.string()) + " && " + opts.cxx + " -c weights.S -o weights.S.o");
+  }
   std::vector<int> rcs(units.size(), 0);
   int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   jobs = std::min<int>(jobs, static_cast<int>(units.size()));
@@ -120,15 +149,20 @@ void build_cpu_library(const CpuSource& src, const WeightLayout& weights, const 
     for (auto& t : pool) t.join();
   }
   for (size_t i = 0; i < units.size(); ++i)
-    if (rcs[i] != 0) user_error("the host compiler failed on the generated code (", (dir / units[i]).string(), "):\n", outputs[i].substr(0, 4000));
+    if (rcs[i] != 0)
+      user_error(cuda ? "nvcc" : "the host compiler", " failed on the generated code (", (dir / units[i]).string(), "):\n",
+                 outputs[i].substr(0, 4000));
   spdlog::debug("compiled {} translation units ({} at a time) in {:.2f} s", units.size(), jobs,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   std::string tmp_out = out_path + ".tmp" + std::to_string(getpid());
   std::string objects;
   for (const auto& u : units) objects += " " + u + ".o";
-  std::string cmd = "cd " + shell_quote(dir.string()) + " && " + opts.cxx + " -shared -fopenmp -o " +
-                    shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : " weights.S");
+  std::string cmd = "cd " + shell_quote(dir.string()) + " && ";
+  if (cuda)  // nvcc links the CUDA runtime statically (libcudart_static) by default
+    cmd += nvcc + " -shared -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + " -lcublasLt" + (weights.external ? " -ldl" : "");
+  else
+    cmd += opts.cxx + " -shared -fopenmp -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : " weights.S");
   spdlog::debug("linking: {}", cmd);
   std::string output;
   int rc = run(cmd, output);

@@ -34,7 +34,9 @@ class Stage {
 }  // namespace
 
 void compile_model(const CompileOptions& opts) {
-  if (opts.device != "cpu") user_error("--device ", opts.device, ": only the CPU backend exists so far");
+  const bool cuda = opts.device == "cuda";
+  if (opts.device != "cpu" && !cuda) user_error("--device ", opts.device, ": expected cpu or cuda");
+  if (cuda && opts.build.profile) user_error("--profile is not supported for --device cuda yet (use Nsight Compute)");
   g_stage_seconds.clear();
   std::unique_ptr<Graph> g;
   {
@@ -79,19 +81,22 @@ void compile_model(const CompileOptions& opts) {
   sched::Schedule schedule;
   {
     Stage s("schedule");
-    schedule = sched::schedule(prog);
+    sched::ScheduleOptions so;
+    so.extern_epilogues = !cuda;  // the CUDA library calls (cuBLASLt, convolution) take no fused epilogue yet
+    schedule = sched::schedule(prog, so);
   }
   WeightLayout weights = layout_weights(prog, *g, opts.weights == "external");
-  CpuSource src;
+  LibrarySource src;
   {
     Stage s("codegen");
-    src = generate_cpu(prog, schedule, *g, weights);
+    src = cuda ? generate_cuda(prog, schedule, *g, weights) : generate_cpu(prog, schedule, *g, weights);
   }
   {
     Stage s("build");
     BuildOptions b = opts.build;
+    b.device = opts.device;
     if (!opts.emit_dir.empty()) b.work_dir = opts.emit_dir;
-    build_cpu_library(src, weights, *g, opts.output, b);
+    build_library(src, weights, *g, opts.output, b);
   }
   {
     std::string header = opts.output;

@@ -216,7 +216,7 @@ void plan_in_place(const loop::Program& p, Schedule& s, const std::vector<std::v
 
 }  // namespace
 
-Schedule schedule(const loop::Program& p) {
+Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
   Schedule s;
   s.elided.assign(p.buffers.size(), false);
   std::vector<int> readers(p.buffers.size(), 0);
@@ -256,7 +256,7 @@ Schedule schedule(const loop::Program& p) {
     if (c.kind == Computation::Kind::Extern) {
       k.kind = c.extern_kind == loop::ExternKind::Gemm ? Kernel::Kind::Gemm : Kernel::Kind::Conv;
       size_t j = next_free(i + 1);
-      if (j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
+      if (opts.extern_epilogues && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
         k.epilogue = static_cast<int>(j);
         take(j);
         s.elided[c.out] = true;

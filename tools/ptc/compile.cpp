@@ -9,7 +9,10 @@ std::function<int()> add_compile(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("compile", "Compile a model into a standalone shared library");
   cmd->add_option("model", opts->model, "A torch.export archive (.pt2) or TorchScript archive (.pt)")->required();
   cmd->add_option("-o,--output", opts->output, "The library to write (e.g. model.so)")->required();
-  cmd->add_option("--device", opts->device, "cpu (cuda comes with the CUDA backend)")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", opts->device, "cpu (C++/OpenMP) or cuda (CUDA kernels + cuBLASLt; built with nvcc)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--cuda-arch", opts->build.cuda_arch, "cuda: the GPU architecture, e.g. sm_90 (default; PTX embedded for newer GPUs)");
+  cmd->add_option("--nvcc", opts->build.nvcc, "cuda: the CUDA compiler (default: nvcc)");
   cmd->add_option("--emit-dir", opts->emit_dir, "Keep the generated sources in this folder");
   cmd->add_option("--dump-after", opts->dump_after, "Print the graph after a pass (fold_batch_norm, fold_constants, cse, dce, prune_unused_weights, or all)");
   cmd->add_option("--dump-loops", opts->dump_loops, "Write the loop IR as text to this file ('-' for stdout)");

@@ -44,7 +44,7 @@ WeightLayout layout_weights(const loop::Program& p, const Graph& g, bool externa
 
 using loop::Buffer;
 
-CpuSource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights) {
+LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights) {
   wrapper::AbiNames names = wrapper::abi_names(p, g);
   const std::vector<std::string>& sym_names = names.syms;
   std::ostringstream os;
@@ -70,64 +70,10 @@ CpuSource generate_cpu(const loop::Program& p, const sched::Schedule& s, const G
   os << "  if (stream) return fail(\"this is a CPU library: ptc_run_async takes no stream\");\n";
   os << "  const unsigned char* weights = model->weights;\n";
   for (size_t k = 0; k < sym_names.size(); ++k) os << "  const int64_t " << sym_names[k] << " = sym[" << k << "]; (void)" << sym_names[k] << ";\n";
-  // The workspace: temporaries placed by lifetime (ptc_arena.h), sized now that symbols are known.
-  std::vector<sched::Lifetime> lives = sched::temp_lifetimes(p, s);
-  std::set<int> planned;
-  if (!lives.empty()) {
-    os << "  size_t bytes[" << lives.size() << "], offs[" << lives.size() << "];\n";
-    os << "  static const int first[] = {";
-    for (size_t i = 0; i < lives.size(); ++i) os << (i ? ", " : "") << lives[i].first;
-    os << "}, last[] = {";
-    for (size_t i = 0; i < lives.size(); ++i) os << (i ? ", " : "") << lives[i].last;
-    os << "};\n";
-    for (size_t i = 0; i < lives.size(); ++i) {
-      const Buffer& b = p.buffers[lives[i].buffer];
-      os << "  bytes[" << i << "] = static_cast<size_t>(" << cpp_index(b.numel()) << ") * " << dtype_size(b.dtype) << ";\n";
-      planned.insert(lives[i].buffer);
-    }
-    os << "  const size_t ws_bytes = ptc_rt::plan_arena(" << lives.size() << ", bytes, first, last, offs);\n";
-  } else {
-    os << "  const size_t ws_bytes = 0;\n";
-  }
+  wrapper::emit_workspace_plan(os, p, s);
   os << "  unsigned char* ws = ws_bytes ? static_cast<unsigned char*>(std::aligned_alloc(64, ws_bytes)) : nullptr;\n"
      << "  if (ws_bytes && !ws) return fail(\"out of memory for a \" + std::to_string(ws_bytes) + \"-byte workspace\");\n";
-  for (size_t i = 0; i < lives.size(); ++i) {
-    std::vector<int> ids{lives[i].buffer};
-    ids.insert(ids.end(), lives[i].aliases.begin(), lives[i].aliases.end());  // in place: the same storage
-    for (int id : ids) {
-      std::string T = cpu::ctype(p.buffers[id].dtype);
-      os << "  " << T << "* b" << id << " = reinterpret_cast<" << T << "*>(ws + offs[" << i << "]);\n";
-    }
-  }
-  for (size_t id = 0; id < p.buffers.size(); ++id) {
-    const Buffer& b = p.buffers[id];
-    std::string T = cpu::ctype(b.dtype);
-    switch (b.kind) {
-      case Buffer::Kind::Input:
-        os << "  const " << T << "* b" << id << " = static_cast<const " << T << "*>(in[" << b.io_index << "].data);\n";
-        break;
-      case Buffer::Kind::Weight: {
-        const WeightLayout::Entry* e = weights.find(b.weight);
-        PTC_CHECK(e, "weight ", b.weight, " has no place in the blob");
-        os << "  const " << T << "* b" << id << " = reinterpret_cast<const " << T << "*>(weights + " << e->offset << ");\n";
-        break;
-      }
-      case Buffer::Kind::Temp:
-        continue;  // placed above (or elided by the schedule)
-      case Buffer::Kind::Output:
-        os << "  " << T << "* b" << id << " = static_cast<" << T << "*>(out[" << b.io_index << "].data);\n";
-        break;
-    }
-    os << "  (void)b" << id << ";\n";
-  }
-  // Every buffer's pointer, by buffer id, for the kernel functions.
-  os << "  void* const bufs[] = {";
-  for (size_t id = 0; id < p.buffers.size(); ++id) {
-    bool declared = planned.count(static_cast<int>(id)) || p.buffers[id].kind != Buffer::Kind::Temp;
-    for (const auto& l : lives) declared = declared || std::find(l.aliases.begin(), l.aliases.end(), static_cast<int>(id)) != l.aliases.end();
-    os << (id ? ", " : "") << (declared ? "const_cast<void*>(static_cast<const void*>(b" + std::to_string(id) + "))" : std::string("nullptr"));
-  }
-  os << (p.buffers.empty() ? "nullptr" : "") << "};\n  (void)bufs;\n";
+  wrapper::emit_buffer_table(os, p, s, weights, "weights", "ws");
   for (size_t ki = 0; ki < s.kernels.size(); ++ki)
     os << "  PTC_PROFILE_BEGIN(" << ki << ");\n  ptc_gen::" << cpu::kernel_function_name(ki) << "(sym, bufs);\n  PTC_PROFILE_END(" << ki << ");\n";
   os << "  std::free(ws);\n  return PTC_OK;\n}\n\n}  // namespace\n\n";
@@ -182,7 +128,7 @@ void ptc_close(ptc_model* model) {
 
 )ptc";
   wrapper::emit_abi_functions(os);
-  CpuSource src;
+  LibrarySource src;
   src.files.emplace_back("model.cpp", os.str());
 
   // The kernels, in files of about kKernelFileBytes each, compiled in parallel.

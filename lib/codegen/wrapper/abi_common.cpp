@@ -3,9 +3,11 @@
 // other than ptc_open/ptc_close (see abi_common.h for what the backend part must define).
 #include "abi_common.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 
+#include "../expr_printer.h"
 #include "ptc/codegen.h"
 #include "ptc/error.h"
 
@@ -183,6 +185,70 @@ void emit_metadata(std::ostream& os, const loop::Program& p, const sched::Schedu
   }
   os << "    default: break;\n  }\n  (void)sizes;\n}\n\n";
 
+}
+
+void emit_workspace_plan(std::ostream& os, const loop::Program& p, const sched::Schedule& s) {
+  // The workspace: temporaries placed by lifetime (ptc_arena.h), sized now that symbols are known.
+  std::vector<sched::Lifetime> lives = sched::temp_lifetimes(p, s);
+  if (!lives.empty()) {
+    os << "  size_t bytes[" << lives.size() << "], offs[" << lives.size() << "];\n";
+    os << "  static const int first[] = {";
+    for (size_t i = 0; i < lives.size(); ++i) os << (i ? ", " : "") << lives[i].first;
+    os << "}, last[] = {";
+    for (size_t i = 0; i < lives.size(); ++i) os << (i ? ", " : "") << lives[i].last;
+    os << "};\n";
+    for (size_t i = 0; i < lives.size(); ++i) {
+      const Buffer& b = p.buffers[lives[i].buffer];
+      os << "  bytes[" << i << "] = static_cast<size_t>(" << cpp_index(b.numel()) << ") * " << dtype_size(b.dtype) << ";\n";
+    }
+    os << "  const size_t ws_bytes = ptc_rt::plan_arena(" << lives.size() << ", bytes, first, last, offs);\n";
+  } else {
+    os << "  const size_t ws_bytes = 0;\n";
+  }
+}
+
+void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Schedule& s, const WeightLayout& weights,
+                       const std::string& weights_var, const std::string& ws_var) {
+  std::vector<sched::Lifetime> lives = sched::temp_lifetimes(p, s);
+  std::set<int> planned;
+  for (const auto& l : lives) planned.insert(l.buffer);
+  for (size_t i = 0; i < lives.size(); ++i) {
+    std::vector<int> ids{lives[i].buffer};
+    ids.insert(ids.end(), lives[i].aliases.begin(), lives[i].aliases.end());  // in place: the same storage
+    for (int id : ids) {
+      std::string T = codegen::ctype(p.buffers[id].dtype);
+      os << "  " << T << "* b" << id << " = reinterpret_cast<" << T << "*>(" << ws_var << " + offs[" << i << "]);\n";
+    }
+  }
+  for (size_t id = 0; id < p.buffers.size(); ++id) {
+    const Buffer& b = p.buffers[id];
+    std::string T = codegen::ctype(b.dtype);
+    switch (b.kind) {
+      case Buffer::Kind::Input:
+        os << "  const " << T << "* b" << id << " = static_cast<const " << T << "*>(in[" << b.io_index << "].data);\n";
+        break;
+      case Buffer::Kind::Weight: {
+        const WeightLayout::Entry* e = weights.find(b.weight);
+        PTC_CHECK(e, "weight ", b.weight, " has no place in the blob");
+        os << "  const " << T << "* b" << id << " = reinterpret_cast<const " << T << "*>(" << weights_var << " + " << e->offset << ");\n";
+        break;
+      }
+      case Buffer::Kind::Temp:
+        continue;  // placed above (or elided by the schedule)
+      case Buffer::Kind::Output:
+        os << "  " << T << "* b" << id << " = static_cast<" << T << "*>(out[" << b.io_index << "].data);\n";
+        break;
+    }
+    os << "  (void)b" << id << ";\n";
+  }
+  // Every buffer's pointer, by buffer id, for the kernel functions.
+  os << "  void* const bufs[] = {";
+  for (size_t id = 0; id < p.buffers.size(); ++id) {
+    bool declared = planned.count(static_cast<int>(id)) || p.buffers[id].kind != Buffer::Kind::Temp;
+    for (const auto& l : lives) declared = declared || std::find(l.aliases.begin(), l.aliases.end(), static_cast<int>(id)) != l.aliases.end();
+    os << (id ? ", " : "") << (declared ? "const_cast<void*>(static_cast<const void*>(b" + std::to_string(id) + "))" : std::string("nullptr"));
+  }
+  os << (p.buffers.empty() ? "nullptr" : "") << "};\n  (void)bufs;\n";
 }
 
 void emit_abi_functions(std::ostream& os) {

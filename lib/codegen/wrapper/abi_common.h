@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "ptc/codegen.h"
 #include "ptc/graph.h"
 #include "ptc/loop.h"
 #include "ptc/schedule.h"
@@ -31,6 +32,14 @@ struct AbiNames {
 AbiNames abi_names(const loop::Program& p, const Graph& g);
 void emit_metadata(std::ostream& os, const loop::Program& p, const sched::Schedule& s, const AbiNames& names);
 void emit_abi_functions(std::ostream& os);
+// Inside run_impl, with the symbols declared: plans the temporaries' arena for these sizes
+// (ptc_arena.h) into `const size_t ws_bytes` and `offs[]`.
+void emit_workspace_plan(std::ostream& os, const loop::Program& p, const sched::Schedule& s);
+// Then, with `ws_var` (unsigned char*, the arena) and `weights_var` (const unsigned char*, the
+// weights blob) in scope: declares every buffer's typed pointer b<id> and `void* const bufs[]`
+// indexed by buffer id (nullptr for buffers that have no storage).
+void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Schedule& s, const WeightLayout& weights,
+                       const std::string& weights_var, const std::string& ws_var);
 
 std::string quote(const std::string& s);  // a C string literal
 int dtype_code(DType t);                  // runtime.h's PTC_* numbering

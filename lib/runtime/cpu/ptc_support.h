@@ -16,22 +16,29 @@
 #include <omp.h>
 #endif
 
+// Compiled by nvcc for CUDA libraries too: the element helpers are host and device functions.
+#ifdef __CUDACC__
+#define PTC_HD __host__ __device__
+#else
+#define PTC_HD
+#endif
+
 namespace ptc_rt {
 
 // Python floor division and modulo on integers.
-inline int64_t floordiv(int64_t a, int64_t b) {
+PTC_HD inline int64_t floordiv(int64_t a, int64_t b) {
   int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
-inline int64_t pymod(int64_t a, int64_t b) {
+PTC_HD inline int64_t pymod(int64_t a, int64_t b) {
   int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
-template <class T> inline T fmod_py(T a, T b) { return a - b * std::floor(a / b); }
+template <class T> PTC_HD inline T fmod_py(T a, T b) { return a - b * std::floor(a / b); }
 
 // float math the compiler can vectorize (straight-line arithmetic, no libm calls), accurate to
 // a few ulp (exp) / ~1e-7 absolute (erf, tanh): the generated kernels use them for float32.
-inline float exp_f(float x) {
+PTC_HD inline float exp_f(float x) {
   const float xc = x < -87.33654f ? -87.33654f : (x > 88.37626f ? 88.37626f : x);
   const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
   const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
@@ -46,8 +53,8 @@ inline float exp_f(float x) {
   const float v = y * scale;
   return x != x ? x : (x < -87.33654f ? 0.0f : (x > 88.72283f ? std::numeric_limits<float>::infinity() : v));
 }
-inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
-inline float tanh_f(float x) {
+PTC_HD inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
+PTC_HD inline float tanh_f(float x) {
   const float a = x < 0 ? -x : x;
   const float e = exp_f(-2.0f * (a > 9.0f ? 9.0f : a));
   const float t = (1.0f - e) / (1.0f + e);
@@ -56,7 +63,7 @@ inline float tanh_f(float x) {
 // erf(x) = x * P(x^2) / Q(x^2) on [-4, 4] (|erf| rounds to 1 in float beyond): a rational
 // least-squares fit made for ptc (max abs error 4e-7 in float arithmetic, 4e-8 in exact), one
 // division and no exp — ~1.5x the throughput of the exp-based Abramowitz-Stegun form.
-inline float erf_f(float x) {
+PTC_HD inline float erf_f(float x) {
   const float xc = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);  // NaN passes through
   const float t = xc * xc;
   const float p = ((((2.0403252e-06f * t + 2.8156621e-04f) * t + 3.6850938e-03f) * t + 5.2482200e-02f) * t + 1.8871810e-01f) * t + 1.1283792f;
@@ -66,11 +73,11 @@ inline float erf_f(float x) {
 }
 
 // max/min that propagate NaN like torch.maximum / amax.
-template <class T> inline T maxnan(T a, T b) { return (a != a || a > b) ? a : b; }
-template <class T> inline T minnan(T a, T b) { return (a != a || a < b) ? a : b; }
-template <class T> inline T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
-template <class T> inline T relu(T x) { return x > T(0) ? x : (x != x ? x : T(0)); }
-template <class T> inline T sign(T x) { return T((x > T(0)) - (x < T(0))); }
+template <class T> PTC_HD inline T maxnan(T a, T b) { return (a != a || a > b) ? a : b; }
+template <class T> PTC_HD inline T minnan(T a, T b) { return (a != a || a < b) ? a : b; }
+template <class T> PTC_HD inline T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
+template <class T> PTC_HD inline T relu(T x) { return x > T(0) ? x : (x != x ? x : T(0)); }
+template <class T> PTC_HD inline T sign(T x) { return T((x > T(0)) - (x < T(0))); }
 
 // Kernel timing for libraries built with --profile.
 inline int64_t now_ns() {

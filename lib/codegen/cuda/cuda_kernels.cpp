@@ -1,0 +1,355 @@
+// CUDA kernel printer: each scheduled kernel becomes a __global__ function (or a library call)
+// plus a host launcher `const char* ptc_launch_<k>(const int64_t* sym, void* const* buf,
+// cudaStream_t, const ptc_cuda::Ctx&)` returning an error text or nullptr.
+//
+//   * pointwise kernels: a grid-stride loop over the flattened domain, one element per thread
+//     and iteration, every member computed for it;
+//   * row groups: one block per outer index (grid-stride over rows); reductions are block
+//     reductions (warp shuffles, then one value per warp in shared memory), pointwise members
+//     loop over their inner elements with the block's threads, __syncthreads() between members;
+//     rows whose reductions are small constant windows (pooling) take one thread per row instead;
+//   * GEMM: cuBLASLt (ptc_cuda_rt.h); convolution: the runtime's direct kernel.
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "../expr_printer.h"
+#include "cuda_internal.h"
+#include "ptc/codegen.h"
+#include "ptc/error.h"
+
+namespace ptc::cuda {
+
+using codegen::ctype;
+using codegen::Dialect;
+using codegen::ExprPrinter;
+using codegen::literal;
+using loop::Computation;
+using loop::ExprRef;
+using loop::Op;
+
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int64_t kSmallWindow = 64;
+
+void collect_buffers(const ExprRef& e, std::set<int>& out, std::set<const loop::Expr*>& seen) {
+  if (!e || !seen.insert(e.get()).second) return;
+  if (e->op == Op::Load) out.insert(e->buffer);
+  for (const auto& a : e->args) collect_buffers(a, out, seen);
+}
+
+std::set<int> kernel_buffers(const loop::Program& p, const sched::Kernel& k) {
+  std::set<int> bufs;
+  std::set<const loop::Expr*> seen;
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    bufs.insert(c.out);
+    collect_buffers(c.body, bufs, seen);
+    for (const auto& v : c.operands) bufs.insert(v.buffer);
+  }
+  return bufs;
+}
+
+bool read_only(const loop::Program& p, int b) {
+  auto k = p.buffers[b].kind;
+  return k == loop::Buffer::Kind::Input || k == loop::Buffer::Kind::Weight;
+}
+
+std::string ptr_type(const loop::Program& p, int b) {
+  return std::string(read_only(p, b) ? "const " : "") + ctype(p.buffers[b].dtype) + "*";
+}
+
+std::string product(const std::vector<std::string>& v) {
+  if (v.empty()) return "int64_t{1}";
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? " * " : "") + v[i];
+  return s;
+}
+
+// Declares n<from>..: the sizes, and returns their names.
+std::vector<std::string> sizes(std::ostream& os, const std::vector<sym::Expr>& dims, const std::string& prefix, const std::string& in) {
+  std::vector<std::string> n;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    n.push_back(prefix + "n" + std::to_string(d));
+    os << in << "const int64_t " << n.back() << " = " << cpp_index(dims[d]) << ";\n";
+  }
+  return n;
+}
+
+// Declares the variables <var><first>.. of a row-major index `flat` over sizes `n`.
+void decompose_into(std::ostream& os, const std::string& flat, const std::vector<std::string>& n, char var, size_t first,
+                    const std::string& in) {
+  if (n.empty()) return;
+  std::string rest = "rest_" + std::string(1, var) + std::to_string(first);
+  os << in << "int64_t " << rest << " = " << flat << ";\n";
+  for (size_t d = n.size(); d-- > 0;) {
+    std::string v = std::string(1, var) + std::to_string(first + d);
+    if (d == 0) {
+      os << in << "const int64_t " << v << " = " << rest << ";\n";
+    } else {
+      os << in << "const int64_t " << v << " = " << rest << " % " << n[d] << "; " << rest << " /= " << n[d] << ";\n";
+    }
+  }
+  os << in << "(void)" << rest << ";\n";
+}
+
+struct ReduceSpec {
+  std::string init, combine;  // combine(a, b) as a lambda body over a, b
+};
+
+DType acc_type(const Computation& c) {
+  if (c.reduce == loop::ReduceOp::Any || c.reduce == loop::ReduceOp::All) return DType::Int32;  // shuffles take no bool
+  return c.body->dtype;
+}
+
+ReduceSpec reduce_spec(const Computation& c, DType acc_t) {
+  std::string T = ctype(acc_t);
+  switch (c.reduce) {
+    case loop::ReduceOp::Sum: return {literal(0, acc_t), "return a + b;"};
+    case loop::ReduceOp::Prod: return {literal(1, acc_t), "return a * b;"};
+    case loop::ReduceOp::Max:
+      return {dtype_is_float(acc_t) ? literal(-INFINITY, acc_t) : "std::numeric_limits<" + T + ">::lowest()",
+              "return ptc_rt::maxnan(a, b);"};
+    case loop::ReduceOp::Min:
+      return {dtype_is_float(acc_t) ? literal(INFINITY, acc_t) : "std::numeric_limits<" + T + ">::max()", "return ptc_rt::minnan(a, b);"};
+    case loop::ReduceOp::Any: return {literal(0, acc_t), "return a || b;"};
+    case loop::ReduceOp::All: return {literal(1, acc_t), "return a && b;"};
+    default: user_error("the CUDA backend does not support ", loop::reduce_name(c.reduce), " reductions yet (", c.origin, ")");
+  }
+}
+
+bool small_window_group(const loop::Program& p, const sched::Kernel& k) {
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    if (!(c.domain == k.outer)) return false;
+    if (c.kind != Computation::Kind::Reduction) continue;
+    int64_t w = 1;
+    for (const auto& r : c.reduce_domain) {
+      auto v = r.as_const();
+      if (!v) return false;
+      w *= *v;
+    }
+    if (w > kSmallWindow) return false;
+  }
+  return true;
+}
+
+// A serial reduction of `c` into local `acc` (one thread), then stores it at `at`.
+void serial_reduction(std::ostream& os, const Computation& c, int id, const std::string& at, const std::string& in) {
+  DType acc_t = acc_type(c);
+  ReduceSpec rs = reduce_spec(c, acc_t);
+  std::string T = ctype(acc_t);
+  os << in << "{\n";
+  std::string in2 = in + "  ";
+  os << in2 << "auto combine = [](" << T << " a, " << T << " b) { " << rs.combine << " };\n";
+  os << in2 << T << " acc = " << rs.init << ";\n";
+  std::vector<std::string> m = sizes(os, c.reduce_domain, "c" + std::to_string(id) + "_r", in2);
+  std::string rin = in2;
+  for (size_t d = 0; d < m.size(); ++d) {
+    os << rin << "for (int64_t r" << d << " = 0; r" << d << " < " << m[d] << "; ++r" << d << ") {\n";
+    rin += "  ";
+  }
+  ExprPrinter pr(os, rin, Dialect::Cuda);
+  std::string v = pr.print(c.body);
+  os << rin << "acc = combine(acc, " << v << ");\n";
+  for (size_t d = 0; d < m.size(); ++d) {
+    rin.resize(rin.size() - 2);
+    os << rin << "}\n";
+  }
+  os << in2 << at << " = acc;\n" << in << "}\n";
+}
+
+void emit_params(std::ostream& os, const loop::Program& p, const std::set<int>& bufs, const std::vector<std::string>& syms) {
+  bool first = true;
+  for (const auto& s : syms) {
+    os << (first ? "" : ", ") << "int64_t " << s;
+    first = false;
+  }
+  // __restrict__ only on what no kernel writes: temporaries may share storage (in-place reuse).
+  for (int b : bufs) {
+    os << (first ? "" : ", ") << ptr_type(p, b) << (read_only(p, b) ? " __restrict__" : "") << " b" << b;
+    first = false;
+  }
+}
+
+std::string call_args(const loop::Program& p, const std::set<int>& bufs, const std::vector<std::string>& syms) {
+  std::string s;
+  for (size_t i = 0; i < syms.size(); ++i) s += (s.empty() ? "" : ", ") + std::string("sym[") + std::to_string(i) + "]";
+  for (int b : bufs) s += (s.empty() ? "" : ", ") + std::string("static_cast<") + ptr_type(p, b) + ">(buf[" + std::to_string(b) + "])";
+  return s;
+}
+
+void emit_sym_locals(std::ostream& os, const std::vector<std::string>& syms, const std::string& in) {
+  for (size_t i = 0; i < syms.size(); ++i) os << in << "const int64_t " << syms[i] << " = sym[" << i << "]; (void)" << syms[i] << ";\n";
+}
+
+// A pointwise kernel, or a row group of small windows: one thread per element of the domain.
+void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms,
+                      const std::set<int>& bufs) {
+  const std::vector<sym::Expr>& dom = p.comps[k.comps.front()].domain;
+  os << "__global__ void __launch_bounds__(" << kBlock << ") ptc_kernel_" << index << "(";
+  emit_params(os, p, bufs, syms);
+  os << ") {\n";
+  std::vector<std::string> n = sizes(os, dom, "", "  ");
+  os << "  const int64_t total = " << product(n) << ";\n";
+  os << "  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
+  decompose_into(os, "i", n, 'x', 0, "    ");
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    std::string at = "b" + std::to_string(c.out) + "[i]";
+    if (c.kind == Computation::Kind::Reduction) {
+      serial_reduction(os, c, ci, at, "    ");
+    } else {
+      os << "    {\n";
+      ExprPrinter pr(os, "      ", Dialect::Cuda);
+      std::string v = pr.print(c.body);
+      os << "      " << at << " = " << v << ";\n    }\n";
+    }
+  }
+  os << "  }\n}\n\n";
+  os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
+  emit_sym_locals(os, syms, "  ");
+  std::vector<std::string> hn = sizes(os, dom, "", "  ");
+  os << "  const int64_t total = " << product(hn) << ";\n  if (total <= 0) return nullptr;\n";
+  os << "  ptc_kernel_" << index << "<<<ptc_cuda::grid_for(total, " << kBlock << "), " << kBlock << ", 0, stream>>>(" << call_args(p, bufs, syms)
+     << ");\n  return nullptr;\n}\n\n";
+}
+
+// A row group: one block per outer index.
+void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms,
+                    const std::set<int>& bufs) {
+  const std::vector<sym::Expr>& outer = k.outer;
+  os << "__global__ void __launch_bounds__(" << kBlock << ") ptc_kernel_" << index << "(";
+  emit_params(os, p, bufs, syms);
+  os << ") {\n";
+  std::set<DType> acc_types;
+  for (int ci : k.comps)
+    if (p.comps[ci].kind == Computation::Kind::Reduction) acc_types.insert(acc_type(p.comps[ci]));
+  for (DType t : acc_types) os << "  __shared__ " << ctype(t) << " smem_" << dtype_name(t) << "[32];\n";
+  std::vector<std::string> n = sizes(os, outer, "", "  ");
+  os << "  const int64_t rows = " << product(n) << ";\n";
+  os << "  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+  decompose_into(os, "row", n, 'x', 0, "    ");
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    std::string in = "      ";
+    os << "    {\n";
+    if (c.kind == Computation::Kind::Reduction) {
+      DType acc_t = acc_type(c);
+      ReduceSpec rs = reduce_spec(c, acc_t);
+      std::string T = ctype(acc_t);
+      os << in << "auto combine = [](" << T << " a, " << T << " b) { " << rs.combine << " };\n";
+      os << in << T << " acc = " << rs.init << ";\n";
+      std::vector<std::string> m = sizes(os, c.reduce_domain, "c" + std::to_string(ci) + "_r", in);
+      os << in << "for (int64_t j = threadIdx.x; j < " << product(m) << "; j += blockDim.x) {\n";
+      decompose_into(os, "j", m, 'r', 0, in + "  ");
+      ExprPrinter pr(os, in + "  ", Dialect::Cuda);
+      std::string v = pr.print(c.body);
+      os << in << "  acc = combine(acc, " << v << ");\n" << in << "}\n";
+      os << in << "acc = ptc_cuda::block_reduce(acc, combine, smem_" << dtype_name(acc_t) << ");\n";
+      os << in << "if (threadIdx.x == 0) b" << c.out << "[row] = acc;\n";
+    } else {
+      std::vector<std::string> m;
+      for (size_t d = outer.size(); d < c.domain.size(); ++d) {
+        m.push_back("c" + std::to_string(ci) + "_n" + std::to_string(d));
+        os << in << "const int64_t " << m.back() << " = " << cpp_index(c.domain[d]) << ";\n";
+      }
+      os << in << "const int64_t inner = " << product(m) << ";\n";
+      os << in << "for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) {\n";
+      decompose_into(os, "j", m, 'x', outer.size(), in + "  ");
+      ExprPrinter pr(os, in + "  ", Dialect::Cuda);
+      std::string v = pr.print(c.body);
+      os << in << "  b" << c.out << "[row * inner + j] = " << v << ";\n" << in << "}\n";
+    }
+    os << in << "__syncthreads();\n    }\n";
+  }
+  os << "  }\n}\n\n";
+  os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
+  emit_sym_locals(os, syms, "  ");
+  std::vector<std::string> hn = sizes(os, outer, "", "  ");
+  os << "  const int64_t rows = " << product(hn) << ";\n  if (rows <= 0) return nullptr;\n";
+  os << "  const unsigned grid = static_cast<unsigned>(rows < (int64_t{1} << 20) ? rows : (int64_t{1} << 20));\n";
+  os << "  ptc_kernel_" << index << "<<<grid, " << kBlock << ", 0, stream>>>(" << call_args(p, bufs, syms) << ");\n  return nullptr;\n}\n\n";
+}
+
+void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
+  const Computation& c = p.comps[k.comps.front()];
+  const loop::View& A = c.operands[0];
+  const loop::View& B = c.operands[1];
+  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA GEMM supports float32 only so far (", c.origin, ")");
+  size_t r = c.domain.size();
+  if (r - 2 > 6) user_error("the CUDA GEMM supports at most 6 batch dimensions (", c.origin, ")");
+  os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx& ctx) {\n";
+  emit_sym_locals(os, syms, "  ");
+  os << "  ptc_cuda::Gemm g{};\n";
+  os << "  g.M = " << cpp_index(c.domain[r - 2]) << "; g.N = " << cpp_index(c.domain[r - 1]) << "; g.K = " << cpp_index(A.sizes[r - 1]) << ";\n";
+  os << "  g.A = static_cast<const float*>(buf[" << A.buffer << "]) + " << cpp_index(A.offset) << "; g.lda_m = " << cpp_index(A.strides[r - 2])
+     << "; g.lda_k = " << cpp_index(A.strides[r - 1]) << ";\n";
+  os << "  g.B = static_cast<const float*>(buf[" << B.buffer << "]) + " << cpp_index(B.offset) << "; g.ldb_k = " << cpp_index(B.strides[r - 2])
+     << "; g.ldb_n = " << cpp_index(B.strides[r - 1]) << ";\n";
+  os << "  g.C = static_cast<float*>(buf[" << c.out << "]);\n";
+  os << "  g.nbatch = " << r - 2 << ";\n";
+  for (size_t d = 0; d + 2 < r; ++d)
+    os << "  g.bsize[" << d << "] = " << cpp_index(c.domain[d]) << "; g.bsa[" << d << "] = " << cpp_index(A.strides[d]) << "; g.bsb[" << d
+       << "] = " << cpp_index(B.strides[d]) << ";\n";
+  os << "  return ptc_cuda::gemm(ctx.lt, g, stream, ctx.gemm_ws, ctx.gemm_ws_bytes);\n}\n\n";
+}
+
+void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
+  const Computation& c = p.comps[k.comps.front()];
+  const loop::View& X = c.operands[0];
+  const loop::View& W = c.operands[1];
+  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA convolution supports float32 only so far (", c.origin, ")");
+  auto arr = [](const std::vector<sym::Expr>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + cpp_index(v[i]);
+    return s;
+  };
+  os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
+  emit_sym_locals(os, syms, "  ");
+  os << "  ptc_cuda::Conv2d a{};\n";
+  os << "  a.x = static_cast<const float*>(buf[" << X.buffer << "]) + " << cpp_index(X.offset) << "; { const int64_t s[4] = {" << arr(X.strides)
+     << "}; for (int i = 0; i < 4; ++i) a.xs[i] = s[i]; }\n";
+  os << "  a.w = static_cast<const float*>(buf[" << W.buffer << "]) + " << cpp_index(W.offset) << "; { const int64_t s[4] = {" << arr(W.strides)
+     << "}; for (int i = 0; i < 4; ++i) a.ws[i] = s[i]; }\n";
+  if (c.operands.size() > 2)
+    os << "  a.bias = static_cast<const float*>(buf[" << c.operands[2].buffer << "]) + " << cpp_index(c.operands[2].offset)
+       << "; a.bias_stride = " << cpp_index(c.operands[2].strides[0]) << ";\n";
+  os << "  a.y = static_cast<float*>(buf[" << c.out << "]);\n";
+  const char* names[] = {"N", "C", "H", "W"};
+  for (int i = 0; i < 4; ++i) os << "  a." << names[i] << " = " << cpp_index(X.sizes[i]) << ";\n";
+  os << "  a.O = " << cpp_index(W.sizes[0]) << "; a.KH = " << cpp_index(W.sizes[2]) << "; a.KW = " << cpp_index(W.sizes[3])
+     << "; a.OH = " << cpp_index(c.domain[2]) << "; a.OW = " << cpp_index(c.domain[3]) << ";\n";
+  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
+  os << " ";
+  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
+  os << "\n  return ptc_cuda::conv2d(a, stream);\n}\n\n";
+}
+
+}  // namespace
+
+void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index, const std::vector<std::string>& syms) {
+  const sched::Kernel& k = s.kernels[index];
+  os << "// " << k.name << ":";
+  for (int ci : k.comps) os << " " << p.buffers[p.comps[ci].out].name;
+  if (!k.origins.empty()) {
+    os << " <-";
+    for (const auto& o : k.origins) os << " " << o;
+  }
+  os << "\n";
+  PTC_CHECK(k.epilogue < 0, "the CUDA backend schedules without extern epilogues");
+  switch (k.kind) {
+    case sched::Kernel::Kind::Loop: emit_elementwise(os, p, k, index, syms, kernel_buffers(p, k)); break;
+    case sched::Kernel::Kind::RowGroup:
+      if (small_window_group(p, k))
+        emit_elementwise(os, p, k, index, syms, kernel_buffers(p, k));
+      else
+        emit_row_group(os, p, k, index, syms, kernel_buffers(p, k));
+      break;
+    case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, index, syms); break;
+    case sched::Kernel::Kind::Conv: emit_conv(os, p, k, index, syms); break;
+  }
+}
+
+}  // namespace ptc::cuda

@@ -1,0 +1,44 @@
+// ptc_cuda_rt.h — the compiled-once runtime of a generated CUDA library (ptc_cuda_runtime.cu):
+// fp32 GEMM through cuBLASLt (exact fp32, no TF32) with any-stride operands and batches, and a
+// direct 2-D convolution. Host functions; they queue work on the given stream and return an
+// error text (nullptr on success).
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+#include <cublasLt.h>
+
+namespace ptc_cuda {
+
+// The context a kernel launcher gets: the model's cuBLASLt handle and this run's GEMM workspace.
+struct Ctx {
+  cublasLtHandle_t lt;
+  void* gemm_ws;
+  size_t gemm_ws_bytes;
+};
+
+constexpr int kMaxBatchDims = 6;
+
+struct Gemm {
+  int64_t M, N, K;
+  const float* A; int64_t lda_m, lda_k;  // A[m, k] = A[m * lda_m + k * lda_k]
+  const float* B; int64_t ldb_k, ldb_n;  // B[k, n] = B[k * ldb_k + n * ldb_n]
+  float* C;                              // C[batch..., m, n], contiguous
+  int nbatch = 0;                        // leading batch dimensions
+  int64_t bsize[kMaxBatchDims], bsa[kMaxBatchDims], bsb[kMaxBatchDims];  // sizes, A and B strides
+};
+const char* gemm(cublasLtHandle_t lt, const Gemm& g, cudaStream_t stream, void* ws, size_t ws_bytes);
+// Workspace bytes gemm may use (cuBLASLt's), per call.
+constexpr size_t kGemmWorkspace = size_t{32} << 20;
+
+struct Conv2d {
+  const float* x; int64_t xs[4];  // input [N, C, H, W] with strides
+  const float* w; int64_t ws[4];  // weight [O, C/groups, KH, KW] with strides
+  const float* bias; int64_t bias_stride;  // nullptr: none
+  float* y;                       // output [N, O, OH, OW], contiguous
+  int64_t N, C, H, W, O, KH, KW, OH, OW;
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+const char* conv2d(const Conv2d& a, cudaStream_t stream);
+
+}  // namespace ptc_cuda

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Check and time ptc's CUDA libraries on a GPU machine, against PyTorch eager on the same GPU.
+
+The libraries are compiled beforehand (nvcc needs no GPU), e.g. here:
+
+    scripts/build_cuda_fixtures.sh out/cuda          # cuda_<model>_<flavour>.so for every fixture
+
+and on the GPU machine (python3 with torch; fp32, TF32 off everywhere):
+
+    python3 scripts/cuda_check.py --libs out/cuda [--bench] [--json results.json]
+
+Correctness: every recorded case of each fixture (models/<name>.expect.json, inputs from
+models/ref/) runs through the library and through the exported program (or TorchScript module)
+on the GPU; max |ptc - eager| must be within atol = rtol = 1e-4 (and the recorded CPU eager
+outputs are compared too).
+--bench: for each model (.pt2 flavour, first recorded case, or --sizes), median latency over
+CUDA events of eager, torch.compile (default and mode="reduce-overhead") and ptc, with ratios.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ptc_ctypes  # noqa: E402
+
+ATOL = RTOL = 1e-4
+FLAVOURS = {"pt2": ".pt2", "core_pt2": ".core.pt2", "pt": ".pt"}
+
+
+def load_eager(name, flavour):
+    path = MODELS / f"{name}{FLAVOURS[flavour]}"
+    if flavour == "pt":
+        return torch.jit.load(str(path), map_location="cuda").eval()
+    return torch.export.load(str(path)).module().to("cuda")
+
+
+def flat(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    res = []
+    for o in out:
+        res.extend(flat(o))
+    return res
+
+
+def err_of(got, want):
+    e, ok = 0.0, True
+    for a, b in zip(got, want):
+        a, b = a.double().cpu(), b.double().cpu()
+        if a.shape != b.shape:
+            return float("inf"), False
+        if a.numel():
+            e = max(e, (a - b).abs().max().item())
+        ok = ok and torch.allclose(a, b, atol=ATOL, rtol=RTOL)
+    return e, ok
+
+
+def check(libs, only=None, ref_only=False):
+    rows = []
+    for exp_file in sorted(MODELS.glob("*.expect.json")):
+        name = exp_file.name[: -len(".expect.json")]
+        if only and name not in only:
+            continue
+        expect = json.loads(exp_file.read_text())
+        for flavour in FLAVOURS:
+            lib = libs / f"cuda_{name}_{flavour}.so"
+            if not lib.exists():
+                continue
+            row = dict(model=name, flavour=flavour, cases=0, err_gpu=0.0, err_ref=0.0, ok=True, error=None)
+            try:
+                # The Core ATen flavour's module keeps CPU constants: the export flavour is its reference.
+                eager = None if ref_only else load_eager(name, "pt2" if flavour == "core_pt2" else flavour)
+                with ptc_ctypes.PtcModel(str(lib)) as m, torch.inference_mode():
+                    for case in expect["cases"]:
+                        ins = [torch.from_numpy(np.load(MODELS / f["file"])).cuda() for f in case["inputs"]]
+                        refs = [torch.from_numpy(np.load(MODELS / f["file"])) for f in case["outputs"]]
+                        got = list(m(*ins))
+                        torch.cuda.synchronize()
+                        e1, ok1 = err_of(got, flat(eager(*ins))) if eager is not None else (0.0, True)
+                        e2, ok2 = err_of(got, refs)
+                        row["cases"] += 1
+                        row["err_gpu"] = max(row["err_gpu"], e1)
+                        row["err_ref"] = max(row["err_ref"], e2)
+                        row["ok"] = row["ok"] and ok1 and ok2
+            except Exception as exc:  # noqa: BLE001
+                row["ok"], row["error"] = False, f"{type(exc).__name__}: {exc}"
+            rows.append(row)
+    print("| model | flavour | cases | max err vs eager (GPU) | vs recorded CPU eager | result |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        res = "pass" if r["ok"] else f"FAIL {r['error'] or ''}"
+        print(f"| {r['model']} | {r['flavour']} | {r['cases']} | {r['err_gpu']:.1e} | {r['err_ref']:.1e} | {res} |")
+    return rows
+
+
+def time_cuda(fn, reps, warmup=10):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def bench(libs, reps):
+    rows = []
+    for exp_file in sorted(MODELS.glob("*.expect.json")):
+        name = exp_file.name[: -len(".expect.json")]
+        lib = libs / f"cuda_{name}_pt2.so"
+        if not lib.exists():
+            continue
+        case = json.loads(exp_file.read_text())["cases"][-1]
+        ins = [torch.from_numpy(np.load(MODELS / f["file"])).cuda() for f in case["inputs"]]
+        row = dict(model=name, inputs="x".join(str(s) for s in ins[0].shape))
+        with torch.inference_mode():
+            eager = load_eager(name, "pt2")
+            row["eager_ms"] = time_cuda(lambda: eager(*ins), reps)
+            for label, kw in (("ind", {}), ("ind_ro", {"mode": "reduce-overhead"})):
+                try:
+                    torch._dynamo.reset()
+                    comp = torch.compile(eager, **kw)
+                    t0 = time.perf_counter()
+                    comp(*ins)
+                    torch.cuda.synchronize()
+                    row[f"{label}_compile_s"] = time.perf_counter() - t0
+                    row[f"{label}_ms"] = time_cuda(lambda: comp(*ins), reps)
+                except Exception as exc:  # noqa: BLE001
+                    row[f"{label}_ms"] = float("nan")
+                    row[f"{label}_error"] = str(exc)[:200]
+            with ptc_ctypes.PtcModel(str(lib)) as m:
+                outs = [torch.empty(s, dtype=i.dtype, device="cuda") for s, i in zip(m.output_shapes(*ins), m.outputs)]
+                row["ptc_ms"] = time_cuda(lambda: m(*ins, out=outs), reps)
+        rows.append(row)
+    print("| model | input | eager ms | ind ms | ind-ro ms | ptc ms | eager/ptc | ind/ptc | ind-ro/ptc |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        e, i, ro, p = r["eager_ms"], r["ind_ms"], r["ind_ro_ms"], r["ptc_ms"]
+        print(f"| {r['model']} | {r['inputs']} | {e:.3f} | {i:.3f} | {ro:.3f} | {p:.3f} | {e / p:.2f} | {i / p:.2f} | {ro / p:.2f} |")
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n", 2)[2])
+    ap.add_argument("--libs", required=True, help="folder with cuda_<model>_<flavour>.so")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--json")
+    ap.add_argument("--only", nargs="*", help="only these fixtures")
+    ap.add_argument("--ref-only", action="store_true",
+                    help="compare with the recorded outputs only (no eager run: for compute-sanitizer)")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    res = {"check": check(Path(args.libs), args.only, args.ref_only)}
+    if args.bench:
+        res["bench"] = bench(Path(args.libs), args.reps)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    sys.exit(0 if all(r["ok"] for r in res["check"]) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+// The CUDA backend where no GPU is: every fixture compiles with --device cuda (nvcc), and the
+// library has the C ABI, links the CUDA runtime statically and no libtorch / Python. The numbers
+// are checked on a GPU machine by scripts/cuda_check.py (see docs/cuda.md).
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <string>
+
+#include "test_util.h"
+
+using namespace ptc;
+
+namespace {
+
+std::string shell(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every fixture compiles for CUDA; the library exports the C ABI and links no libtorch or libcudart.so", "[cuda]") {
+  for (const char* name : {"mlp.pt2", "mlp.core.pt2", "mlp_dyn.pt2", "small_cnn.pt2", "tiny_tfm.pt2", "tiny_tfm.core.pt2", "tfm_dyn.pt2",
+                           "small_cnn.pt"}) {
+    INFO(name);
+    std::string so = test::temp_dir() + "/cuda_" + name + ".so";
+    auto r = test::run_ptc("compile -q --device cuda " + test::fixture(name) + " -o " + so);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    std::string syms = shell("nm -D --defined-only " + so);
+    for (const char* fn : {"ptc_open", "ptc_run", "ptc_run_async", "ptc_device", "ptc_output_shape", "ptc_last_error"})
+      CHECK(syms.find(fn) != std::string::npos);
+    CHECK(syms.find("ptc_model_weights") == std::string::npos);  // the blob is not exported
+    std::string deps = shell("ldd " + so);
+    INFO(deps);
+    CHECK(deps.find("libcublasLt") != std::string::npos);
+    CHECK(deps.find("libcudart.so") == std::string::npos);  // the CUDA runtime is linked statically
+    CHECK(deps.find("torch") == std::string::npos);
+    CHECK(deps.find("c10") == std::string::npos);
+    CHECK(deps.find("python") == std::string::npos);
+  }
+}
+
+TEST_CASE("--device cuda: a bad --cuda-arch or --nvcc is one clear error", "[cuda]") {
+  std::string so = test::temp_dir() + "/cuda_bad.so";
+  auto r = test::run_ptc("compile -q --device cuda --nvcc /nonexistent/nvcc " + test::fixture("mlp.pt2") + " -o " + so);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("nvcc failed on the generated code") != std::string::npos);
+  auto p = test::run_ptc("compile -q --device cuda --profile " + test::fixture("mlp.pt2") + " -o " + so);
+  CHECK(p.exit_code == 1);
+  CHECK(p.output.find("--profile is not supported for --device cuda") != std::string::npos);
+}
