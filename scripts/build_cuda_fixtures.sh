@@ -15,5 +15,9 @@ for exp in "$root"/models/*.expect.json; do
     lib="$out/cuda_${name}_${flavour/./_}.so"
     "$root/build/ptc" compile "$model" -o "$lib" --device cuda -q "$@"
     echo "$lib"
+    if [ "$flavour" = pt2 ]; then  # and a --cuda-graphs build for the benchmark
+      "$root/build/ptc" compile "$model" -o "${lib%.so}_graphs.so" --device cuda --cuda-graphs -q "$@"
+      echo "${lib%.so}_graphs.so"
+    fi
   done
 done

@@ -52,8 +52,10 @@ struct LibrarySource {
 LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights);
 // CUDA: model.cu (kernels, launchers, wrapper); the runtime's ptc_cuda_runtime.cu (cuBLASLt GEMM,
 // convolution) is the library's other translation unit. The schedule must have no extern
-// epilogues (ScheduleOptions::extern_epilogues = false).
-LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights);
+// epilogues (ScheduleOptions::extern_epilogues = false). cuda_graphs: runs replay a CUDA graph
+// captured per (sizes, data pointers).
+LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
+                            bool cuda_graphs = false);
 
 // The typed C++ header written next to the library (model.so -> model.h): runtime.h's
 // declarations and a class `ptc_<name>::Model` with `Outputs run(named typed inputs)`.

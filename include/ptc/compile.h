@@ -21,6 +21,7 @@ struct CompileOptions {
   std::string report;       // write the JSON report here
   std::string dump_after;   // print the graph after this pass (or "all")
   std::string weights = "embedded";  // or "external": a side file, memory-mapped and checksummed
+  bool cuda_graphs = false;  // cuda: capture each (sizes, data pointers) once, then replay
   LoadOptions load;
   BuildOptions build;
 };

@@ -36,6 +36,7 @@ class Stage {
 void compile_model(const CompileOptions& opts) {
   const bool cuda = opts.device == "cuda";
   if (opts.device != "cpu" && !cuda) user_error("--device ", opts.device, ": expected cpu or cuda");
+  if (!cuda && opts.cuda_graphs) user_error("--cuda-graphs needs --device cuda");
   if (cuda && opts.build.profile) user_error("--profile is not supported for --device cuda yet (use Nsight Compute)");
   g_stage_seconds.clear();
   std::unique_ptr<Graph> g;
@@ -89,7 +90,7 @@ void compile_model(const CompileOptions& opts) {
   LibrarySource src;
   {
     Stage s("codegen");
-    src = cuda ? generate_cuda(prog, schedule, *g, weights) : generate_cpu(prog, schedule, *g, weights);
+    src = cuda ? generate_cuda(prog, schedule, *g, weights, opts.cuda_graphs) : generate_cpu(prog, schedule, *g, weights);
   }
   {
     Stage s("build");

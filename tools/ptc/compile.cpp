@@ -13,6 +13,8 @@ std::function<int()> add_compile(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--cuda-arch", opts->build.cuda_arch, "cuda: the GPU architecture, e.g. sm_90 (default; PTX embedded for newer GPUs)");
   cmd->add_option("--nvcc", opts->build.nvcc, "cuda: the CUDA compiler (default: nvcc)");
+  cmd->add_flag("--cuda-graphs", opts->cuda_graphs,
+                "cuda: capture each run's launches in a CUDA graph per (input sizes, data pointers) and replay it");
   cmd->add_option("--emit-dir", opts->emit_dir, "Keep the generated sources in this folder");
   cmd->add_option("--dump-after", opts->dump_after, "Print the graph after a pass (fold_batch_norm, fold_constants, cse, dce, prune_unused_weights, or all)");
   cmd->add_option("--dump-loops", opts->dump_loops, "Write the loop IR as text to this file ('-' for stdout)");

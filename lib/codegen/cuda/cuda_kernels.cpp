@@ -293,7 +293,7 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   for (size_t d = 0; d + 2 < r; ++d)
     os << "  g.bsize[" << d << "] = " << cpp_index(c.domain[d]) << "; g.bsa[" << d << "] = " << cpp_index(A.strides[d]) << "; g.bsb[" << d
        << "] = " << cpp_index(B.strides[d]) << ";\n";
-  os << "  return ptc_cuda::gemm(ctx.lt, g, stream, ctx.gemm_ws, ctx.gemm_ws_bytes);\n}\n\n";
+  os << "  return ptc_cuda::gemm(ctx, g, stream);\n}\n\n";
 }
 
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {

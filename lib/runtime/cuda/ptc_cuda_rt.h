@@ -10,9 +10,17 @@
 
 namespace ptc_cuda {
 
-// The context a kernel launcher gets: the model's cuBLASLt handle and this run's GEMM workspace.
+// cuBLASLt descriptors and the chosen algorithm per GEMM shape and layout, made on first use
+// (thread-safe); one per model.
+struct GemmPlans;
+GemmPlans* gemm_plans_create();
+void gemm_plans_destroy(GemmPlans* plans);
+
+// The context a kernel launcher gets: the model's cuBLASLt handle and plans, and this run's GEMM
+// workspace.
 struct Ctx {
   cublasLtHandle_t lt;
+  GemmPlans* plans;
   void* gemm_ws;
   size_t gemm_ws_bytes;
 };
@@ -27,7 +35,7 @@ struct Gemm {
   int nbatch = 0;                        // leading batch dimensions
   int64_t bsize[kMaxBatchDims], bsa[kMaxBatchDims], bsb[kMaxBatchDims];  // sizes, A and B strides
 };
-const char* gemm(cublasLtHandle_t lt, const Gemm& g, cudaStream_t stream, void* ws, size_t ws_bytes);
+const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream);
 // Workspace bytes gemm may use (cuBLASLt's), per call.
 constexpr size_t kGemmWorkspace = size_t{32} << 20;
 

@@ -1,5 +1,8 @@
 // ptc_cuda_runtime.cu — see ptc_cuda_rt.h.
+#include <array>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "ptc_cuda_rt.h"
@@ -53,7 +56,73 @@ Operand operand(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
 
 }  // namespace
 
-const char* gemm(cublasLtHandle_t lt, const Gemm& g, cudaStream_t stream, void* ws, size_t ws_bytes) {
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+struct GemmPlans {
+  std::mutex mu;
+  std::map<std::array<int64_t, 11>, Plan> plans;
+  ~GemmPlans() {
+    for (auto& [key, p] : plans) {
+      if (p.lc) cublasLtMatrixLayoutDestroy(p.lc);
+      if (p.lb) cublasLtMatrixLayoutDestroy(p.lb);
+      if (p.la) cublasLtMatrixLayoutDestroy(p.la);
+      if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+    }
+  }
+};
+
+GemmPlans* gemm_plans_create() { return new (std::nothrow) GemmPlans(); }
+void gemm_plans_destroy(GemmPlans* plans) { delete plans; }
+
+namespace {
+
+// Builds the descriptors and picks the algorithm for one layout; nullptr or an error text.
+const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa, int64_t M, int64_t N, int32_t batch, int64_t sa,
+                      int64_t sb, size_t ws_bytes, Plan& plan) {
+  const char* err = nullptr;
+  auto check = [&](cublasStatus_t s, const char* what) {
+    if (s != CUBLAS_STATUS_SUCCESS && !err) err = lt_error(what, s);
+    return s == CUBLAS_STATUS_SUCCESS;
+  };
+  const int64_t sc = M * N;
+  auto layout = [&](cublasLtMatrixLayout_t* l, uint64_t rows, uint64_t cols, int64_t ld, int64_t stride) {
+    if (!check(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, ld), "cublasLtMatrixLayoutCreate")) return;
+    if (batch > 1) {
+      check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch), "batch count");
+      check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride), "batch stride");
+    }
+  };
+  // Exact fp32 (no TF32): CUBLAS_COMPUTE_32F.
+  if (check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate")) {
+    check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op, sizeof ob.op), "transa");
+    check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &oa.op, sizeof oa.op), "transb");
+  }
+  layout(&plan.la, ob.rows, ob.cols, ob.ld, sb);
+  layout(&plan.lb, oa.rows, oa.cols, oa.ld, sa);
+  layout(&plan.lc, static_cast<uint64_t>(N), static_cast<uint64_t>(M), N, sc);
+  cublasLtMatmulPreference_t pref = nullptr;
+  if (!err && check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) {
+    uint64_t wsb = ws_bytes;
+    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb), "workspace");
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    if (check(cublasLtMatmulAlgoGetHeuristic(lt, plan.desc, plan.la, plan.lb, plan.lc, plan.lc, pref, 1, &heur, &found),
+              "cublasLtMatmulAlgoGetHeuristic")) {
+      if (found == 0) err = "cuBLASLt found no algorithm for a GEMM";
+      plan.algo = heur.algo;
+    }
+  }
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  return err;
+}
+
+}  // namespace
+
+const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   if (g.M <= 0 || g.N <= 0) return nullptr;
   int64_t outer = 1, inner = 1, sa = 0, sb = 0;
   for (int d = 0; d + 1 < g.nbatch; ++d) outer *= g.bsize[d];
@@ -93,52 +162,34 @@ const char* gemm(cublasLtHandle_t lt, const Gemm& g, cudaStream_t stream, void* 
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? nullptr : cuda_error("the GEMM kernel", e);
   }
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  const char* err = nullptr;
-  auto check = [&](cublasStatus_t s, const char* what) {
-    if (s != CUBLAS_STATUS_SUCCESS && !err) err = lt_error(what, s);
-    return s == CUBLAS_STATUS_SUCCESS;
-  };
   const int32_t batch = static_cast<int32_t>(inner);
-  const int64_t sc = g.M * g.N;
-  auto layout = [&](cublasLtMatrixLayout_t* l, uint64_t rows, uint64_t cols, int64_t ld, int64_t stride) {
-    if (!check(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, ld), "cublasLtMatrixLayoutCreate")) return;
-    if (batch > 1) {
-      check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch), "batch count");
-      check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride), "batch stride");
+  const std::array<int64_t, 11> key{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
+                                    static_cast<int64_t>(ctx.gemm_ws_bytes)};
+  Plan plan;
+  {
+    std::lock_guard<std::mutex> lock(ctx.plans->mu);
+    auto it = ctx.plans->plans.find(key);
+    if (it == ctx.plans->plans.end()) {
+      Plan fresh;
+      if (const char* err = make_plan(ctx.lt, ob, oa, g.M, g.N, batch, sa, sb, ctx.gemm_ws_bytes, fresh)) {
+        GemmPlans tmp;  // frees what was made
+        tmp.plans[key] = fresh;
+        return err;
+      }
+      it = ctx.plans->plans.emplace(key, fresh).first;
     }
-  };
-  if (check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate")) {
-    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op, sizeof ob.op), "transa");
-    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &oa.op, sizeof oa.op), "transb");
-  }
-  layout(&la, ob.rows, ob.cols, ob.ld, sb);
-  layout(&lb, oa.rows, oa.cols, oa.ld, sa);
-  layout(&lc, static_cast<uint64_t>(g.N), static_cast<uint64_t>(g.M), g.N, sc);
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  if (!err && check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) {
-    uint64_t wsb = ws_bytes;
-    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb), "workspace");
-    if (check(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found), "cublasLtMatmulAlgoGetHeuristic") && found == 0)
-      err = "cuBLASLt found no algorithm for a GEMM";
+    plan = it->second;
   }
   const float alpha = 1.f, beta = 0.f;
-  for (int64_t o = 0; o < outer && !err; ++o) {
+  const int64_t sc = g.M * g.N;
+  for (int64_t o = 0; o < outer; ++o) {
     int64_t a, b;
     offset(o, &a, &b);
-    check(cublasLtMatmul(lt, desc, &alpha, g.B + b, la, g.A + a, lb, &beta, g.C + o * inner * sc, lc, g.C + o * inner * sc, lc,
-                         &heur.algo, ws, ws_bytes, stream),
-          "cublasLtMatmul");
+    cublasStatus_t s = cublasLtMatmul(ctx.lt, plan.desc, &alpha, g.B + b, plan.la, g.A + a, plan.lb, &beta, g.C + o * inner * sc, plan.lc,
+                                      g.C + o * inner * sc, plan.lc, &plan.algo, ctx.gemm_ws, ctx.gemm_ws_bytes, stream);
+    if (s != CUBLAS_STATUS_SUCCESS) return lt_error("cublasLtMatmul", s);
   }
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (lc) cublasLtMatrixLayoutDestroy(lc);
-  if (lb) cublasLtMatrixLayoutDestroy(lb);
-  if (la) cublasLtMatrixLayoutDestroy(la);
-  if (desc) cublasLtMatmulDescDestroy(desc);
-  return err;
+  return nullptr;
 }
 
 namespace {
