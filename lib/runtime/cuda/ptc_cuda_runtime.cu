@@ -64,7 +64,7 @@ struct Plan {
 
 struct GemmPlans {
   std::mutex mu;
-  std::map<std::array<int64_t, 11>, Plan> plans;
+  std::map<std::array<int64_t, 12>, Plan> plans;
   ~GemmPlans() {
     for (auto& [key, p] : plans) {
       if (p.lc) cublasLtMatrixLayoutDestroy(p.lc);
@@ -82,13 +82,12 @@ namespace {
 
 // Builds the descriptors and picks the algorithm for one layout; nullptr or an error text.
 const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa, int64_t M, int64_t N, int32_t batch, int64_t sa,
-                      int64_t sb, size_t ws_bytes, Plan& plan) {
+                      int64_t sb, int64_t sc, size_t ws_bytes, Plan& plan) {
   const char* err = nullptr;
   auto check = [&](cublasStatus_t s, const char* what) {
     if (s != CUBLAS_STATUS_SUCCESS && !err) err = lt_error(what, s);
     return s == CUBLAS_STATUS_SUCCESS;
   };
-  const int64_t sc = M * N;
   auto layout = [&](cublasLtMatrixLayout_t* l, uint64_t rows, uint64_t cols, int64_t ld, int64_t stride) {
     if (!check(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, ld), "cublasLtMatrixLayoutCreate")) return;
     if (batch > 1) {
@@ -124,54 +123,85 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
 
 const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   if (g.M <= 0 || g.N <= 0) return nullptr;
-  int64_t outer = 1, inner = 1, sa = 0, sb = 0;
-  for (int d = 0; d + 1 < g.nbatch; ++d) outer *= g.bsize[d];
-  if (g.nbatch > 0) {
-    inner = g.bsize[g.nbatch - 1];
-    sa = g.bsa[g.nbatch - 1];
-    sb = g.bsb[g.nbatch - 1];
+  // Batch dims: merge neighbours that collapse for A, B and C alike, then run the largest one as
+  // cuBLASLt's strided batch and loop over the others here.
+  const int64_t mn = g.M * g.N;
+  int nb = 0;
+  int64_t size[kMaxBatchDims], sa_[kMaxBatchDims], sb_[kMaxBatchDims], sc_[kMaxBatchDims];
+  {
+    int64_t cstride = mn;
+    int64_t cs[kMaxBatchDims];
+    for (int d = g.nbatch - 1; d >= 0; --d) {
+      cs[d] = cstride;
+      cstride *= g.bsize[d];
+    }
+    for (int d = 0; d < g.nbatch; ++d) {
+      if (g.bsize[d] == 1) continue;
+      if (nb > 0 && sa_[nb - 1] == g.bsize[d] * g.bsa[d] && sb_[nb - 1] == g.bsize[d] * g.bsb[d] && sc_[nb - 1] == g.bsize[d] * cs[d]) {
+        size[nb - 1] *= g.bsize[d];
+        sa_[nb - 1] = g.bsa[d];
+        sb_[nb - 1] = g.bsb[d];
+        sc_[nb - 1] = cs[d];
+        continue;
+      }
+      size[nb] = g.bsize[d];
+      sa_[nb] = g.bsa[d];
+      sb_[nb] = g.bsb[d];
+      sc_[nb] = cs[d];
+      ++nb;
+    }
   }
-  if (outer * inner == 0) return nullptr;
+  int64_t total = 1;
+  for (int d = 0; d < nb; ++d) total *= size[d];
+  for (int d = 0; d < g.nbatch; ++d)
+    if (g.bsize[d] == 0) total = 0;
+  if (total == 0) return nullptr;
   if (g.K <= 0) {
-    cudaError_t e = cudaMemsetAsync(g.C, 0, static_cast<size_t>(outer * inner * g.M * g.N) * sizeof(float), stream);
+    cudaError_t e = cudaMemsetAsync(g.C, 0, static_cast<size_t>(total * mn) * sizeof(float), stream);
     return e == cudaSuccess ? nullptr : cuda_error("cudaMemsetAsync", e);
   }
+  int big = -1;
+  for (int d = 0; d < nb; ++d)
+    if (big < 0 || size[d] > size[big]) big = d;
+  const int64_t inner = big >= 0 ? size[big] : 1, sa = big >= 0 ? sa_[big] : 0, sb = big >= 0 ? sb_[big] : 0, sc = big >= 0 ? sc_[big] : mn;
+  const int64_t outer = total / inner;
+  // Offsets of outer problem o (the batch dims other than `big`).
+  auto offset = [&](int64_t o, int64_t* a, int64_t* b, int64_t* c) {
+    *a = *b = *c = 0;
+    for (int d = nb - 1; d >= 0; --d) {
+      if (d == big) continue;
+      const int64_t i = o % size[d];
+      o /= size[d];
+      *a += i * sa_[d];
+      *b += i * sb_[d];
+      *c += i * sc_[d];
+    }
+  };
   // Row-major C[M, N] is col-major C'[N, M]: C' = B'[N, K] x A'[K, M].
   Operand ob = operand(g.N, g.K, g.ldb_n, g.ldb_k);  // cuBLAS "A"
   Operand oa = operand(g.K, g.M, g.lda_k, g.lda_m);  // cuBLAS "B"
-  auto offset = [&](int64_t o, int64_t* a, int64_t* b) {
-    *a = *b = 0;
-    for (int d = g.nbatch - 2; d >= 0; --d) {
-      const int64_t i = o % g.bsize[d];
-      o /= g.bsize[d];
-      *a += i * g.bsa[d];
-      *b += i * g.bsb[d];
-    }
-  };
   if (!ob.ok || !oa.ok) {  // a layout cuBLASLt cannot take: the naive kernel per problem
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i = 0; i < inner; ++i) {
-        int64_t a, b;
-        offset(o, &a, &b);
-        a += i * sa;
-        b += i * sb;
-        const int64_t blocks = std::min<int64_t>((g.M * g.N + 255) / 256, 65535);
-        gemm_naive<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g.M, g.N, g.K, g.A + a, g.lda_m, g.lda_k, g.B + b, g.ldb_k,
-                                                                         g.ldb_n, g.C + (o * inner + i) * g.M * g.N);
+        int64_t a, b, c;
+        offset(o, &a, &b, &c);
+        const int64_t blocks = std::min<int64_t>((mn + 255) / 256, 65535);
+        gemm_naive<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g.M, g.N, g.K, g.A + a + i * sa, g.lda_m, g.lda_k, g.B + b + i * sb,
+                                                                         g.ldb_k, g.ldb_n, g.C + c + i * sc);
       }
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? nullptr : cuda_error("the GEMM kernel", e);
   }
   const int32_t batch = static_cast<int32_t>(inner);
-  const std::array<int64_t, 11> key{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
-                                    static_cast<int64_t>(ctx.gemm_ws_bytes)};
+  const std::array<int64_t, 12> key{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
+                                    batch > 1 ? sc : 0, static_cast<int64_t>(ctx.gemm_ws_bytes)};
   Plan plan;
   {
     std::lock_guard<std::mutex> lock(ctx.plans->mu);
     auto it = ctx.plans->plans.find(key);
     if (it == ctx.plans->plans.end()) {
       Plan fresh;
-      if (const char* err = make_plan(ctx.lt, ob, oa, g.M, g.N, batch, sa, sb, ctx.gemm_ws_bytes, fresh)) {
+      if (const char* err = make_plan(ctx.lt, ob, oa, g.M, g.N, batch, sa, sb, sc, ctx.gemm_ws_bytes, fresh)) {
         GemmPlans tmp;  // frees what was made
         tmp.plans[key] = fresh;
         return err;
@@ -181,13 +211,12 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     plan = it->second;
   }
   const float alpha = 1.f, beta = 0.f;
-  const int64_t sc = g.M * g.N;
   for (int64_t o = 0; o < outer; ++o) {
-    int64_t a, b;
-    offset(o, &a, &b);
-    cublasStatus_t s = cublasLtMatmul(ctx.lt, plan.desc, &alpha, g.B + b, plan.la, g.A + a, plan.lb, &beta, g.C + o * inner * sc, plan.lc,
-                                      g.C + o * inner * sc, plan.lc, &plan.algo, ctx.gemm_ws, ctx.gemm_ws_bytes, stream);
-    if (s != CUBLAS_STATUS_SUCCESS) return lt_error("cublasLtMatmul", s);
+    int64_t a, b, c;
+    offset(o, &a, &b, &c);
+    cublasStatus_t st = cublasLtMatmul(ctx.lt, plan.desc, &alpha, g.B + b, plan.la, g.A + a, plan.lb, &beta, g.C + c, plan.lc, g.C + c,
+                                       plan.lc, &plan.algo, ctx.gemm_ws, ctx.gemm_ws_bytes, stream);
+    if (st != CUBLAS_STATUS_SUCCESS) return lt_error("cublasLtMatmul", st);
   }
   return nullptr;
 }
