@@ -261,6 +261,17 @@ def _gpt2():
     return HFWrapper(GPT2LMHeadModel(cfg).eval(), "logits")
 
 
+def _t5_encoder():
+    from transformers import T5Config, T5EncoderModel
+    cfg = T5Config()  # t5-small: 6 layers, d_model 512, relative position buckets
+    return HFWrapper(T5EncoderModel(cfg).eval(), "last_hidden_state")
+
+
+def _distilbert():
+    from transformers import DistilBertConfig, DistilBertModel
+    return HFWrapper(DistilBertModel(DistilBertConfig()).eval(), "last_hidden_state")
+
+
 def _ids_cases(vocab, shapes):
     def make(gen):
         return [(torch.randint(0, vocab, s, generator=gen, dtype=torch.int64),) for s in shapes]
@@ -285,10 +296,28 @@ REAL = collections.OrderedDict(
         Spec("vit_small_patch16_224", _timm("vit_small_patch16_224"),
              _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]),
              dynamic=_IMG_DYN, tol=_REAL_TOL, desc="timm vit_small_patch16_224, random weights"),
+        Spec("mobilenet_v3_small", _tv("mobilenet_v3_small"), _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]),
+             dynamic=_IMG_DYN, tol=_REAL_TOL, desc="torchvision mobilenet_v3_small, random weights"),
+        Spec("squeezenet1_1", _tv("squeezenet1_1"), _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]),
+             dynamic=_IMG_DYN, tol=_REAL_TOL, desc="torchvision squeezenet1_1, random weights"),
+        Spec("shufflenet_v2_x1_0", _tv("shufflenet_v2_x1_0"), _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]),
+             dynamic=_IMG_DYN, tol=_REAL_TOL, desc="torchvision shufflenet_v2_x1_0, random weights"),
+        Spec("densenet121", _tv("densenet121"), _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]),
+             dynamic=_IMG_DYN, tol=_REAL_TOL, desc="torchvision densenet121, random weights"),
+        Spec("convnext_tiny", _tv("convnext_tiny"), _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]),
+             dynamic=_IMG_DYN, tol=_REAL_TOL, desc="torchvision convnext_tiny, random weights"),
+        Spec("resnet50d", _timm("resnet50d"), _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]),
+             dynamic=_IMG_DYN, tol=_REAL_TOL, desc="timm resnet50d, random weights"),
+        Spec("efficientnet_b0", _timm("efficientnet_b0"), _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]),
+             dynamic=_IMG_DYN, tol=_REAL_TOL, desc="timm efficientnet_b0, random weights"),
         Spec("bert", _bert, _ids_cases(30522, [(2, 16), (3, 40)]), dynamic=_IDS_DYN,
              tol=_REAL_TOL, desc="transformers BertModel(BertConfig()) -> last_hidden_state"),
         Spec("gpt2", _gpt2, _ids_cases(50257, [(2, 16), (3, 40)]), dynamic=_IDS_DYN,
              tol=_REAL_TOL, desc="transformers GPT2LMHeadModel(GPT2Config()) -> logits"),
+        Spec("t5_encoder", _t5_encoder, _ids_cases(32128, [(2, 16), (3, 40)]), dynamic=_IDS_DYN,
+             tol=_REAL_TOL, desc="transformers T5EncoderModel(T5Config()) (t5-small) -> last_hidden_state"),
+        Spec("distilbert", _distilbert, _ids_cases(30522, [(2, 16), (3, 40)]), dynamic=_IDS_DYN,
+             tol=_REAL_TOL, desc="transformers DistilBertModel(DistilBertConfig()) -> last_hidden_state"),
     ]
 )
 
