@@ -23,7 +23,7 @@ relu relu_ gelu silu silu_ sigmoid tanh hardswish hardswish_ hardsigmoid hardtan
 add_.Tensor sub_.Tensor mul_.Tensor mul_.Scalar div_.Tensor div_.Scalar sigmoid_ tanh_ gelu_ hardsigmoid_ clamp_ relu6
 elu leaky_relu softplus erf exp log log1p sqrt rsqrt abs neg reciprocal sin cos floor ceil round sign
 softmax.int _softmax log_softmax.int _log_softmax
-dropout native_dropout
+dropout dropout_ native_dropout
 add.Tensor add.Scalar sub.Tensor sub.Scalar rsub.Scalar mul.Tensor mul.Scalar div.Tensor div.Scalar div.Tensor_mode
 pow.Tensor_Scalar pow.Tensor_Tensor maximum minimum clamp clamp_min
 eq.Tensor eq.Scalar ne.Scalar lt.Scalar gt.Scalar le.Scalar ge.Scalar lt.Tensor gt.Tensor

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -24,8 +25,11 @@ std::string shell(const std::string& cmd) {
 }  // namespace
 
 TEST_CASE("every fixture compiles for CUDA; the library exports the C ABI and links no libtorch or libcudart.so", "[cuda]") {
-  for (const char* name : {"mlp.pt2", "mlp.core.pt2", "mlp_dyn.pt2", "small_cnn.pt2", "tiny_tfm.pt2", "tiny_tfm.core.pt2", "tfm_dyn.pt2",
-                           "small_cnn.pt"}) {
+  std::vector<std::string> models{"mlp.pt2", "mlp.core.pt2", "mlp_dyn.pt2", "small_cnn.pt2", "tiny_tfm.pt2", "tiny_tfm.core.pt2", "tfm_dyn.pt2"};
+#ifdef PTC_TEST_TORCHSCRIPT
+  models.push_back("small_cnn.pt");
+#endif
+  for (const std::string& name : models) {
     INFO(name);
     std::string so = test::temp_dir() + "/cuda_" + name + ".so";
     auto r = test::run_ptc("compile -q --device cuda " + test::fixture(name) + " -o " + so);

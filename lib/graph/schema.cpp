@@ -219,6 +219,12 @@ Schema parse_schema(const std::string& text) {
     if (eq != std::string::npos) {
       a.has_default = true;
       a.default_value = parse_default(def, text);
+      // torch prints enum defaults as their c10 numbers ("MemoryFormat memory_format=0").
+      if (a.type == ArgType::MemoryFormat && std::holds_alternative<int64_t>(a.default_value)) {
+        static const char* kC10[] = {"contiguous_format", "preserve_format", "channels_last", "channels_last_3d"};
+        int64_t i = std::get<int64_t>(a.default_value);
+        a.default_value = std::string(i >= 0 && i < 4 ? kC10[i] : "unknown");
+      }
     }
     s.args.push_back(std::move(a));
   }

@@ -300,6 +300,9 @@ Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
     case OpKind::Dropout:
       if (a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles");
       return one(a.tensor("input"));
+    case OpKind::DropoutInplace:
+      if (a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles");
+      return one(a.tensor("self"));
     case OpKind::NativeDropout: {
       if (!a.is_none("train") && a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles");
       TensorRef x = a.tensor("input");

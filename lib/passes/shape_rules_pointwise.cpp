@@ -188,6 +188,7 @@ void add_pointwise_rules(RuleTable& t) {
   set_rule(t, K::Tril, tril_triu);
   set_rule(t, K::Triu, tril_triu);
   set_rule(t, K::Dropout, dropout);
+  set_rule(t, K::DropoutInplace, inplace);
   set_rule(t, K::NativeDropout, native_dropout);
 
   for (K k : {K::AddTensor, K::SubTensor, K::MulTensor, K::Maximum, K::Minimum, K::BitwiseAndTensor})
