@@ -49,7 +49,7 @@ TEST_CASE("every fixture compiles for CUDA; the library exports the C ABI and li
   }
 }
 
-TEST_CASE("--device cuda: a bad --cuda-arch or --nvcc is one clear error", "[cuda]") {
+TEST_CASE("CUDA builds: a bad nvcc path or --profile gets one clear error", "[cuda]") {
   std::string so = test::temp_dir() + "/cuda_bad.so";
   auto r = test::run_ptc("compile -q --device cuda --nvcc /nonexistent/nvcc " + test::fixture("mlp.pt2") + " -o " + so);
   CHECK(r.exit_code == 1);
