@@ -24,7 +24,7 @@ std::string shell(const std::string& cmd) {
 
 }  // namespace
 
-TEST_CASE("every fixture compiles for CUDA; the library exports the C ABI and links no libtorch or libcudart.so", "[cuda]") {
+TEST_CASE("every fixture compiles for CUDA, and the library exports the C ABI and links no libtorch or libcudart.so", "[cuda]") {
   std::vector<std::string> models{"mlp.pt2", "mlp.core.pt2", "mlp_dyn.pt2", "small_cnn.pt2", "tiny_tfm.pt2", "tiny_tfm.core.pt2", "tfm_dyn.pt2"};
 #ifdef PTC_TEST_TORCHSCRIPT
   models.push_back("small_cnn.pt");
