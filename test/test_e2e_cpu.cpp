@@ -249,7 +249,7 @@ TEST_CASE("the report shows layer norm and softmax as one kernel each, GEMM+bias
   CHECK(dyn["arena"]["bytes_at_max_sizes"].get<size_t>() < dyn["arena"]["bytes_without_reuse"].get<size_t>());
 }
 
-TEST_CASE("external weights (--weights external): a mapped, checksummed side file; bad files are refused", "[e2e]") {
+TEST_CASE("external weights (--weights external): a mapped, checksummed side file, and bad files are refused", "[e2e]") {
   std::string so = test::temp_dir() + "/ext_mlp.so", weights = test::temp_dir() + "/ext_mlp.weights";
   auto r = test::run_ptc("compile -q " + test::fixture("mlp.pt2") + " -o " + so + " --weights external");
   REQUIRE(r.exit_code == 0);
