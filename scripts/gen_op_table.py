@@ -25,21 +25,21 @@ elu leaky_relu softplus erf exp log log1p sqrt rsqrt abs neg reciprocal sin cos 
 softmax.int _softmax log_softmax.int _log_softmax
 dropout dropout_ native_dropout
 add.Tensor add.Scalar sub.Tensor sub.Scalar rsub.Scalar mul.Tensor mul.Scalar div.Tensor div.Scalar div.Tensor_mode
-pow.Tensor_Scalar pow.Tensor_Tensor maximum minimum clamp clamp_min
-eq.Tensor eq.Scalar ne.Scalar lt.Scalar gt.Scalar le.Scalar ge.Scalar lt.Tensor gt.Tensor
-logical_not logical_and logical_or bitwise_not bitwise_and.Tensor isnan isinf any.dim any.dims any all.dim
+pow.Tensor_Scalar pow.Tensor_Tensor maximum minimum min.other max.other clamp clamp_min diff
+eq.Tensor eq.Scalar ne.Scalar lt.Scalar gt.Scalar le.Scalar ge.Scalar lt.Tensor gt.Tensor le.Tensor ge.Tensor ne.Tensor
+logical_not logical_and logical_or bitwise_not bitwise_and.Tensor __and__.Tensor isnan isinf any.dim any.dims any all.dim
 floor_divide remainder.Scalar fmod.Scalar tril triu
 where.self where.ScalarSelf where.ScalarOther masked_fill.Scalar masked_fill.Tensor
 mean.dim sum.dim_IntList sum amax amin max.dim argmax var.correction var_mean.correction cumsum topk
 scaled_dot_product_attention _scaled_dot_product_flash_attention_for_cpu
-view reshape _unsafe_view permute transpose.int expand expand_as contiguous clone alias
+view reshape _unsafe_view as_strided permute transpose.int expand expand_as contiguous clone alias
 flatten.using_ints unflatten.int unsqueeze squeeze.dim squeeze.dims squeeze
 slice.Tensor select.int narrow split.Tensor split_with_sizes chunk unbind.int
 cat stack roll constant_pad_nd pad repeat index.Tensor index_select gather embedding
 max_pool2d max_pool2d_with_indices avg_pool2d adaptive_avg_pool2d _adaptive_avg_pool2d adaptive_avg_pool1d
 upsample_nearest2d.vec upsample_bilinear2d.vec
-_to_copy to.dtype type_as detach lift_fresh_copy
-full arange.start_step arange.default arange.start zeros ones zeros_like ones_like full_like empty.memory_format scalar_tensor
+_to_copy to.dtype to.dtype_layout type_as detach lift_fresh_copy _assert_tensor_metadata
+full arange.start_step arange.default arange.start zeros ones zeros_like ones_like full_like new_zeros new_ones empty.memory_format scalar_tensor
 sym_size.int sym_numel sym_stride.int size.int Int.Tensor ScalarImplicit
 """
 

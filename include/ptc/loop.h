@@ -27,6 +27,9 @@ enum class Op : uint8_t {
   Load,      // buffer[index]: `buffer`, `index` (flat element offset into the buffer's storage)
   Const,     // `value` (stored as double; integral dtypes hold exact integers up to 2^53)
   IndexVal,  // `index` evaluated as an integer value (iota / arange / masks)
+  LoadAt,    // buffer[clamp(index + args[0], 0, args[1])]: a load at a data-dependent offset
+             // (embedding, gather); args[0] is an int64 element offset, args[1] the last valid
+             // element index of the buffer (an index value), so no index can read outside it.
   // unary
   Neg, Abs, Exp, Log, Log1p, Sqrt, Rsqrt, Sin, Cos, Tanh, Erf, Sigmoid, Relu, Floor, Ceil,
   Round, Sign, Reciprocal, Not, IsNan, IsInf,
@@ -71,6 +74,7 @@ std::vector<std::string> origins_of(const ExprRef& e);
 
 // Builders (they fold constants and a few identities: x+0, x*1, cast to the same dtype).
 ExprRef load(int buffer, DType dt, sym::Expr index);
+ExprRef load_at(int buffer, DType dt, sym::Expr index, ExprRef offset, sym::Expr last);
 ExprRef constant(double v, DType dt);
 ExprRef index_value(sym::Expr index, DType dt = DType::Int64);
 ExprRef unary(Op op, ExprRef a);

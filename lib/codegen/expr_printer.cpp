@@ -109,6 +109,9 @@ std::string ExprPrinter::inline_text(const ExprRef& e) {
   const std::string T = ctype(e->dtype);
   auto a = [&](size_t i) { return name(e->args[i]); };
   switch (e->op) {
+    case Op::LoadAt:
+      return "b" + std::to_string(e->buffer) + "[std::min<int64_t>(std::max<int64_t>(" + cpp_index(e->index) + " + " + a(0) +
+             ", 0), " + a(1) + ")]";
     case Op::Load: {
       auto it = overrides_.find(e->buffer);
       if (it != overrides_.end()) return it->second;

@@ -15,6 +15,7 @@ const char* op_name(Op op) {
     case Op::Load: return "load";
     case Op::Const: return "const";
     case Op::IndexVal: return "index";
+    case Op::LoadAt: return "load_at";
     case Op::Neg: return "neg";
     case Op::Abs: return "abs";
     case Op::Exp: return "exp";
@@ -62,6 +63,7 @@ const char* op_name(Op op) {
 
 int op_arity(Op op) {
   if (op == Op::Load || op == Op::Const || op == Op::IndexVal) return 0;
+  if (op == Op::LoadAt) return 2;
   if (op == Op::Where || op == Op::Select) return 3;
   if (op >= Op::Add) return 2;
   return 1;
@@ -94,6 +96,13 @@ bool is_comparison(Op op) {
 ExprRef load(int buffer, DType dt, sym::Expr index) {
   index = sym::recombine_divmod(index);
   Expr e{Op::Load, dt, {}, buffer, index, 0, {}};
+  return make(std::move(e));
+}
+
+ExprRef load_at(int buffer, DType dt, sym::Expr index, ExprRef offset, sym::Expr last) {
+  index = sym::recombine_divmod(index);
+  if (offset->dtype != DType::Int64) offset = cast(offset, DType::Int64);
+  Expr e{Op::LoadAt, dt, {offset, index_value(last)}, buffer, index, 0, {}};
   return make(std::move(e));
 }
 
@@ -211,6 +220,10 @@ std::string print_expr(const Program& p, const ExprRef& e) {
       return buf;
     }
     case Op::IndexVal: return "index(" + e->index.str() + ")";
+    case Op::LoadAt: {
+      const std::string& name = e->buffer >= 0 && e->buffer < static_cast<int>(p.buffers.size()) ? p.buffers[e->buffer].name : "?";
+      return name + "[" + e->index.str() + " + " + print_expr(p, e->args[0]) + "]";
+    }
     case Op::Cast: return std::string("cast<") + dtype_short(e->dtype) + ">(" + print_expr(p, e->args[0]) + ")";
     default: break;
   }

@@ -92,6 +92,13 @@ class Interp {
                   "] out of range (", d.size(), " elements), index ", e->index.str());
         return d[i];
       }
+      case Op::LoadAt: {
+        int64_t i = eval(e->index) + static_cast<int64_t>(value(e->args[0]));
+        const auto& d = data_.at(static_cast<size_t>(e->buffer));
+        PTC_CHECK(i >= 0 && static_cast<size_t>(i) < d.size(), "indirect load of ", p_.buffers[e->buffer].name, "[", i,
+                  "] out of range (", d.size(), " elements)");
+        return d[i];
+      }
       case Op::Const: return e->value;
       case Op::IndexVal: return static_cast<double>(eval(e->index));
       case Op::Where: return value(e->args[0]) != 0 ? value(e->args[1]) : value(e->args[2]);

@@ -117,6 +117,7 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a);
 Lowered lower_view(Lowering& L, const Node& n, const Args& a);
 Lowered lower_reduction(Lowering& L, const Node& n, const Args& a);
 Lowered lower_extern(Lowering& L, const Node& n, const Args& a);
+Lowered lower_index(Lowering& L, const Node& n, const Args& a);
 
 // Shared pieces.
 TensorRef map1(Lowering& L, const TensorRef& x, DType dt, const std::function<ExprRef(ExprRef)>& f);

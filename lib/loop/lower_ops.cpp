@@ -133,7 +133,7 @@ TensorRef map2(Lowering& L, const TensorRef& x, const TensorRef& y, DType dt,
 
 std::vector<TensorRef> lower_node(Lowering& L, const Node& n) {
   Args a{L, n};
-  for (auto family : {lower_pointwise, lower_view, lower_reduction, lower_extern})
+  for (auto family : {lower_pointwise, lower_view, lower_reduction, lower_extern, lower_index})
     if (Lowered r = family(L, n, a)) return std::move(*r);
   L.fail("ptc cannot lower this operator yet");
 }

@@ -63,11 +63,13 @@ std::optional<Op> comparison(OpKind k) {
   switch (k) {
     case OpKind::EqTensor: case OpKind::EqScalar: return Op::Eq;
     case OpKind::NeScalar: return Op::Ne;
+    case OpKind::NeTensor: return Op::Ne;
     case OpKind::LtScalar: case OpKind::LtTensor: return Op::Lt;
-    case OpKind::LeScalar: return Op::Le;
+    case OpKind::LeScalar: case OpKind::LeTensor: return Op::Le;
     case OpKind::GtScalar: case OpKind::GtTensor: return Op::Gt;
-    case OpKind::GeScalar: return Op::Ge;
+    case OpKind::GeScalar: case OpKind::GeTensor: return Op::Ge;
     case OpKind::LogicalAnd: return Op::And;
+    case OpKind::UnderscoreAndTensor: case OpKind::BitwiseAndTensor: return Op::And;  // bool operands (checked)
     case OpKind::LogicalOr: return Op::Or;
     default: return std::nullopt;
   }
@@ -161,6 +163,7 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
       {OpKind::DivScalar, Op::Div, true, false},  {OpKind::PowTensorScalar, Op::Pow, true, false},
       {OpKind::PowTensorTensor, Op::Pow, false, false}, {OpKind::Maximum, Op::Max, false, false},
       {OpKind::Minimum, Op::Min, false, false},   {OpKind::FloorDivide, Op::FloorDiv, false, false},
+      {OpKind::MinOther, Op::Min, false, false},  {OpKind::MaxOther, Op::Max, false, false},
       {OpKind::RemainderScalar, Op::Mod, true, false},
   };
   for (const Bin& bin : kBinary) {
@@ -191,6 +194,9 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
   }
   if (auto op = comparison(k)) {
     TensorRef x = a.tensor("self");
+    if ((k == OpKind::UnderscoreAndTensor || k == OpKind::BitwiseAndTensor) &&
+        (x.dtype != DType::Bool || a.tensor("other").dtype != DType::Bool))
+      L.fail("bitwise and of integer tensors is not supported yet (bool tensors only)");
     bool scalar = !std::holds_alternative<Value*>(a.raw("other"));
     DType cmp = scalar ? x.dtype : promote(x.dtype, a.tensor("other").dtype);
     if (scalar && x.dtype == DType::Bool) cmp = DType::Float32;
@@ -231,7 +237,7 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
       ExprRef hi = k == OpKind::ClampMin || a.is_none("max") ? nullptr : a.scalar("max", dt);
       return out(map1(L, a.tensor("self"), dt, [=](ExprRef x) { return clamp(cast(x, dt), lo, hi); }));
     }
-    case OpKind::UnderscoreToCopy: case OpKind::ToDtype: case OpKind::TypeAs: {
+    case OpKind::UnderscoreToCopy: case OpKind::ToDtype: case OpKind::ToDtypeLayout: case OpKind::TypeAs: {
       DType dt = a.out_dtype();
       return out(map1(L, a.tensor("self"), dt, [dt](ExprRef x) { return cast(x, dt); }));
     }
@@ -239,6 +245,8 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
     case OpKind::FullLike: return out(full(L, a.out_sizes(), a.scalar("fill_value", a.out_dtype())));
     case OpKind::Zeros: case OpKind::ZerosLike: return out(full(L, a.out_sizes(), constant(0, a.out_dtype())));
     case OpKind::Ones: case OpKind::OnesLike: return out(full(L, a.out_sizes(), constant(1, a.out_dtype())));
+    case OpKind::NewZeros: return out(full(L, a.out_sizes(), constant(0, a.out_dtype())));
+    case OpKind::NewOnes: return out(full(L, a.out_sizes(), constant(1, a.out_dtype())));
     case OpKind::ScalarTensor: return out(full(L, {}, a.scalar("s", a.out_dtype())));
     case OpKind::ArangeStartStep: case OpKind::ArangeStart: case OpKind::ArangeDefault: {
       DType dt = a.out_dtype();

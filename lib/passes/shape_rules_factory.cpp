@@ -51,6 +51,22 @@ std::vector<Type> lift_fresh_copy(Ctx& c) {
   return {copy_of(c, x, x.dtype, MemoryFormat::Preserve)};
 }
 
+// to(dtype=None, ...) keeps self; a dtype converts like to.dtype.
+std::vector<Type> to_dtype_layout(Ctx& c) {
+  const Type& x = c.tensor("self");
+  auto d = c.opt_dtype("dtype");
+  MemoryFormat fmt = c.memory_format("memory_format", MemoryFormat::Preserve);
+  DType dt = d ? *d : x.dtype;
+  if (dt == x.dtype && !c.bool_("copy") && fmt == MemoryFormat::Preserve) return {x};
+  return {copy_of(c, x, dt, fmt)};
+}
+
+// Checks only (torch.export's metadata assertions); no result.
+std::vector<Type> assert_tensor_metadata(Ctx& c) {
+  c.tensor("a");
+  return {};
+}
+
 std::vector<Type> like(Ctx& c) {
   const Type& x = c.tensor("self");
   auto dt = c.opt_dtype("dtype");
@@ -79,6 +95,12 @@ std::vector<Type> zeros(Ctx& c) {  // zeros, ones, empty.memory_format
   MemoryFormat fmt = c.memory_format("memory_format", MemoryFormat::Contiguous);
   if (fmt == MemoryFormat::Preserve) fmt = MemoryFormat::Contiguous;
   return {factory_tensor(c, dt ? *dt : kDefaultFloat, c.syms("size"), fmt)};
+}
+
+std::vector<Type> new_factory(Ctx& c) {  // new_zeros, new_ones: self's dtype by default
+  const Type& x = c.tensor("self");
+  auto dt = c.opt_dtype("dtype");
+  return {factory_tensor(c, dt ? *dt : x.dtype, c.syms("size"))};
 }
 
 std::vector<Type> scalar_tensor(Ctx& c) {
@@ -177,6 +199,9 @@ void add_factory_rules(RuleTable& t) {
   using K = OpKind;
   set_rule(t, K::UnderscoreToCopy, to_copy);
   set_rule(t, K::ToDtype, to_dtype);
+  set_rule(t, K::ToDtypeLayout, to_dtype_layout);
+  set_rule(t, K::UnderscoreAssertTensorMetadata, assert_tensor_metadata);
+  for (K k : {K::NewZeros, K::NewOnes}) set_rule(t, k, new_factory);
   set_rule(t, K::TypeAs, type_as);
   set_rule(t, K::LiftFreshCopy, lift_fresh_copy);
   for (K k : {K::ZerosLike, K::OnesLike, K::FullLike}) set_rule(t, k, like);

@@ -40,6 +40,26 @@ std::vector<Type> dropout(Ctx& c) {
   return one(elementwise(c, {&x}, x.dtype));
 }
 
+// diff(n, dim, prepend, append): `dim` shrinks by n after prepend/append are concatenated.
+std::vector<Type> diff(Ctx& c) {
+  const Type& x = c.tensor("self");
+  if (x.rank() == 0) c.fail("needs a tensor of rank >= 1");
+  int64_t n = c.int_("n");
+  if (n < 0) c.fail("n must be non-negative, got ", n);
+  int64_t dim = c.dim_arg("dim", static_cast<int64_t>(x.rank()));
+  Exprs sizes = x.sizes;
+  for (const char* extra : {"prepend", "append"})
+    if (const Type* t = c.opt_tensor(extra)) {
+      if (t->rank() != x.rank()) c.fail(extra, " must have self's rank");
+      sizes[static_cast<size_t>(dim)] = sizes[static_cast<size_t>(dim)] + t->sizes[static_cast<size_t>(dim)];
+    }
+  Expr len = sizes[static_cast<size_t>(dim)] - n;
+  if (sym::prove_lt(len, 0)) len = 0;
+  else if (!sym::prove_ge(len, 0)) c.fail("cannot tell whether diff's dimension ", sizes[static_cast<size_t>(dim)].str(), " exceeds n = ", n);
+  sizes[static_cast<size_t>(dim)] = len;
+  return one(make_contiguous(x, x.dtype, sizes));
+}
+
 std::vector<Type> native_dropout(Ctx& c) {
   const Type& x = c.tensor("input");
   Type out = elementwise(c, {&x}, x.dtype);
@@ -191,13 +211,15 @@ void add_pointwise_rules(RuleTable& t) {
   set_rule(t, K::DropoutInplace, inplace);
   set_rule(t, K::NativeDropout, native_dropout);
 
-  for (K k : {K::AddTensor, K::SubTensor, K::MulTensor, K::Maximum, K::Minimum, K::BitwiseAndTensor})
+  for (K k : {K::AddTensor, K::SubTensor, K::MulTensor, K::Maximum, K::Minimum, K::MinOther, K::MaxOther, K::BitwiseAndTensor,
+              K::UnderscoreAndTensor})
     set_rule(t, k, binary);
   set_rule(t, K::FloorDivide, floor_div);
   set_rule(t, K::DivTensor, binary_div);
   set_rule(t, K::DivTensorMode, div_mode);
   set_rule(t, K::PowTensorTensor, pow_tt);
-  for (K k : {K::EqTensor, K::LtTensor, K::GtTensor}) set_rule(t, k, compare_tt);
+  for (K k : {K::EqTensor, K::LtTensor, K::GtTensor, K::LeTensor, K::GeTensor, K::NeTensor}) set_rule(t, k, compare_tt);
+  set_rule(t, K::Diff, diff);
   for (K k : {K::LogicalAnd, K::LogicalOr}) set_rule(t, k, logical_binary);
 
   for (K k : {K::AddScalar, K::SubScalar, K::RsubScalar, K::MulScalar, K::RemainderScalar, K::FmodScalar})

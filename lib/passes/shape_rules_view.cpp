@@ -341,6 +341,16 @@ std::vector<Type> clone(Ctx& c) {
   return {make_tensor(x, x.dtype, x.sizes, empty_like_strides(x, fmt))};
 }
 
+// as_strided: the given sizes and strides over self's storage, at storage_offset (default:
+// self's offset).
+std::vector<Type> as_strided(Ctx& c) {
+  const Type& x = c.tensor("self");
+  Exprs size = c.syms("size"), stride = c.syms("stride");
+  if (size.size() != stride.size()) c.fail(size.size(), " sizes but ", stride.size(), " strides");
+  auto off = c.opt_sym("storage_offset");
+  return {view(x, size, stride, off ? *off : x.storage_offset)};
+}
+
 }  // namespace
 
 void add_view_rules(RuleTable& tb) {
@@ -365,6 +375,7 @@ void add_view_rules(RuleTable& tb) {
   set_rule(tb, K::Alias, alias);
   set_rule(tb, K::Detach, alias);
   set_rule(tb, K::Contiguous, contiguous);
+  set_rule(tb, K::AsStrided, as_strided);
   set_rule(tb, K::Clone, clone);
 }
 

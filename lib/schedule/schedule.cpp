@@ -21,6 +21,9 @@ struct Load {
 void collect_loads(const ExprRef& e, std::vector<Load>& out, std::set<const loop::Expr*>& seen) {
   if (!seen.insert(e.get()).second) return;
   if (e->op == Op::Load) out.push_back({e->buffer, e->index});
+  // A data-dependent position: an index no fusion test can place (never "own element", never
+  // provably "same row").
+  if (e->op == Op::LoadAt) out.push_back({e->buffer, sym::symbol("indirect")});
   for (const auto& a : e->args) collect_loads(a, out, seen);
 }
 

@@ -441,7 +441,7 @@ namespace {
 
 void collect_buffers(const ExprRef& e, std::set<int>& out, std::set<const loop::Expr*>& seen) {
   if (!e || !seen.insert(e.get()).second) return;
-  if (e->op == Op::Load) out.insert(e->buffer);
+  if (e->op == Op::Load || e->op == Op::LoadAt) out.insert(e->buffer);
   for (const auto& a : e->args) collect_buffers(a, out, seen);
 }
 

@@ -1,0 +1,179 @@
+// Data-dependent indexing (embedding, gather, index_select) through LoadAt — loads at a position
+// read from another tensor, clamped into the source buffer — plus as_strided (a view with
+// explicit strides) and diff.
+#include "lower_internal.h"
+
+namespace ptc::loop {
+namespace {
+
+std::vector<TensorRef> one(TensorRef t) { return {std::move(t)}; }
+
+// The last element index a view can address (its storage extent - 1).
+sym::Expr last_index(const View& v) {
+  sym::Expr last = v.offset;
+  for (size_t d = 0; d < v.sizes.size(); ++d) last = last + (v.sizes[d] - 1) * v.strides[d];
+  return last;
+}
+
+// Python-style index: negative counts from the end.
+ExprRef wrap_index(ExprRef i, const sym::Expr& size) {
+  i = cast(i, DType::Int64);
+  return select(binary(Op::Lt, i, constant(0, DType::Int64)), binary(Op::Add, i, index_value(size)), i);
+}
+
+// self[..., idx, ...] along `dim` of the view `v`, with the other coordinates from `at`.
+ExprRef pick(const View& v, DType dt, const Index& at, size_t dim, ExprRef idx) {
+  sym::Expr base = v.offset;
+  for (size_t d = 0; d < at.size(); ++d)
+    if (d != dim) base = base + at[d] * v.strides[d];
+  ExprRef off = binary(Op::Mul, wrap_index(idx, v.sizes[dim]), index_value(v.strides[dim]));
+  return load_at(v.buffer, dt, base, off, last_index(v));
+}
+
+}  // namespace
+
+Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
+  switch (n.kind) {
+    case OpKind::Embedding: {  // weight [V, D], indices [*] -> [*, D]
+      TensorRef w = a.tensor("weight"), ids = a.tensor("indices");
+      if (w.rank() != 2) L.fail("embedding needs a 2-D weight");
+      View wv = L.as_view(w, n.name);
+      DType dt = w.dtype;
+      Index sizes = a.out_sizes();
+      return one(L.pointwise(dt, sizes, [=](const Index& idx) {
+        Index id_at(idx.begin(), idx.end() - 1);
+        Index at{sym::Expr(0), idx.back()};
+        return pick(wv, dt, at, 0, ids.at(id_at));
+      }));
+    }
+    case OpKind::Gather: {  // out[i] = self[i with i[dim] = index[i]]
+      TensorRef x = a.tensor("self"), index = a.tensor("index");
+      int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      if (index.rank() != x.rank()) L.fail("gather's index must have self's rank");
+      View xv = L.as_view(x, n.name);
+      DType dt = x.dtype;
+      return one(L.pointwise(dt, a.out_sizes(), [=](const Index& idx) {
+        return pick(xv, dt, idx, static_cast<size_t>(dim), index.at(idx));
+      }));
+    }
+    case OpKind::IndexSelect: {  // out[..., k, ...] = self[..., index[k], ...]
+      TensorRef x = a.tensor("self"), index = a.tensor("index");
+      int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      if (index.rank() > 1) L.fail("index_select's index must be 1-D");
+      View xv = L.as_view(x, n.name);
+      DType dt = x.dtype;
+      return one(L.pointwise(dt, a.out_sizes(), [=](const Index& idx) {
+        Index k = index.rank() == 1 ? Index{idx[static_cast<size_t>(dim)]} : Index{};
+        return pick(xv, dt, idx, static_cast<size_t>(dim), index.at(k));
+      }));
+    }
+    case OpKind::AsStrided: {
+      TensorRef x = a.tensor("self");
+      View v = L.as_view(x, n.name);
+      Index size = a.syms("size"), stride = a.syms("stride");
+      if (size.size() != stride.size()) L.fail("as_strided: ", size.size(), " sizes but ", stride.size(), " strides");
+      View out{v.buffer, size, stride, a.is_none("storage_offset") ? v.offset : a.syms("storage_offset")[0]};
+      // The view must stay inside the storage ptc has for self.
+      const Buffer& b = L.prog_.buffers[v.buffer];
+      sym::Expr extent = b.offset;
+      for (size_t d = 0; d < b.sizes.size(); ++d) extent = extent + (b.sizes[d] - 1) * b.strides[d];
+      if (!sym::prove_le(last_index(out), extent) || !sym::prove_ge(out.offset, 0))
+        L.fail("as_strided reaches outside its input's storage (ptc supports it within the input only)");
+      return one(L.of_view(out, x.dtype));
+    }
+    case OpKind::Diff: {
+      TensorRef x = a.tensor("self");
+      int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      int64_t times = a.i("n");
+      DType dt = x.dtype;
+      const size_t d = static_cast<size_t>(dim);
+      // prepend / append: concatenated along dim first (lazily, each part behind a `where`).
+      TensorRef cur = x;
+      for (const char* side : {"prepend", "append"}) {
+        if (a.is_none(side)) continue;
+        TensorRef extra = a.tensor(side);
+        if (extra.rank() != x.rank()) L.fail("diff's ", side, " must have self's rank");
+        bool before = side[0] == 'p';
+        TensorRef first = before ? extra : cur, second = before ? cur : extra;
+        Index sizes = cur.sizes;
+        sizes[d] = first.sizes[d] + second.sizes[d];
+        sym::Expr split = first.sizes[d];
+        cur = L.pointwise(dt, sizes, [=](const Index& idx) {
+          Index j = idx;
+          j[d] = idx[d] - split;
+          return where(binary(Op::Lt, index_value(idx[d]), index_value(split)), cast(first.at(idx), dt), cast(second.at(j), dt));
+        });
+      }
+      for (int64_t t = 0; t < times; ++t) {
+        Index sizes = cur.sizes;
+        sizes[static_cast<size_t>(dim)] = sizes[static_cast<size_t>(dim)] - 1;
+        TensorRef prev = cur;
+        cur = L.pointwise(dt, sizes, [=](const Index& idx) {
+          Index next = idx;
+          next[static_cast<size_t>(dim)] = next[static_cast<size_t>(dim)] + 1;
+          // bool tensors: torch's diff is "differs" (xor); numbers subtract
+          return dt == DType::Bool ? binary(Op::Ne, prev.at(next), prev.at(idx)) : binary(Op::Sub, prev.at(next), prev.at(idx));
+        });
+      }
+      return one(cur);
+    }
+    case OpKind::IndexTensor: {  // advanced indexing by a block of adjacent index tensors
+      TensorRef x = a.tensor("self");
+      auto vs = std::get_if<std::vector<Value*>>(&a.raw("indices"));
+      if (!vs) L.fail("index: indices must be a list");
+      size_t first = vs->size(), count = 0;
+      for (size_t d = 0; d < vs->size(); ++d)
+        if ((*vs)[d]) {
+          if (first == vs->size()) first = d;
+          if (d != first + count) L.fail("indexing with non-adjacent index tensors is not supported yet");
+          ++count;
+        }
+      if (count == 0) return one(x);
+      std::vector<TensorRef> idx;
+      for (size_t d = first; d < first + count; ++d) {
+        idx.push_back(L.ref((*vs)[d]));
+        if (idx.back().dtype == DType::Bool) L.fail("indexing with a bool mask is not supported yet");
+      }
+      Index bshape = idx[0].sizes;
+      for (const auto& t : idx) {
+        auto b = broadcast_shapes(bshape, t.sizes);
+        if (!b) L.fail("index tensors do not broadcast");
+        bshape = *b;
+      }
+      std::vector<TensorRef> bidx;
+      for (const auto& t : idx) bidx.push_back(L.broadcast_to(t, bshape));
+      View xv = L.as_view(x, n.name);
+      DType dt = x.dtype;
+      const size_t nb = bshape.size();
+      return one(L.pointwise(dt, a.out_sizes(), [=](const Index& o) {
+        // o = [x dims before the block] + [broadcast dims] + [x dims after the block]
+        Index bi(o.begin() + static_cast<long>(first), o.begin() + static_cast<long>(first + nb));
+        sym::Expr base = xv.offset;
+        for (size_t d = 0; d < first; ++d) base = base + o[d] * xv.strides[d];
+        for (size_t d = first + count; d < xv.sizes.size(); ++d) base = base + o[d - count + nb] * xv.strides[d];
+        ExprRef off = constant(0, DType::Int64);
+        for (size_t k = 0; k < count; ++k)
+          off = binary(Op::Add, off, binary(Op::Mul, wrap_index(bidx[k].at(bi), xv.sizes[first + k]), index_value(xv.strides[first + k])));
+        return load_at(xv.buffer, dt, base, off, last_index(xv));
+      }));
+    }
+    case OpKind::Cumsum: {  // out[.., i, ..] = sum over j <= i of x[.., j, ..]: a masked reduction (quadratic in the dim)
+      TensorRef x = a.tensor("self");
+      if (x.rank() == 0) return one(x);
+      int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      const size_t d = static_cast<size_t>(dim);
+      DType dt = a.out_dtype();
+      Index sizes = x.sizes;
+      sizes.push_back(x.sizes[d]);  // the summed position j, last
+      TensorRef terms = L.pointwise(dt, sizes, [=](const Index& idx) {
+        Index at(idx.begin(), idx.end() - 1);
+        at[d] = idx.back();
+        return select(binary(Op::Le, index_value(idx.back()), index_value(idx[d])), cast(x.at(at), dt), constant(0, dt));
+      });
+      return one(L.reduce(terms, {static_cast<int64_t>(x.rank())}, false, ReduceOp::Sum, dt, n.name));
+    }
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace ptc::loop
