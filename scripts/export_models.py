@@ -104,9 +104,30 @@ class TinyTfm(nn.Module):
         return x + self.ff2(F.silu(self.ff1(self.ln2(x))))
 
 
+class IndexOps(nn.Module):
+    """Data-dependent indexing over token ids [batch, seq]: embedding, gather, index_select,
+    advanced indexing, cumsum and diff (the ops language models' embeddings and masks use)."""
+
+    def __init__(self, vocab=50, d=16):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.register_buffer("cols", torch.tensor([0, 3, 5, 15]))
+
+    def forward(self, ids):
+        B, S = ids.shape
+        e = self.emb(ids)                                               # [B, S, 16]
+        g = torch.gather(e, 2, (ids % 16).unsqueeze(-1).expand(B, S, 4))  # [B, S, 4]
+        sel = torch.index_select(e, 2, self.cols)                       # [B, S, 4]
+        rows = torch.arange(B).unsqueeze(1)
+        picked = e[rows, (ids * 7) % S]                                 # [B, S, 16]
+        c = torch.cumsum(ids, dim=1)                                    # int64
+        d = torch.diff(ids, dim=1, prepend=ids[:, :1])                  # int64
+        return e.sum(-1) + g.sum(-1) * sel.mean(-1) + picked.amax(-1) + c.float() * 0.01 + d.float() * 0.1
+
+
 # Name the fixture classes like the reference samples do (TorchScript: __torch__.models.MLP,
 # export: nn_module_stack "models.MLP") instead of after __main__.
-for _cls in (MLP, SmallCNN, TinyTfm):
+for _cls in (MLP, SmallCNN, TinyTfm, IndexOps):
     _cls.__module__ = "models"
 
 
@@ -171,6 +192,10 @@ SMALL = collections.OrderedDict(
              desc="conv+batchnorm+relu, conv/s2+relu, global avg pool, linear, softmax"),
         Spec("tiny_tfm", TinyTfm, _cases([(2, 16, 64)]),
              desc="pre-norm transformer block, causal SDPA, 4 heads, SiLU FFN"),
+        Spec("index_ops", IndexOps,
+             lambda gen: [(torch.randint(0, 50, (2, 9), generator=gen),), (torch.randint(0, 50, (5, 23), generator=gen),)],
+             dynamic={"ids": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=2, max=512)}},
+             desc="embedding, gather, index_select, advanced indexing, cumsum, diff over dynamic token ids"),
         Spec("tfm_dyn", TinyTfm, _cases([(2, 16, 64)], [(3, 37, 64)]),
              dynamic={"x": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=2, max=512)}},
              desc="tiny_tfm with dynamic batch [1, 64] and sequence length [2, 512]"),

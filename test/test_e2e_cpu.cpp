@@ -95,7 +95,7 @@ void check_cases(Lib& lib, const std::string& name) {
 }  // namespace
 
 TEST_CASE("compiled fixtures match PyTorch eager (fp32, atol/rtol from each record)", "[e2e]") {
-  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn"})
+  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops"})
     for (const char* suffix : {".pt2", ".core.pt2"}) {
       std::string file = std::string(name) + suffix;
       INFO(file);
