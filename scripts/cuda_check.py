@@ -52,7 +52,7 @@ def flat(out):
     return res
 
 
-def err_of(got, want):
+def err_of(got, want, atol=ATOL, rtol=RTOL):
     e, ok = 0.0, True
     for a, b in zip(got, want):
         a, b = a.double().cpu(), b.double().cpu()
@@ -60,13 +60,13 @@ def err_of(got, want):
             return float("inf"), False
         if a.numel():
             e = max(e, (a - b).abs().max().item())
-        ok = ok and torch.allclose(a, b, atol=ATOL, rtol=RTOL)
+        ok = ok and torch.allclose(a, b, atol=atol, rtol=rtol)
     return e, ok
 
 
-def check(libs, only=None, ref_only=False):
+def check(libs, only=None, ref_only=False, models=MODELS):
     rows = []
-    for exp_file in sorted(MODELS.glob("*.expect.json")):
+    for exp_file in sorted(models.glob("*.expect.json")):
         name = exp_file.name[: -len(".expect.json")]
         if only and name not in only:
             continue
@@ -81,12 +81,13 @@ def check(libs, only=None, ref_only=False):
                 eager = None if ref_only else load_eager(name, "pt2" if flavour == "core_pt2" else flavour)
                 with ptc_ctypes.PtcModel(str(lib)) as m, torch.inference_mode():
                     for case in expect["cases"]:
-                        ins = [torch.from_numpy(np.load(MODELS / f["file"])).cuda() for f in case["inputs"]]
-                        refs = [torch.from_numpy(np.load(MODELS / f["file"])) for f in case["outputs"]]
+                        ins = [torch.from_numpy(np.load(models / f["file"])).cuda() for f in case["inputs"]]
+                        refs = [torch.from_numpy(np.load(models / f["file"])) for f in case["outputs"]]
                         got = list(m(*ins))
                         torch.cuda.synchronize()
                         e1, ok1 = err_of(got, flat(eager(*ins))) if eager is not None else (0.0, True)
-                        e2, ok2 = err_of(got, refs)
+                        tol = expect.get("tolerance", {})
+                        e2, ok2 = err_of(got, refs, tol.get("atol", ATOL), tol.get("rtol", RTOL))
                         row["cases"] += 1
                         row["err_gpu"] = max(row["err_gpu"], e1)
                         row["err_ref"] = max(row["err_ref"], e2)
@@ -190,13 +191,15 @@ def main():
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--json")
     ap.add_argument("--only", nargs="*", help="only these fixtures")
+    ap.add_argument("--models-dir", default=str(MODELS),
+                    help="where NAME.expect.json and ref/ are (models/cache for the real models)")
     ap.add_argument("--ref-only", action="store_true",
                     help="compare with the recorded outputs only (no eager run: for compute-sanitizer)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    res = {"check": check(Path(args.libs), args.only, args.ref_only)}
+    res = {"check": check(Path(args.libs), args.only, args.ref_only, Path(args.models_dir))}
     if args.bench:
         res["bench"] = bench(Path(args.libs), args.reps, args.only)
     if args.json:

@@ -11,6 +11,7 @@ Writes a pass/fail table with the reason of each failure, as markdown and JSON.
     .venv/bin/python scripts/suite.py                       # every model (exports what is missing)
     .venv/bin/python scripts/suite.py --models resnet18 bert --flavours pt2
     .venv/bin/python scripts/suite.py --out suite-results   # suite.md + suite.json there
+    .venv/bin/python scripts/suite.py --models mobilenet_v3_small distilbert --flavours pt2 --require-pass   # the CI subset
 """
 import argparse
 import json
@@ -33,6 +34,7 @@ ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--out", default=str(ROOT / "suite-results"), help="folder for suite.md and suite.json")
 ap.add_argument("--no-export", action="store_true", help="only models already in models/cache/")
+ap.add_argument("--require-pass", action="store_true", help="exit 1 unless every row passes (for tests)")
 ARGS = ap.parse_args()
 os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
 
@@ -136,6 +138,8 @@ def main():
     (out / "suite.md").write_text("\n".join(lines) + "\n")
     (out / "suite.json").write_text(json.dumps(rows, indent=1))
     print("\n".join(lines))
+    if ARGS.require_pass and passed != len(rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
