@@ -55,7 +55,7 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
   os
      << "#include <cstdint>\n#include <cstdlib>\n#include <new>\n#include <string>\n\n"
      << "#include <cstring>\n#include \"ptc_arena.h\"\n#include \"ptc_support.h\"\n#include \"runtime.h\"\n\n"
-     << (weights.external ? "#include <dlfcn.h>\n#include \"ptc_weights.h\"\n\n"
+     << (weights.external ? "#include \"ptc_weights.h\"\n\n"
                           : "extern \"C\" const unsigned char ptc_model_weights[];\n\n")
      << "struct ptc_model {\n  const unsigned char* weights;\n" << (weights.external ? "  ptc_rt::MappedWeights map;\n" : "") << "};\n\n"
      << "namespace ptc_gen {  // the kernels, in kernels_*.cpp\n";
@@ -87,19 +87,9 @@ int ptc_open(const char* weights_path, ptc_model** out) {
   if (!out) return fail("ptc_open: out is null");
   *out = nullptr;
 #ifdef PTC_EXTERNAL_WEIGHTS
-  std::string path;
-  if (weights_path) {
-    path = weights_path;
-  } else {  // next to the library: model.so -> model.weights
-    Dl_info info{};
-    if (!dladdr(reinterpret_cast<void*>(&ptc_open), &info) || !info.dli_fname) return fail("cannot locate the library to find its weights; pass the weights path");
-    path = info.dli_fname;
-    size_t dot = path.rfind(".so");
-    if (dot != std::string::npos) path.resize(dot);
-    path += ".weights";
-  }
+  std::string path, err;
+  if (!ptc_rt::weights_path(weights_path, reinterpret_cast<const void*>(&ptc_open), path, err)) return fail(err);
   ptc_rt::MappedWeights map;
-  std::string err;
   if (!ptc_rt::map_weights(path.c_str(), PTC_WEIGHTS_BYTES, PTC_WEIGHTS_CHECKSUM, PTC_MODEL_ID, map, err)) return fail(err);
   ptc_model* m = new (std::nothrow) ptc_model{map.payload, map};
   if (!m) {

@@ -23,7 +23,7 @@ LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, co
   os << "#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n#include <limits>\n#include <new>\n#include <string>\n\n"
      << "#include <cuda_runtime.h>\n#include <cublasLt.h>\n\n"
      << "#include \"ptc_arena.h\"\n#include \"ptc_support.h\"\n#include \"ptc_cuda.cuh\"\n#include \"ptc_cuda_rt.h\"\n#include \"runtime.h\"\n\n"
-     << (weights.external ? "#include <dlfcn.h>\n#include \"ptc_weights.h\"\n\n" : "extern \"C\" const unsigned char ptc_model_weights[];\n\n")
+     << (weights.external ? "#include \"ptc_weights.h\"\n\n" : "extern \"C\" const unsigned char ptc_model_weights[];\n\n")
      << "#ifdef PTC_CUDA_GRAPHS\n#include <mutex>\n#include <vector>\n"
      << "struct GraphEntry {\n  std::vector<int64_t> key;  // symbols, input and output pointers\n  cudaGraphExec_t exec = nullptr;\n"
      << "  unsigned char* ws = nullptr;\n  cudaEvent_t done = nullptr;\n};\n#endif\n\n"
@@ -172,19 +172,9 @@ int ptc_open(const char* weights_path, ptc_model** out) {
   if (!out) return fail("ptc_open: out is null");
   *out = nullptr;
 #ifdef PTC_EXTERNAL_WEIGHTS
-  std::string path;
-  if (weights_path) {
-    path = weights_path;
-  } else {  // next to the library: model.so -> model.weights
-    Dl_info info{};
-    if (!dladdr(reinterpret_cast<void*>(&ptc_open), &info) || !info.dli_fname) return fail("cannot locate the library to find its weights; pass the weights path");
-    path = info.dli_fname;
-    size_t dot = path.rfind(".so");
-    if (dot != std::string::npos) path.resize(dot);
-    path += ".weights";
-  }
+  std::string path, err;
+  if (!ptc_rt::weights_path(weights_path, reinterpret_cast<const void*>(&ptc_open), path, err)) return fail(err);
   ptc_rt::MappedWeights map;
-  std::string err;
   if (!ptc_rt::map_weights(path.c_str(), PTC_WEIGHTS_BYTES, PTC_WEIGHTS_CHECKSUM, PTC_MODEL_ID, map, err)) return fail(err);
   const unsigned char* host = map.payload;
   const size_t total = PTC_WEIGHTS_BYTES;

@@ -8,6 +8,7 @@
 //         64   payload: the weights blob, 64-byte aligned entries
 #pragma once
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -76,6 +77,26 @@ struct MappedWeights {
   size_t size = 0;
   const unsigned char* payload = nullptr;
 };
+
+// The weights file for a library: `given` when not null, else next to the shared object that
+// contains `self` (model.so -> model.weights). False, with a message in `err`, when the library
+// cannot be located.
+inline bool weights_path(const char* given, const void* self, std::string& path, std::string& err) {
+  if (given) {
+    path = given;
+    return true;
+  }
+  Dl_info info{};
+  if (!dladdr(self, &info) || !info.dli_fname) {
+    err = "cannot locate the library to find its weights; pass the weights path";
+    return false;
+  }
+  path = info.dli_fname;
+  size_t dot = path.rfind(".so");
+  if (dot != std::string::npos) path.resize(dot);
+  path += ".weights";
+  return true;
+}
 
 // Maps and verifies `path`; on failure returns false with a message in `err`.
 inline bool map_weights(const char* path, uint64_t bytes, uint64_t sum, uint64_t model_id, MappedWeights& out,
