@@ -141,7 +141,10 @@ TEST_CASE("Fill mode types a TorchScript graph with dynamic shapes", "[shape_pro
     INFO(w.file);
     auto g = load_model(test::fixture(w.file));
     REQUIRE(g->outputs.size() == 1);
-    CHECK(g->outputs[0]->type.str() == "?");  // the reader cannot type it: the batch is dynamic
+    // The reader types nodes with the shape rules as it reads them (the trace records none for
+    // dynamic inputs) as far as they go — all of mlp_dyn; tfm_dyn's size arithmetic through
+    // prim:: nodes stops it — and Fill completes the rest.
+    if (std::string(w.file) == "mlp_dyn.pt") CHECK(g->outputs[0]->type.str() == w.output);
     auto f = propagate_shapes(*g, ShapePropMode::Fill);
     CHECK(f->outputs[0]->type.str() == w.output);
     for (const auto& n : f->nodes())

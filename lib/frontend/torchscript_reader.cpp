@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "ptc/error.h"
+#include "ptc/passes.h"
 #include "ptc/frontend.h"
 
 namespace ptc {
@@ -56,6 +57,7 @@ class Reader {
   std::map<const jit::Value*, sym::Expr> exprs_;
   std::optional<sym::Expr> int_expr(const jit::Value* v) const;
   void track_int(const jit::Node* n);
+  void infer_unknown_types(Node& node);
   void propagate_static_shapes(jit::Graph& graph);
   int n_tensor_constants_ = 0;
 };
@@ -409,8 +411,31 @@ void Reader::add_node(const jit::Node* n) {
     node->outputs.push_back(v);
   }
   node->name = node->outputs.empty() ? "node" + std::to_string(g_->nodes().size()) : node->outputs[0]->name;
-  g_->add_node(std::move(node));
+  Node* added = g_->add_node(std::move(node));
+  infer_unknown_types(*added);
   track_int(n);
+}
+
+// Dynamic shapes: the trace records no intermediate types, so each node's outputs get the types
+// ptc's shape rules give as the graph is read. Sizes taken from intermediate tensors
+// (aten::size on a computed value) then become expressions over the input symbols, and lists
+// built from them can be followed. A rule that cannot decide yet leaves the type unknown (the
+// shape-propagation pass tries again on the whole graph).
+void Reader::infer_unknown_types(Node& node) {
+  bool unknown = false;
+  for (const Value* o : node.outputs) unknown = unknown || o->type.kind == Type::Kind::Unknown;
+  if (!unknown || node.kind == OpKind::Unknown) return;
+  for (const Value* in : node.inputs())
+    if (in->type.kind == Type::Kind::Unknown) return;
+  std::vector<Type> types;
+  try {
+    types = infer_node_types(node);
+  } catch (const std::exception&) {
+    return;
+  }
+  if (types.size() != node.outputs.size()) return;
+  for (size_t i = 0; i < types.size(); ++i)
+    if (node.outputs[i]->type.kind == Type::Kind::Unknown && types[i].kind != Type::Kind::Unknown) node.outputs[i]->type = types[i];
 }
 
 std::unique_ptr<Graph> Reader::run() {

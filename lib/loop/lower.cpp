@@ -259,10 +259,11 @@ Program Lowering::run() {
     bool any_tensor = false;
     for (const Value* o : n->outputs) any_tensor = any_tensor || o->type.is_tensor();
     current = n.get();
+    bool all_sym = true;
+    for (const Value* o : n->outputs) all_sym = all_sym && o->type.kind == Type::Kind::SymInt;
     if (!any_tensor) {
-      bool all_known = true;
-      for (const Value* o : n->outputs) all_known = all_known && o->type.kind == Type::Kind::SymInt;
-      if (all_known) continue;  // size arithmetic: its expressions are used directly
+      if (all_sym) continue;  // size arithmetic: its expressions are used directly
+      if (n->kind == OpKind::Unknown) fail("ptc does not know this operator yet");
       fail("its result has no known type (shape propagation has not run on this graph)");
     }
     if (n->kind == OpKind::Unknown) fail("ptc does not know this operator yet");
