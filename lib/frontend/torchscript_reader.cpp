@@ -228,6 +228,7 @@ Arg Reader::constant_arg(const c10::IValue& iv, const SchemaArg* sa) {
       return v;
     }
     if (t == ArgType::MemoryFormat) return std::string(i == 0 ? "contiguous_format" : "other");
+    if (t == ArgType::Layout) return std::string(i == 0 ? "strided" : "sparse");  // c10::Layout numbering
     return i;
   }
   if (iv.isDouble()) return iv.toDouble();
@@ -386,6 +387,7 @@ void Reader::add_node(const jit::Node* n) {
       prod->outputs.push_back(v);
       values_[n->output(i)] = v;
     }
+    infer_unknown_types(*prod);  // now that its results are separate values
     return;
   }
   if (kind == c10::prim::If || kind == c10::prim::Loop)
