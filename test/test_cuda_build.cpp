@@ -44,7 +44,7 @@ TEST_CASE("every fixture compiles for CUDA, and the library exports the C ABI an
     CHECK(deps.find("libcublasLt") != std::string::npos);
     CHECK(deps.find("libcudart.so") == std::string::npos);  // the CUDA runtime is linked statically
     CHECK(deps.find("torch") == std::string::npos);
-    CHECK(deps.find("c10") == std::string::npos);
+    CHECK(deps.find("libc10") == std::string::npos);
     CHECK(deps.find("python") == std::string::npos);
   }
 }
