@@ -85,7 +85,13 @@ def check(libs, only=None, ref_only=False, models=MODELS):
                         refs = [torch.from_numpy(np.load(models / f["file"])) for f in case["outputs"]]
                         got = list(m(*ins))
                         torch.cuda.synchronize()
-                        e1, ok1 = err_of(got, flat(eager(*ins))) if eager is not None else (0.0, True)
+                        e1, ok1 = 0.0, True
+                        if eager is not None:
+                            try:
+                                e1, ok1 = err_of(got, flat(eager(*ins)))
+                            except RuntimeError as exc:  # e.g. a CPU constant baked into the export
+                                row["eager_note"] = f"eager on the GPU failed ({str(exc)[:80]}); compared with the record only"
+                                eager = None
                         tol = expect.get("tolerance", {})
                         e2, ok2 = err_of(got, refs, tol.get("atol", ATOL), tol.get("rtol", RTOL))
                         row["cases"] += 1
@@ -98,7 +104,7 @@ def check(libs, only=None, ref_only=False, models=MODELS):
     print("| model | flavour | cases | max err vs eager (GPU) | vs recorded CPU eager | result |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        res = "pass" if r["ok"] else f"FAIL {r['error'] or ''}"
+        res = ("pass" if r["ok"] else f"FAIL {r['error'] or ''}") + (f" ({r['eager_note']})" if r.get("eager_note") else "")
         print(f"| {r['model']} | {r['flavour']} | {r['cases']} | {r['err_gpu']:.1e} | {r['err_ref']:.1e} | {res} |")
     return rows
 

@@ -270,7 +270,19 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
   std::vector<std::string> hn = sizes(os, outer, "", "  ");
   os << "  const int64_t rows = " << product(hn) << ";\n  if (rows <= 0) return nullptr;\n";
   os << "  const unsigned grid = static_cast<unsigned>(rows < (int64_t{1} << 20) ? rows : (int64_t{1} << 20));\n";
-  os << "  ptc_kernel_" << index << "<<<grid, " << kBlock << ", 0, stream>>>(" << call_args(p, bufs, syms) << ");\n  return nullptr;\n}\n\n";
+  // Threads per row: the widest member's row (a reduction's window or a pointwise member's inner
+  // elements) rounded up to a power of two, 32 to 256 — a 64-element layer-norm row gets 64.
+  os << "  int64_t width = 1;\n";
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    const std::vector<sym::Expr>& dims = c.kind == Computation::Kind::Reduction ? c.reduce_domain : c.domain;
+    size_t from = c.kind == Computation::Kind::Reduction ? 0 : outer.size();
+    std::string w = "int64_t{1}";
+    for (size_t d = from; d < dims.size(); ++d) w += " * (" + cpp_index(dims[d]) + ")";
+    os << "  width = std::max<int64_t>(width, " << w << ");\n";
+  }
+  os << "  int block = 32;\n  while (block < " << kBlock << " && block < width) block *= 2;\n";
+  os << "  ptc_kernel_" << index << "<<<grid, block, 0, stream>>>(" << call_args(p, bufs, syms) << ");\n  return nullptr;\n}\n\n";
 }
 
 void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
