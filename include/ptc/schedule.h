@@ -54,6 +54,9 @@ struct ScheduleOptions {
 Schedule schedule(const loop::Program& p, const ScheduleOptions& opts = {});
 std::string print_schedule(const loop::Program& p, const Schedule& s);
 
+// Every buffer kernel `k` reads or writes (results the schedule elided excluded), sorted.
+std::vector<int> kernel_buffers(const loop::Program& p, const Schedule& s, const Kernel& k);
+
 // Liveness of the temporaries over the kernel sequence, for the arena planner: buffer id,
 // first kernel writing it, last kernel reading it (or one of its in-place aliases reading it,
 // which share its storage and are listed in `aliases`).

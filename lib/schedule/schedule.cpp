@@ -311,6 +311,19 @@ std::string print_schedule(const loop::Program& p, const Schedule& s) {
   return os.str();
 }
 
+std::vector<int> kernel_buffers(const loop::Program& p, const Schedule& s, const Kernel& k) {
+  std::set<int> bufs;
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    for (int b : reads_of(c)) bufs.insert(b);
+    bufs.insert(c.out);
+  }
+  std::vector<int> out;
+  for (int b : bufs)
+    if (!s.elided[b]) out.push_back(b);
+  return out;
+}
+
 std::vector<Lifetime> temp_lifetimes(const loop::Program& p, const Schedule& s) {
   std::vector<int> first(p.buffers.size(), -1), last(p.buffers.size(), -1);
   auto root = [&](int b) { return b < static_cast<int>(s.alias_of.size()) && s.alias_of[b] >= 0 ? s.alias_of[b] : b; };

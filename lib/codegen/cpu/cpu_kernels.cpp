@@ -437,33 +437,16 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
 
 }  // namespace
 
-namespace {
-
-void collect_buffers(const ExprRef& e, std::set<int>& out, std::set<const loop::Expr*>& seen) {
-  if (!e || !seen.insert(e.get()).second) return;
-  if (e->op == Op::Load || e->op == Op::LoadAt) out.insert(e->buffer);
-  for (const auto& a : e->args) collect_buffers(a, out, seen);
-}
-
-}  // namespace
 
 std::string kernel_function_name(size_t index) { return "ptc_kernel_" + std::to_string(index); }
 
 void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index,
                           const std::vector<std::string>& sym_names) {
   const sched::Kernel& k = s.kernels[index];
-  std::set<int> bufs;
-  std::set<const loop::Expr*> seen;
-  for (int ci : k.comps) {
-    const Computation& c = p.comps[ci];
-    if (!s.elided[c.out]) bufs.insert(c.out);
-    collect_buffers(c.body, bufs, seen);
-    for (const auto& v : c.operands) bufs.insert(v.buffer);
-  }
+  std::vector<int> bufs = sched::kernel_buffers(p, s, k);
   os << "void " << kernel_function_name(index) << "(const int64_t* sym, void* const* buf) {\n";
   for (size_t i = 0; i < sym_names.size(); ++i) os << "  const int64_t " << sym_names[i] << " = sym[" << i << "]; (void)" << sym_names[i] << ";\n";
-  for (int b : bufs) {
-    if (k.epilogue >= 0 && b == p.comps[k.comps.front()].out) continue;  // read through the epilogue's tile pointer
+  for (int b : bufs) {  // (an epilogue's GEMM result is elided: read through the tile pointer)
     const loop::Buffer& bb = p.buffers[b];
     bool ro = bb.kind == loop::Buffer::Kind::Input || bb.kind == loop::Buffer::Kind::Weight;
     std::string T = std::string(ro ? "const " : "") + ctype(bb.dtype);

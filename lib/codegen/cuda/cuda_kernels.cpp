@@ -33,24 +33,6 @@ namespace {
 constexpr int kBlock = 256;
 constexpr int64_t kSmallWindow = 64;
 
-void collect_buffers(const ExprRef& e, std::set<int>& out, std::set<const loop::Expr*>& seen) {
-  if (!e || !seen.insert(e.get()).second) return;
-  if (e->op == Op::Load || e->op == Op::LoadAt) out.insert(e->buffer);
-  for (const auto& a : e->args) collect_buffers(a, out, seen);
-}
-
-std::set<int> kernel_buffers(const loop::Program& p, const sched::Kernel& k) {
-  std::set<int> bufs;
-  std::set<const loop::Expr*> seen;
-  for (int ci : k.comps) {
-    const Computation& c = p.comps[ci];
-    bufs.insert(c.out);
-    collect_buffers(c.body, bufs, seen);
-    for (const auto& v : c.operands) bufs.insert(v.buffer);
-  }
-  return bufs;
-}
-
 bool read_only(const loop::Program& p, int b) {
   auto k = p.buffers[b].kind;
   return k == loop::Buffer::Kind::Input || k == loop::Buffer::Kind::Weight;
@@ -160,7 +142,7 @@ void serial_reduction(std::ostream& os, const Computation& c, int id, const std:
   os << in2 << at << " = acc;\n" << in << "}\n";
 }
 
-void emit_params(std::ostream& os, const loop::Program& p, const std::set<int>& bufs, const std::vector<std::string>& syms) {
+void emit_params(std::ostream& os, const loop::Program& p, const std::vector<int>& bufs, const std::vector<std::string>& syms) {
   bool first = true;
   for (const auto& s : syms) {
     os << (first ? "" : ", ") << "int64_t " << s;
@@ -173,7 +155,7 @@ void emit_params(std::ostream& os, const loop::Program& p, const std::set<int>& 
   }
 }
 
-std::string call_args(const loop::Program& p, const std::set<int>& bufs, const std::vector<std::string>& syms) {
+std::string call_args(const loop::Program& p, const std::vector<int>& bufs, const std::vector<std::string>& syms) {
   std::string s;
   for (size_t i = 0; i < syms.size(); ++i) s += (s.empty() ? "" : ", ") + std::string("sym[") + std::to_string(i) + "]";
   for (int b : bufs) s += (s.empty() ? "" : ", ") + std::string("static_cast<") + ptr_type(p, b) + ">(buf[" + std::to_string(b) + "])";
@@ -186,7 +168,7 @@ void emit_sym_locals(std::ostream& os, const std::vector<std::string>& syms, con
 
 // A pointwise kernel, or a row group of small windows: one thread per element of the domain.
 void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms,
-                      const std::set<int>& bufs) {
+                      const std::vector<int>& bufs) {
   const std::vector<sym::Expr>& dom = p.comps[k.comps.front()].domain;
   os << "__global__ void __launch_bounds__(" << kBlock << ") ptc_kernel_" << index << "(";
   emit_params(os, p, bufs, syms);
@@ -218,7 +200,7 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
 
 // A row group: one block per outer index.
 void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms,
-                    const std::set<int>& bufs) {
+                    const std::vector<int>& bufs) {
   const std::vector<sym::Expr>& outer = k.outer;
   os << "__global__ void __launch_bounds__(" << kBlock << ") ptc_kernel_" << index << "(";
   emit_params(os, p, bufs, syms);
@@ -352,12 +334,12 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule
   os << "\n";
   PTC_CHECK(k.epilogue < 0, "the CUDA backend schedules without extern epilogues");
   switch (k.kind) {
-    case sched::Kernel::Kind::Loop: emit_elementwise(os, p, k, index, syms, kernel_buffers(p, k)); break;
+    case sched::Kernel::Kind::Loop: emit_elementwise(os, p, k, index, syms, sched::kernel_buffers(p, s, k)); break;
     case sched::Kernel::Kind::RowGroup:
       if (small_window_group(p, k))
-        emit_elementwise(os, p, k, index, syms, kernel_buffers(p, k));
+        emit_elementwise(os, p, k, index, syms, sched::kernel_buffers(p, s, k));
       else
-        emit_row_group(os, p, k, index, syms, kernel_buffers(p, k));
+        emit_row_group(os, p, k, index, syms, sched::kernel_buffers(p, s, k));
       break;
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, index, syms); break;
     case sched::Kernel::Kind::Conv: emit_conv(os, p, k, index, syms); break;

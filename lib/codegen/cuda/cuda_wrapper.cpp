@@ -94,7 +94,7 @@ int finish(void* stream) {
 // kMaxGraphs kept, the oldest dropped). Replays of one graph are serialized across streams
 // through its event, since they share its workspace.
 constexpr size_t kMaxGraphs = 16;
-int run_graph(ptc_model* model, const ptc_tensor* in, ptc_tensor* out, const int64_t* sym, cudaStream_t stream, size_t need) {
+int run_graph(ptc_model* model, const ptc_tensor* in, ptc_tensor* out, const int64_t* sym, cudaStream_t stream) {
   std::vector<int64_t> key(sym, sym + kNumSyms);
   for (int i = 0; i < kNumInputs; ++i) key.push_back(reinterpret_cast<int64_t>(in[i].data));
   for (int i = 0; i < kNumOutputs; ++i) key.push_back(reinterpret_cast<int64_t>(out[i].data));
@@ -113,6 +113,8 @@ int run_graph(ptc_model* model, const ptc_tensor* in, ptc_tensor* out, const int
     }
     GraphEntry g;
     g.key = key;
+    size_t need = 0;
+    launch_all(model, in, out, sym, stream, nullptr, &need);
     cudaError_t e = need ? cudaMalloc(reinterpret_cast<void**>(&g.ws), need) : cudaSuccess;
     if (e != cudaSuccess) return cuda_fail("allocating a CUDA graph's workspace", e);
     e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
@@ -143,11 +145,11 @@ int run_graph(ptc_model* model, const ptc_tensor* in, ptc_tensor* out, const int
 
 int run_impl(ptc_model* model, const ptc_tensor* in, ptc_tensor* out, const int64_t* sym, void* stream_arg) {
   const cudaStream_t stream = stream_of(stream_arg);
+#ifdef PTC_CUDA_GRAPHS
+  return run_graph(model, in, out, sym, stream);
+#else
   size_t need = 0;
   launch_all(model, in, out, sym, stream, nullptr, &need);
-#ifdef PTC_CUDA_GRAPHS
-  return run_graph(model, in, out, sym, stream, need);
-#else
   unsigned char* ws = nullptr;
   if (need) {
     cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&ws), need, stream);

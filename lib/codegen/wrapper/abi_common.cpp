@@ -211,7 +211,10 @@ void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Sc
                        const std::string& weights_var, const std::string& ws_var) {
   std::vector<sched::Lifetime> lives = sched::temp_lifetimes(p, s);
   std::set<int> planned;
-  for (const auto& l : lives) planned.insert(l.buffer);
+  for (const auto& l : lives) {  // a temporary has storage when it owns a slot or shares one (in place)
+    planned.insert(l.buffer);
+    planned.insert(l.aliases.begin(), l.aliases.end());
+  }
   for (size_t i = 0; i < lives.size(); ++i) {
     std::vector<int> ids{lives[i].buffer};
     ids.insert(ids.end(), lives[i].aliases.begin(), lives[i].aliases.end());  // in place: the same storage
@@ -245,7 +248,6 @@ void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Sc
   os << "  void* const bufs[] = {";
   for (size_t id = 0; id < p.buffers.size(); ++id) {
     bool declared = planned.count(static_cast<int>(id)) || p.buffers[id].kind != Buffer::Kind::Temp;
-    for (const auto& l : lives) declared = declared || std::find(l.aliases.begin(), l.aliases.end(), static_cast<int>(id)) != l.aliases.end();
     os << (id ? ", " : "") << (declared ? "const_cast<void*>(static_cast<const void*>(b" + std::to_string(id) + "))" : std::string("nullptr"));
   }
   os << (p.buffers.empty() ? "nullptr" : "") << "};\n  (void)bufs;\n";
