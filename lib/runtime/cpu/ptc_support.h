@@ -39,7 +39,8 @@ template <class T> PTC_HD inline T fmod_py(T a, T b) { return a - b * std::floor
 // float math the compiler can vectorize (straight-line arithmetic, no libm calls), accurate to
 // a few ulp (exp) / ~1e-7 absolute (erf, tanh): the generated kernels use them for float32.
 PTC_HD inline float exp_f(float x) {
-  const float xc = x < -87.33654f ? -87.33654f : (x > 88.37626f ? 88.37626f : x);
+  // NaN becomes 0 here (the result is x itself, below): the exponent must stay a finite int.
+  const float xc = x != x ? 0.0f : (x < -87.33654f ? -87.33654f : (x > 88.37626f ? 88.37626f : x));
   const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
   const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -49,7 +50,7 @@ PTC_HD inline float exp_f(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
-  const float scale = __builtin_bit_cast(float, (static_cast<int32_t>(n) + 127) << 23);
+  const float scale = __builtin_bit_cast(float, static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
   const float v = y * scale;
   return x != x ? x : (x < -87.33654f ? 0.0f : (x > 88.72283f ? std::numeric_limits<float>::infinity() : v));
 }
