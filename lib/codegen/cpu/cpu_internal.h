@@ -12,13 +12,23 @@ namespace ptc::cpu {
 
 const char* ctype(DType t);
 // Prints one kernel as a block of C++ statements (buffers are pointers named b<id>, size symbols
-// and loop variables are int64_t locals named as in the IR).
-void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k);
+// and loop variables are int64_t locals named as in the IR). prepared: the expression of the
+// kernel's prepared constants (see kernel_prepares), or empty.
+void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& prepared = "");
 // Prints kernel `index` of the schedule as a function `void <kernel_function_name(index)>(const
 // int64_t* sym, void* const* buf)`: the symbols' values in `sym_names` order, and every buffer's
 // pointer at buf[<buffer id>].
 void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index,
                           const std::vector<std::string>& sym_names);
 std::string kernel_function_name(size_t index);
+
+// Prepared constants: a kernel whose constant operands are worth transforming once, when the
+// model is opened (a 3x3 convolution's Winograd weights), gets `void* <prepare_function_name(
+// index)>(void* const* buf)` (only the weight buffers of buf are set; returns the prepared data,
+// or nullptr) and reads the result at buf[<number of buffers> + index] (nullptr: transform per
+// call). The wrapper stores them in the model instance and frees them with ptc_rt::prepared_free.
+bool kernel_prepares(const loop::Program& p, const sched::Kernel& k);
+void emit_prepare_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index);
+std::string prepare_function_name(size_t index);
 
 }  // namespace ptc::cpu

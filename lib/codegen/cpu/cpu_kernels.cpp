@@ -385,32 +385,45 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   os << indent << "}\n";
 }
 
-void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
-  const Computation& c = p.comps[k.comps.front()];
-  const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
+std::string index_list(const std::vector<sym::Expr>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + cpp_index(v[i]);
+  return s;
+}
+
+// The weight-side fields of a convolution's Conv2dArgs `a` (weight, its strides, O, C, KH, KW,
+// strides, padding, dilation, groups).
+void emit_conv_weight_args(std::ostream& os, const loop::Program& p, const Computation& c, const std::string& indent) {
   const loop::View& X = c.operands[0];
   const loop::View& W = c.operands[1];
-  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU convolution supports float32 only so far (", c.origin, ")");
-  auto arr = [](const std::vector<sym::Expr>& v) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + cpp_index(v[i]);
-    return s;
-  };
-  os << indent << "{\n" << indent << "  ptc_rt::Conv2dArgs a{};\n";
-  os << indent << "  a.x = b" << X.buffer << " + " << cpp_index(X.offset) << "; { const int64_t s[4] = {" << arr(X.strides) << "}; std::memcpy(a.xs, s, sizeof s); }\n";
-  os << indent << "  a.w = b" << W.buffer << " + " << cpp_index(W.offset) << "; { const int64_t s[4] = {" << arr(W.strides) << "}; std::memcpy(a.ws, s, sizeof s); }\n";
-  if (c.operands.size() > 2)
-    os << indent << "  a.bias = b" << c.operands[2].buffer << " + " << cpp_index(c.operands[2].offset) << "; a.bias_stride = "
-       << cpp_index(c.operands[2].strides[0]) << ";\n";
-  os << indent << "  a.y = b" << (ep ? ep->out : c.out) << ";\n";
-  const char* names[] = {"N", "C", "H", "W"};
-  for (int i = 0; i < 4; ++i) os << indent << "  a." << names[i] << " = " << cpp_index(X.sizes[i]) << ";\n";
-  os << indent << "  a.O = " << cpp_index(W.sizes[0]) << "; a.KH = " << cpp_index(W.sizes[2]) << "; a.KW = " << cpp_index(W.sizes[3])
-     << "; a.OH = " << cpp_index(c.domain[2]) << "; a.OW = " << cpp_index(c.domain[3]) << ";\n";
+  (void)p;
+  os << indent << "  a.w = b" << W.buffer << " + " << cpp_index(W.offset) << "; { const int64_t s[4] = {" << index_list(W.strides)
+     << "}; std::memcpy(a.ws, s, sizeof s); }\n";
+  os << indent << "  a.C = " << cpp_index(X.sizes[1]) << ";\n";
+  os << indent << "  a.O = " << cpp_index(W.sizes[0]) << "; a.KH = " << cpp_index(W.sizes[2]) << "; a.KW = " << cpp_index(W.sizes[3]) << ";\n";
   const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
   os << indent << " ";
   for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
   os << "\n";
+}
+
+void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent,
+               const std::string& prepared) {
+  const Computation& c = p.comps[k.comps.front()];
+  const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
+  const loop::View& X = c.operands[0];
+  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU convolution supports float32 only so far (", c.origin, ")");
+  os << indent << "{\n" << indent << "  ptc_rt::Conv2dArgs a{};\n";
+  os << indent << "  a.x = b" << X.buffer << " + " << cpp_index(X.offset) << "; { const int64_t s[4] = {" << index_list(X.strides)
+     << "}; std::memcpy(a.xs, s, sizeof s); }\n";
+  emit_conv_weight_args(os, p, c, indent);
+  if (!prepared.empty()) os << indent << "  a.prepared = " << prepared << ";\n";
+  if (c.operands.size() > 2)
+    os << indent << "  a.bias = b" << c.operands[2].buffer << " + " << cpp_index(c.operands[2].offset) << "; a.bias_stride = "
+       << cpp_index(c.operands[2].strides[0]) << ";\n";
+  os << indent << "  a.y = b" << (ep ? ep->out : c.out) << ";\n";
+  os << indent << "  a.N = " << cpp_index(X.sizes[0]) << "; a.H = " << cpp_index(X.sizes[2]) << "; a.W = " << cpp_index(X.sizes[3])
+     << "; a.OH = " << cpp_index(c.domain[2]) << "; a.OW = " << cpp_index(c.domain[3]) << ";\n";
   if (ep) {
     // The fused pointwise step on `count` final outputs of (image, channel) from p0 = oh*OW+ow:
     // runs of one output row each, so that (x2, x3) need no division per element.
@@ -440,6 +453,34 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
 
 std::string kernel_function_name(size_t index) { return "ptc_kernel_" + std::to_string(index); }
 
+std::string prepare_function_name(size_t index) { return "ptc_prepare_" + std::to_string(index); }
+
+bool kernel_prepares(const loop::Program& p, const sched::Kernel& k) {
+  if (k.kind != sched::Kernel::Kind::Conv) return false;
+  const Computation& c = p.comps[k.comps.front()];
+  const loop::View& W = c.operands[1];
+  if (p.buffers[W.buffer].kind != loop::Buffer::Kind::Weight || p.buffers[c.out].dtype != DType::Float32) return false;
+  // what conv2d_prepare reads must not depend on the sizes of the inputs
+  std::vector<sym::Expr> fixed = W.sizes;
+  fixed.insert(fixed.end(), W.strides.begin(), W.strides.end());
+  fixed.push_back(W.offset);
+  fixed.push_back(c.operands[0].sizes[1]);
+  for (const auto& e : fixed)
+    if (!e.is_const()) return false;
+  return W.sizes[2].as_const() == 3 && W.sizes[3].as_const() == 3;  // Winograd candidates
+}
+
+void emit_prepare_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index) {
+  const sched::Kernel& k = s.kernels[index];
+  const Computation& c = p.comps[k.comps.front()];
+  const int wb = c.operands[1].buffer;
+  os << "void* " << prepare_function_name(index) << "(void* const* buf) {\n";
+  os << "  const float* b" << wb << " = static_cast<const float*>(buf[" << wb << "]);\n";
+  os << "  ptc_rt::Conv2dArgs a{};\n";
+  emit_conv_weight_args(os, p, c, "");
+  os << "  return ptc_rt::conv2d_prepare(a);\n}\n\n";
+}
+
 void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index,
                           const std::vector<std::string>& sym_names) {
   const sched::Kernel& k = s.kernels[index];
@@ -452,11 +493,14 @@ void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched:
     std::string T = std::string(ro ? "const " : "") + ctype(bb.dtype);
     os << "  " << T << "* b" << b << " = static_cast<" << T << "*>(buf[" << b << "]);\n";
   }
-  emit_kernel(os, p, k);
+  std::string prepared;
+  if (kernel_prepares(p, k)) prepared = "buf[" + std::to_string(p.buffers.size() + index) + "]";
+  emit_kernel(os, p, k, prepared);
   os << "}\n\n";
+  if (!prepared.empty()) emit_prepare_function(os, p, s, index);
 }
 
-void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k) {
+void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& prepared) {
   os << "  { // " << k.name << ":";
   for (int ci : k.comps) os << " " << p.buffers[p.comps[ci].out].name;
   if (!k.origins.empty()) {
@@ -473,7 +517,7 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& 
         emit_loops(os, p, k, "    ");
       break;
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    "); break;
-    case sched::Kernel::Kind::Conv: emit_conv(os, p, k, "    "); break;
+    case sched::Kernel::Kind::Conv: emit_conv(os, p, k, "    ", prepared); break;
   }
   os << "  }\n";
 }

@@ -57,9 +57,20 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
      << "#include <cstring>\n#include \"ptc_arena.h\"\n#include \"ptc_support.h\"\n#include \"runtime.h\"\n\n"
      << (weights.external ? "#include \"ptc_weights.h\"\n\n"
                           : "extern \"C\" const unsigned char ptc_model_weights[];\n\n")
-     << "struct ptc_model {\n  const unsigned char* weights;\n" << (weights.external ? "  ptc_rt::MappedWeights map;\n" : "") << "};\n\n"
+     << "#include \"ptc_rt.h\"\n\n"
+     << "struct ptc_model {\n  const unsigned char* weights;\n" << (weights.external ? "  ptc_rt::MappedWeights map;\n" : "")
+     << "  void* prepared[" << s.kernels.size() + 1 << "];  // per kernel: constants prepared at ptc_open, or nullptr\n"
+     << "  ptc_rt::WorkspacePool pool;  // arenas kept between runs\n"
+     << "};\n\n"
      << "namespace ptc_gen {  // the kernels, in kernels_*.cpp\n";
-  for (size_t ki = 0; ki < s.kernels.size(); ++ki) os << "void " << cpu::kernel_function_name(ki) << "(const int64_t* sym, void* const* buf);\n";
+  std::vector<size_t> preparing;
+  for (size_t ki = 0; ki < s.kernels.size(); ++ki) {
+    os << "void " << cpu::kernel_function_name(ki) << "(const int64_t* sym, void* const* buf);\n";
+    if (cpu::kernel_prepares(p, s.kernels[ki])) {
+      os << "void* " << cpu::prepare_function_name(ki) << "(void* const* buf);\n";
+      preparing.push_back(ki);
+    }
+  }
   os << "}  // namespace ptc_gen\n\nnamespace {\n\n";
   wrapper::emit_metadata(os, p, s, names);
 
@@ -71,12 +82,20 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
   os << "  const unsigned char* weights = model->weights;\n";
   for (size_t k = 0; k < sym_names.size(); ++k) os << "  const int64_t " << sym_names[k] << " = sym[" << k << "]; (void)" << sym_names[k] << ";\n";
   wrapper::emit_workspace_plan(os, p, s);
-  os << "  unsigned char* ws = ws_bytes ? static_cast<unsigned char*>(std::aligned_alloc(64, ws_bytes)) : nullptr;\n"
+  os << "  const ptc_rt::WorkspacePool::Block arena = model->pool.acquire(ws_bytes);\n"
+     << "  unsigned char* ws = arena.p;\n"
      << "  if (ws_bytes && !ws) return fail(\"out of memory for a \" + std::to_string(ws_bytes) + \"-byte workspace\");\n";
-  wrapper::emit_buffer_table(os, p, s, weights, "weights", "ws");
+  wrapper::emit_buffer_table(os, p, s, weights, "weights", "ws", "model->prepared");
   for (size_t ki = 0; ki < s.kernels.size(); ++ki)
     os << "  PTC_PROFILE_BEGIN(" << ki << ");\n  ptc_gen::" << cpu::kernel_function_name(ki) << "(sym, bufs);\n  PTC_PROFILE_END(" << ki << ");\n";
-  os << "  std::free(ws);\n  return PTC_OK;\n}\n\n}  // namespace\n\n";
+  os << "  model->pool.release(arena);\n  return PTC_OK;\n}\n\n";
+  // Constants prepared once per model instance (e.g. Winograd-transformed convolution weights).
+  // A kernel whose preparation fails (out of memory) transforms its constants per call instead.
+  os << "void prepare(ptc_model* model) {\n  const unsigned char* weights = model->weights;\n  (void)weights;\n";
+  if (!preparing.empty()) wrapper::emit_weight_table(os, p, weights, "weights");
+  for (size_t ki : preparing) os << "  model->prepared[" << ki << "] = ptc_gen::" << cpu::prepare_function_name(ki) << "(bufs);\n";
+  os << "}\n\nvoid unprepare(ptc_model* model) {\n  for (void* q : model->prepared) ptc_rt::prepared_free(q);\n}\n\n";
+  os << "}  // namespace\n\n";
 
   // The C ABI: open/close here, the rest shared with other backends.
   os << R"ptc(extern "C" {
@@ -91,16 +110,17 @@ int ptc_open(const char* weights_path, ptc_model** out) {
   if (!ptc_rt::weights_path(weights_path, reinterpret_cast<const void*>(&ptc_open), path, err)) return fail(err);
   ptc_rt::MappedWeights map;
   if (!ptc_rt::map_weights(path.c_str(), PTC_WEIGHTS_BYTES, PTC_WEIGHTS_CHECKSUM, PTC_MODEL_ID, map, err)) return fail(err);
-  ptc_model* m = new (std::nothrow) ptc_model{map.payload, map};
+  ptc_model* m = new (std::nothrow) ptc_model{map.payload, map, {}};
   if (!m) {
     ptc_rt::unmap_weights(map);
     return fail("out of memory");
   }
 #else
   if (weights_path) return fail("this library embeds its weights; pass NULL as the weights path");
-  ptc_model* m = new (std::nothrow) ptc_model{ptc_model_weights};
+  ptc_model* m = new (std::nothrow) ptc_model{ptc_model_weights, {}};
   if (!m) return fail("out of memory");
 #endif
+  prepare(m);
   *out = m;
   return PTC_OK;
 }
@@ -109,8 +129,10 @@ void ptc_close(ptc_model* model) {
 #ifdef PTC_PROFILE
   ptc_rt::print_profile(kNumKernels, kKernelNames, g_profile);
 #endif
+  if (!model) return;
+  unprepare(model);
 #ifdef PTC_EXTERNAL_WEIGHTS
-  if (model) ptc_rt::unmap_weights(model->map);
+  ptc_rt::unmap_weights(model->map);
 #endif
   delete model;
 }

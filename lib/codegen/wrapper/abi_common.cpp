@@ -207,8 +207,24 @@ void emit_workspace_plan(std::ostream& os, const loop::Program& p, const sched::
   }
 }
 
+void emit_weight_table(std::ostream& os, const loop::Program& p, const WeightLayout& weights, const std::string& weights_var) {
+  os << "  void* const bufs[] = {";
+  for (size_t id = 0; id < p.buffers.size(); ++id) {
+    const Buffer& b = p.buffers[id];
+    os << (id ? ", " : "");
+    if (b.kind != Buffer::Kind::Weight) {
+      os << "nullptr";
+      continue;
+    }
+    const WeightLayout::Entry* e = weights.find(b.weight);
+    PTC_CHECK(e, "weight ", b.weight, " has no place in the blob");
+    os << "const_cast<unsigned char*>(" << weights_var << " + " << e->offset << ")";
+  }
+  os << (p.buffers.empty() ? "nullptr" : "") << "};\n  (void)bufs;\n";
+}
+
 void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Schedule& s, const WeightLayout& weights,
-                       const std::string& weights_var, const std::string& ws_var) {
+                       const std::string& weights_var, const std::string& ws_var, const std::string& prepared_var) {
   std::vector<sched::Lifetime> lives = sched::temp_lifetimes(p, s);
   std::set<int> planned;
   for (const auto& l : lives) {  // a temporary has storage when it owns a slot or shares one (in place)
@@ -250,7 +266,10 @@ void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Sc
     bool declared = planned.count(static_cast<int>(id)) || p.buffers[id].kind != Buffer::Kind::Temp;
     os << (id ? ", " : "") << (declared ? "const_cast<void*>(static_cast<const void*>(b" + std::to_string(id) + "))" : std::string("nullptr"));
   }
-  os << (p.buffers.empty() ? "nullptr" : "") << "};\n  (void)bufs;\n";
+  if (!prepared_var.empty())
+    for (size_t ki = 0; ki < s.kernels.size(); ++ki)
+      os << (ki || !p.buffers.empty() ? ", " : "") << prepared_var << "[" << ki << "]";
+  os << (p.buffers.empty() && (prepared_var.empty() || s.kernels.empty()) ? "nullptr" : "") << "};\n  (void)bufs;\n";
 }
 
 void emit_abi_functions(std::ostream& os) {

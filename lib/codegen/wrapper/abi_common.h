@@ -38,8 +38,12 @@ void emit_workspace_plan(std::ostream& os, const loop::Program& p, const sched::
 // Then, with `ws_var` (unsigned char*, the arena) and `weights_var` (const unsigned char*, the
 // weights blob) in scope: declares every buffer's typed pointer b<id> and `void* const bufs[]`
 // indexed by buffer id (nullptr for buffers that have no storage).
+// With `prepared_var` (an array of void*, one per kernel) the table continues with its entries:
+// bufs[<number of buffers> + kernel index].
 void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Schedule& s, const WeightLayout& weights,
-                       const std::string& weights_var, const std::string& ws_var);
+                       const std::string& weights_var, const std::string& ws_var, const std::string& prepared_var = "");
+// The same table with only the weights set (for work done when the model is opened).
+void emit_weight_table(std::ostream& os, const loop::Program& p, const WeightLayout& weights, const std::string& weights_var);
 
 std::string quote(const std::string& s);  // a C string literal
 int dtype_code(DType t);                  // runtime.h's PTC_* numbering

@@ -3,10 +3,13 @@
 //
 // Buffers with disjoint lifetimes (in kernel steps) share memory. Greedy: largest first, each at
 // the lowest 64-byte-aligned offset that does not overlap a placed buffer alive at the same time.
+// WorkspacePool keeps a model instance's arenas between runs.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <mutex>
 #include <vector>
 
 namespace ptc_rt {
@@ -34,5 +37,66 @@ inline size_t plan_arena(int n, const size_t* bytes, const int* first, const int
   }
   return total;
 }
+
+// Arenas kept between runs of one model instance, so that a run does not map (and the kernel
+// zero) fresh pages for its temporaries each time: a large allocation is an mmap, and touching
+// its pages costs more than many kernels. Concurrent runs each take their own arena. A run takes
+// the smallest free arena that fits; when none fits it frees the largest free one (outgrown) and
+// allocates. At most kKeep free arenas are kept.
+class WorkspacePool {
+ public:
+  struct Block {
+    unsigned char* p = nullptr;
+    size_t bytes = 0;
+  };
+  WorkspacePool() = default;
+  WorkspacePool(const WorkspacePool&) = delete;
+  WorkspacePool& operator=(const WorkspacePool&) = delete;
+  ~WorkspacePool() {
+    for (const Block& b : free_) std::free(b.p);
+  }
+  // A 64-byte aligned arena of at least `bytes` (p == nullptr: out of memory; bytes == 0: none).
+  Block acquire(size_t bytes) {
+    if (bytes == 0) return {};
+    Block outgrown;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      int best = -1;
+      for (size_t i = 0; i < free_.size(); ++i)
+        if (free_[i].bytes >= bytes && (best < 0 || free_[i].bytes < free_[static_cast<size_t>(best)].bytes))
+          best = static_cast<int>(i);
+      if (best >= 0) {
+        const Block b = free_[static_cast<size_t>(best)];
+        free_.erase(free_.begin() + best);
+        return b;
+      }
+      if (!free_.empty()) {
+        auto it = std::max_element(free_.begin(), free_.end(),
+                                   [](const Block& a, const Block& b) { return a.bytes < b.bytes; });
+        outgrown = *it;
+        free_.erase(it);
+      }
+    }
+    std::free(outgrown.p);
+    const size_t n = (bytes + 63) / 64 * 64;
+    return {static_cast<unsigned char*>(std::aligned_alloc(64, n)), n};
+  }
+  void release(Block b) {
+    if (!b.p) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(b);
+    if (free_.size() > kKeep) {
+      auto it = std::min_element(free_.begin(), free_.end(),
+                                 [](const Block& x, const Block& y) { return x.bytes < y.bytes; });
+      std::free(it->p);
+      free_.erase(it);
+    }
+  }
+
+ private:
+  static constexpr size_t kKeep = 4;
+  std::mutex mutex_;
+  std::vector<Block> free_;
+};
 
 }  // namespace ptc_rt

@@ -1,109 +1,194 @@
 // ptc_conv.h — 2-D convolution (NCHW) for generated CPU code.
 //
-// Grouped and dense convolutions run as GEMMs: per image and group, out[Og, OH*OW] =
-// W[Og, Cg*KH*KW] x col[Cg*KH*KW, OH*OW], where col is the input itself for 1x1 stride-1
-// unpadded convolutions (no copy) and an im2col buffer otherwise; the bias is added in the GEMM
-// epilogue. Depthwise convolutions (one input channel per group) take a direct loop.
+// Grouped and dense convolutions are implicit GEMMs: per image and group,
+//   out[Og, OH*OW] = W[Og, Cg*KH*KW] x col[Cg*KH*KW, OH*OW]
+// where col (im2col) is never materialized: the GEMM's B-panel packer (ConvPackB) gathers each
+// KC x NC panel of col straight from the input into the packed format, so the gathered columns
+// are written once to a cache-resident panel instead of a K x OH*OW buffer in memory that the
+// GEMM would then read and pack again. 1x1 stride-1 unpadded convolutions read the input as B
+// directly. All images and groups are one batched GEMM (the threads take whole images when
+// there are enough of them). The bias and the user's epilogue run on each finished tile row.
+// Depthwise convolutions (one input channel per group) take a direct loop.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "ptc_gemm.h"
 #include "ptc_rt.h"  // Conv2dArgs
 
 namespace ptc_rt {
+namespace conv_detail {
 
+// Output columns [lo, hi) of kernel column kw whose input column is inside [0, W).
+inline void valid_cols(const Conv2dArgs& a, int64_t kw, int64_t* lo, int64_t* hi) {
+  const int64_t off = kw * a.dw - a.pw;  // iw = ow * sw + off
+  const int64_t l = off >= 0 ? 0 : (-off + a.sw - 1) / a.sw;
+  const int64_t h = a.W - off <= 0 ? 0 : (a.W - off + a.sw - 1) / a.sw;
+  *lo = std::min(l, a.OW);
+  *hi = std::max(*lo, std::min(h, a.OW));
+}
+
+// Row r of im2col (r = (ci * KH + kh) * KW + kw) at columns [p0, p0 + n) into out[0, n).
+// x: the image's (and group's) first input channel; lo/hi: valid_cols per kw.
+inline void im2col_row(const Conv2dArgs& a, const float* x, int64_t ci, int64_t kh, int64_t kw,
+                       const int64_t* lo, const int64_t* hi, int64_t p0, int64_t n, float* out) {
+  const float* xin = x + ci * a.xs[1];
+  const int64_t off = kw * a.dw - a.pw;
+  int64_t oh = p0 / a.OW, ow0 = p0 % a.OW, c = 0;
+  while (c < n) {
+    const int64_t seg = std::min(a.OW - ow0, n - c);
+    const int64_t ow1 = ow0 + seg;
+    float* r = out + c - ow0;  // r[ow] is column (oh, ow)
+    const int64_t ih = oh * a.sh - a.ph + kh * a.dh;
+    if (ih < 0 || ih >= a.H) {
+      for (int64_t ow = ow0; ow < ow1; ++ow) r[ow] = 0.f;
+    } else {
+      const float* irow = xin + ih * a.xs[2];
+      const int64_t l = std::max(ow0, std::min(lo[kw], ow1)), h = std::max(l, std::min(hi[kw], ow1));
+      for (int64_t ow = ow0; ow < l; ++ow) r[ow] = 0.f;
+      if (a.sw == 1 && a.xs[3] == 1) {  // vector copies: segments are short (a row of OW)
+        const float* src = irow + off;
+        int64_t ow = l;
+        for (; ow + kVecWidth <= h; ow += kVecWidth) vstore(r + ow, vload(src + ow));
+        for (; ow < h; ++ow) r[ow] = src[ow];
+      } else {
+        const int64_t s = a.sw * a.xs[3];
+        const float* src = irow + off * a.xs[3];
+        for (int64_t ow = l; ow < h; ++ow) r[ow] = src[ow * s];
+      }
+      for (int64_t ow = h; ow < ow1; ++ow) r[ow] = 0.f;
+    }
+    c += seg;
+    ++oh;
+    ow0 = 0;
+  }
+}
+
+// The implicit GEMM's B packer: g.B is the image's (and group's) first input channel.
+struct ConvPackB {
+  static constexpr bool kStrided = false;
+  const Conv2dArgs* a;
+  const int64_t* lo;
+  const int64_t* hi;
+  void operator()(const GemmArgs& g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                  float* dst) const {
+    using namespace gemm_detail;
+    alignas(64) float row[NC];
+    const int64_t KHW = a->KH * a->KW;
+    int64_t ci = k0 / KHW, kh = (k0 % KHW) / a->KW, kw = k0 % a->KW;
+    const int64_t full = nc / NR, rem = nc - full * NR;
+    for (int64_t k = 0; k < kc; ++k) {
+      im2col_row(*a, g.B, ci, kh, kw, lo, hi, n0, nc, row);
+      float* d = dst + k * NR;
+      for (int64_t t = 0; t < full; ++t)
+#pragma GCC unroll 8
+        for (int j = 0; j < NV; ++j) vstore(d + t * NR * kc + j * W, vload(row + t * NR + j * W));
+      if (rem) {
+        float* dl = d + full * NR * kc;
+        int64_t j = 0;
+        for (; j < rem; ++j) dl[j] = row[full * NR + j];
+        for (; j < NR; ++j) dl[j] = 0.f;
+      }
+      if (++kw == a->KW) {
+        kw = 0;
+        if (++kh == a->KH) kh = 0, ++ci;
+      }
+    }
+  }
+};
+
+}  // namespace conv_detail
+
+// Direct convolution (any weight strides; the depthwise path): per (image, channel) plane, each
+// output row accumulates its KH x KW taps over the columns where they are in bounds (no
+// per-element bounds checks, so the inner loops vectorize).
 inline void conv2d_direct(const Conv2dArgs& a) {
   const int64_t Cg = a.C / a.groups, Og = a.O / a.groups;
+  std::vector<int64_t> lo(static_cast<size_t>(a.KW)), hi(static_cast<size_t>(a.KW));
+  for (int64_t kw = 0; kw < a.KW; ++kw) conv_detail::valid_cols(a, kw, &lo[kw], &hi[kw]);
+  const int64_t* plo = lo.data();
+  const int64_t* phi = hi.data();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < a.N; ++n)
     for (int64_t o = 0; o < a.O; ++o) {
       const int64_t g = o / Og;
       float* out = a.y + (n * a.O + o) * a.OH * a.OW;
       const float b = a.bias ? a.bias[o * a.bias_stride] : 0.f;
-      for (int64_t i = 0; i < a.OH * a.OW; ++i) out[i] = b;
-      for (int64_t ci = 0; ci < Cg; ++ci)
-        for (int64_t kh = 0; kh < a.KH; ++kh)
-          for (int64_t kw = 0; kw < a.KW; ++kw) {
-            const float wv = a.w[o * a.ws[0] + ci * a.ws[1] + kh * a.ws[2] + kw * a.ws[3]];
-            const float* xin = a.x + n * a.xs[0] + (g * Cg + ci) * a.xs[1];
-            for (int64_t oh = 0; oh < a.OH; ++oh) {
-              const int64_t ih = oh * a.sh - a.ph + kh * a.dh;
-              if (ih < 0 || ih >= a.H) continue;
-              float* orow = out + oh * a.OW;
-              const float* irow = xin + ih * a.xs[2];
-              for (int64_t ow = 0; ow < a.OW; ++ow) {
-                const int64_t iw = ow * a.sw - a.pw + kw * a.dw;
-                if (iw >= 0 && iw < a.W) orow[ow] += wv * irow[iw * a.xs[3]];
+      for (int64_t oh = 0; oh < a.OH; ++oh) {
+        float* orow = out + oh * a.OW;
+        for (int64_t ow = 0; ow < a.OW; ++ow) orow[ow] = b;
+        for (int64_t ci = 0; ci < Cg; ++ci) {
+          const float* xin = a.x + n * a.xs[0] + (g * Cg + ci) * a.xs[1];
+          for (int64_t kh = 0; kh < a.KH; ++kh) {
+            const int64_t ih = oh * a.sh - a.ph + kh * a.dh;
+            if (ih < 0 || ih >= a.H) continue;
+            const float* irow = xin + ih * a.xs[2];
+            for (int64_t kw = 0; kw < a.KW; ++kw) {
+              const float wv = a.w[o * a.ws[0] + ci * a.ws[1] + kh * a.ws[2] + kw * a.ws[3]];
+              const float* src = irow + (kw * a.dw - a.pw) * a.xs[3];
+              const int64_t l = plo[kw], h = phi[kw];
+              if (a.sw == 1 && a.xs[3] == 1) {
+#pragma omp simd
+                for (int64_t ow = l; ow < h; ++ow) orow[ow] += wv * src[ow];
+              } else {
+                const int64_t s = a.sw * a.xs[3];
+#pragma omp simd
+                for (int64_t ow = l; ow < h; ++ow) orow[ow] += wv * src[ow * s];
               }
             }
           }
+        }
+      }
       if (a.ep.fn) a.ep.fn(a.ep.obj, out, n, o, 0, a.OH * a.OW);
     }
 }
 
+// Convolution as one batched implicit GEMM over (image, group); the weight's (ci, kh, kw) must
+// flatten to one stride (conv_weight_flat).
 inline void conv2d(const Conv2dArgs& a) {
   const int64_t Cg = a.C / a.groups, Og = a.O / a.groups;
   if (Cg == 1 && Og == 1) return conv2d_direct(a);  // depthwise
   const int64_t K = Cg * a.KH * a.KW, P = a.OH * a.OW;
   const bool pointwise = a.KH == 1 && a.KW == 1 && a.sh == 1 && a.sw == 1 && a.ph == 0 && a.pw == 0 &&
                          a.xs[3] == 1 && a.xs[2] == a.W;
-  std::vector<float> col(pointwise ? 0 : static_cast<size_t>(K * P));
-  for (int64_t n = 0; n < a.N; ++n)
-    for (int64_t g = 0; g < a.groups; ++g) {
-      const float* xg = a.x + n * a.xs[0] + g * Cg * a.xs[1];
-      GemmArgs ga{};
-      ga.M = Og;
-      ga.N = P;
-      ga.K = K;
-      ga.A = a.w + g * Og * a.ws[0];
-      ga.lda_m = a.ws[0];
-      ga.lda_k = a.ws[3];  // valid when (ci, kh, kw) flatten with the weight's strides (contiguous)
-      if (pointwise) {
-        ga.B = xg;
-        ga.ldb_k = a.xs[1];
-        ga.ldb_n = 1;
-      } else {
-        float* c = col.data();
-#pragma omp parallel for collapse(2) schedule(static) if (K * P > 32768)
-        for (int64_t ci = 0; ci < Cg; ++ci)
-          for (int64_t kh = 0; kh < a.KH; ++kh)
-            for (int64_t kw = 0; kw < a.KW; ++kw) {
-              float* row = c + ((ci * a.KH + kh) * a.KW + kw) * P;
-              const float* xin = xg + ci * a.xs[1];
-              for (int64_t oh = 0; oh < a.OH; ++oh) {
-                const int64_t ih = oh * a.sh - a.ph + kh * a.dh;
-                float* r = row + oh * a.OW;
-                if (ih < 0 || ih >= a.H) {
-                  for (int64_t ow = 0; ow < a.OW; ++ow) r[ow] = 0.f;
-                  continue;
-                }
-                const float* irow = xin + ih * a.xs[2];
-                for (int64_t ow = 0; ow < a.OW; ++ow) {
-                  const int64_t iw = ow * a.sw - a.pw + kw * a.dw;
-                  r[ow] = (iw >= 0 && iw < a.W) ? irow[iw * a.xs[3]] : 0.f;
-                }
-              }
-            }
-        ga.B = c;
-        ga.ldb_k = P;
-        ga.ldb_n = 1;
-      }
-      ga.C = a.y + (n * a.O + g * Og) * P;
-      ga.ldc_m = P;
-      const float* bias = a.bias ? a.bias + g * Og * a.bias_stride : nullptr;
-      const int64_t bs = a.bias_stride, o0 = g * Og;
-      const GemmEpilogue user = a.ep;
-      auto ep = [bias, bs, user, n, o0](float* cp, int64_t row, int64_t col0, int64_t ncols) {
-        if (bias) {
-          const float b = bias[row * bs];
-          for (int64_t j = 0; j < ncols; ++j) cp[j] += b;
-        }
-        if (user.fn) user.fn(user.obj, cp, n, o0 + row, col0, ncols);
-      };
-      gemm(ga, ep);
+  GemmArgs ga{};
+  ga.M = Og;
+  ga.N = P;
+  ga.K = K;
+  ga.A = a.w;
+  ga.lda_m = a.ws[0];
+  ga.lda_k = a.ws[3];  // valid when (ci, kh, kw) flatten with the weight's strides
+  ga.B = a.x;
+  ga.ldb_k = a.xs[1];  // the pointwise case: B[ci, p] = x[ci, p]
+  ga.ldb_n = 1;
+  ga.C = a.y;
+  ga.ldc_m = P;
+  const int64_t groups = a.groups;
+  auto off = [&](int64_t b, int64_t* oa, int64_t* ob, int64_t* oc) {
+    const int64_t n = b / groups, g = b % groups;
+    *oa = g * Og * a.ws[0];
+    *ob = n * a.xs[0] + g * Cg * a.xs[1];
+    *oc = (n * a.O + g * Og) * P;
+  };
+  auto ep = [&](float* c, int64_t b, int64_t row, int64_t col0, int64_t ncols) {
+    const int64_t n = b / groups, o = (b % groups) * Og + row;
+    if (a.bias) {
+      const float bv = a.bias[o * a.bias_stride];
+      for (int64_t j = 0; j < ncols; ++j) c[j] += bv;
     }
+    if (a.ep.fn) a.ep.fn(a.ep.obj, c, n, o, col0, ncols);
+  };
+  if (pointwise) {
+    gemm_detail::gemm_run(ga, a.N * groups, off, ep, nullptr, 0);
+    return;
+  }
+  std::vector<int64_t> lo(static_cast<size_t>(a.KW)), hi(static_cast<size_t>(a.KW));
+  for (int64_t kw = 0; kw < a.KW; ++kw) conv_detail::valid_cols(a, kw, &lo[kw], &hi[kw]);
+  const conv_detail::ConvPackB pack{&a, lo.data(), hi.data()};
+  gemm_detail::gemm_run(ga, a.N * groups, off, ep, nullptr, 0, pack);
 }
 
 // Whether the weight's (ci, kh, kw) dims flatten to one stride (the GEMM path's requirement).

@@ -159,11 +159,23 @@ inline int thread_id() {
 #endif
 }
 
+// How gemm_block fills a B panel: packb(g, k0, kc, n0, nc, dst) writes rows [k0, k0+kc) x
+// columns [n0, n0+nc) of the problem's B (nc <= NC) in the packed sliver format (see
+// ptc_gemm_kernel.h). This one reads B through its strides; an implicit GEMM passes its own
+// (a convolution gathers its im2col columns straight into the panel, ptc_conv.h).
+struct StridedPackB {
+  static constexpr bool kStrided = true;
+  void operator()(const GemmArgs& g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                  float* dst) const {
+    pack_b(g.B + k0 * g.ldb_k + n0 * g.ldb_n, g.ldb_k, g.ldb_n, kc, nc, dst);
+  }
+};
+
 // Serial blocked GEMM on rows [m0, m1) x columns [n0, n1) of one problem; ws holds
 // per_thread_floats(...) floats, 64-byte aligned. ep4(c, row, col0, ncols).
-template <class Ep4>
+template <class Ep4, class PackB = StridedPackB>
 void gemm_block(const GemmArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* ws,
-                Ep4& ep) {
+                Ep4& ep, const PackB& packb = PackB{}) {
   const int64_t M = m1 - m0, N = n1 - n0, K = g.K;
   const int64_t kc = k_block(K);
   const int64_t mc = round_up(ceil_div(M, ceil_div(M, MC)), MR);  // balanced, multiple of MR
@@ -182,16 +194,20 @@ void gemm_block(const GemmArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n
       if (g.B_packed)  // see gemm_pack_b: k block at pc * Npad, then NR-column slivers
         bpanel = g.B_packed + pc * round_up(g.N, NR) + jc * kcur;
       else
-        pack_b(g.B + pc * g.ldb_k + jc * g.ldb_n, g.ldb_k, g.ldb_n, kcur, ncur, Bp);
+        packb(g, pc, kcur, jc, ncur, Bp);
       for (int64_t ic = m0; ic < m1; ic += mc) {
         const int64_t mcur = std::min(mc, m1 - ic);
-        pack_a(g.A + ic * g.lda_m + pc * g.lda_k, g.lda_m, g.lda_k, mcur, kcur, Ap);
+        const float* ablock = Ap;
+        if (g.A_packed)  // see packed_a_index: k block at pc * Mpad, then MR-row slivers
+          ablock = g.A_packed + pc * round_up(g.M, MR) + ic * kcur;
+        else
+          pack_a(g.A + ic * g.lda_m + pc * g.lda_k, g.lda_m, g.lda_k, mcur, kcur, Ap);
         for (int64_t jr = 0; jr < ncur; jr += NR) {
           const int nr = static_cast<int>(std::min<int64_t>(NR, ncur - jr));
           const float* bs = bpanel + jr * kcur;
           for (int64_t ir = 0; ir < mcur; ir += MR) {
             const int mr = static_cast<int>(std::min<int64_t>(MR, mcur - ir));
-            const float* as = Ap + ir * kcur;
+            const float* as = ablock + ir * kcur;
             float* c = g.C + (ic + ir) * ldc + (jc + jr);
             if (mr == MR && nr == NR)
               ukernel(kcur, as, bs, c, ldc, g.alpha, beta);
@@ -204,6 +220,13 @@ void gemm_block(const GemmArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n
       }
     }
   }
+}
+
+// Where element (m, k) of an M x K matrix A goes in GemmArgs::A_packed (floats: K * round_up(M,
+// MR), zero-padded): per K block (k_block), MR-row slivers of kcur x MR, as pack_a writes them.
+inline int64_t packed_a_index(int64_t M, int64_t K, int64_t m, int64_t k) {
+  const int64_t kc = k_block(K), pc = k / kc * kc, kcur = std::min(kc, K - pc);
+  return pc * round_up(M, MR) + (m / MR) * MR * kcur + (k - pc) * MR + m % MR;
 }
 
 // ---- direct path (matrix-vector-like problems, no packing) -----------------------------------
@@ -383,9 +406,10 @@ inline void choose_split(int64_t P, int64_t batch, int64_t M, int64_t N, int64_t
 
 // The driver for gemm and gemm_batched. off(b, &oa, &ob, &oc): element offsets of batch b.
 // ep5(c, batch, row, col0, ncols). Returns false iff a thread_local buffer could not be allocated.
-template <class OffFn, class Ep5>
+// packb: see StridedPackB (any other packer disables the unpacked direct path).
+template <class OffFn, class Ep5, class PackB = StridedPackB>
 bool gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void* ws,
-              size_t ws_bytes) {
+              size_t ws_bytes, const PackB& packb = PackB{}) {
   const int64_t M = g.M, N = g.N, K = g.K;
   if (M <= 0 || N <= 0 || batch <= 0) return true;
 
@@ -417,7 +441,7 @@ bool gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void*
   const double flops = 2.0 * static_cast<double>(M) * N * K * batch;
   int64_t P = max_threads();
   P = std::max<int64_t>(1, std::min<int64_t>(P, static_cast<int64_t>(flops / 2e6)));
-  const bool direct = !g.B_packed && use_direct(g);
+  const bool direct = PackB::kStrided && !g.B_packed && use_direct(g);
 
   const int64_t ptf = per_thread_floats(M, N, K);
   float* wsa = nullptr;
@@ -457,7 +481,7 @@ bool gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void*
     } else {
       float* w = wsa ? wsa + thread_id() * ptf : tls_buffer(ptf);
       if (w)
-        gemm_block(s, m0, m1, n0, n1, w, ep4);
+        gemm_block(s, m0, m1, n0, n1, w, ep4, packb);
       else
         ok.store(false, std::memory_order_relaxed);
     }

@@ -108,36 +108,39 @@ inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 #pragma GCC optimize("fp-contract=fast")
 #endif
 
-// c[i*ldc + j] = alpha * (a_sliver * b_sliver)[i][j] + beta * c[i*ldc + j]   (full MR x NR tile)
-// beta == 0 never reads c (so uninitialised/NaN outputs are fine).
-PTC_GEMM_NOINLINE inline void ukernel(int64_t kc, const float* PTC_GEMM_RESTRICT a,
-                                      const float* PTC_GEMM_RESTRICT b, float* PTC_GEMM_RESTRICT c,
-                                      int64_t ldc, float alpha, float beta) {
+// c[i*ldc + j] = alpha * (a_sliver * b_sliver)[i][j] + beta * c[i*ldc + j] for the first R
+// rows and RV vectors of columns of a sliver pair (R = MR, RV = NV: the full MR x NR tile; the
+// smaller instances serve edge tiles without computing the padding). beta == 0 never reads c
+// (so uninitialised/NaN outputs are fine).
+template <int R, int RV>
+PTC_GEMM_NOINLINE void ukernel_rv(int64_t kc, const float* PTC_GEMM_RESTRICT a,
+                                  const float* PTC_GEMM_RESTRICT b, float* PTC_GEMM_RESTRICT c,
+                                  int64_t ldc, float alpha, float beta) {
 #if defined(__clang__)
 #pragma clang fp contract(fast)
 #endif
   // Prefetch the C tile: it is only touched after the k loop, by then it is in L1.
 #pragma GCC unroll 32
-  for (int i = 0; i < MR; ++i) {
+  for (int i = 0; i < R; ++i) {
     __builtin_prefetch(c + i * ldc, 1, 3);
-    __builtin_prefetch(c + i * ldc + NR - 1, 1, 3);
+    __builtin_prefetch(c + i * ldc + RV * W - 1, 1, 3);
   }
-  vfloat acc[MR][NV];
+  vfloat acc[R][RV];
 #pragma GCC unroll 32
-  for (int i = 0; i < MR; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
-    for (int j = 0; j < NV; ++j) acc[i][j] = vzero();
+    for (int j = 0; j < RV; ++j) acc[i][j] = vzero();
 
 #pragma GCC unroll 2
   for (int64_t k = 0; k < kc; ++k) {
-    vfloat bv[NV];
+    vfloat bv[RV];
 #pragma GCC unroll 8
-    for (int j = 0; j < NV; ++j) bv[j] = vload(b + j * W);
+    for (int j = 0; j < RV; ++j) bv[j] = vload(b + j * W);
 #pragma GCC unroll 32
-    for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < R; ++i) {
       const float ai = a[i];
 #pragma GCC unroll 8
-      for (int j = 0; j < NV; ++j) acc[i][j] += bv[j] * ai;
+      for (int j = 0; j < RV; ++j) acc[i][j] += bv[j] * ai;
     }
     a += MR;
     b += NR;
@@ -145,14 +148,14 @@ PTC_GEMM_NOINLINE inline void ukernel(int64_t kc, const float* PTC_GEMM_RESTRICT
 
   if (beta == 0.f) {
 #pragma GCC unroll 32
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
-      for (int j = 0; j < NV; ++j) vstore(c + i * ldc + j * W, acc[i][j] * alpha);
+      for (int j = 0; j < RV; ++j) vstore(c + i * ldc + j * W, acc[i][j] * alpha);
   } else {
 #pragma GCC unroll 32
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
-      for (int j = 0; j < NV; ++j) {
+      for (int j = 0; j < RV; ++j) {
         float* p = c + i * ldc + j * W;
         vstore(p, acc[i][j] * alpha + vload(p) * beta);
       }
@@ -163,11 +166,43 @@ PTC_GEMM_NOINLINE inline void ukernel(int64_t kc, const float* PTC_GEMM_RESTRICT
 #pragma GCC pop_options
 #endif
 
-// Partial tile (mr < MR or nr < NR): run the full kernel into a scratch tile, then merge.
+inline void ukernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                    float beta) {
+  ukernel_rv<MR, NV>(kc, a, b, c, ldc, alpha, beta);
+}
+
+// Edge kernels: rows in {4, 8, MR} (those below MR) x any number of vectors up to NV.
+constexpr int kEdgeRows1 = MR > 4 ? 4 : MR;
+constexpr int kEdgeRows2 = MR > 8 ? 8 : MR;
+template <int R>
+inline void ukernel_rows(int v, int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                         float alpha, float beta) {
+  static_assert(NV <= 4, "edge kernels are instantiated for up to 4 vectors");
+  switch (v) {
+    case 1: ukernel_rv<R, 1>(kc, a, b, c, ldc, alpha, beta); break;
+    case 2: if constexpr (NV >= 2) ukernel_rv<R, 2 <= NV ? 2 : 1>(kc, a, b, c, ldc, alpha, beta); break;
+    case 3: if constexpr (NV >= 3) ukernel_rv<R, 3 <= NV ? 3 : 1>(kc, a, b, c, ldc, alpha, beta); break;
+    default: ukernel_rv<R, NV>(kc, a, b, c, ldc, alpha, beta); break;
+  }
+}
+
+// Partial tile (mr < MR or nr < NR): the smallest kernel that covers it, straight into C when it
+// covers it exactly, else into a scratch tile that is then merged.
 inline void ukernel_edge(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
                          int mr, int nr, float alpha, float beta) {
+  const int rows = mr <= kEdgeRows1 ? kEdgeRows1 : mr <= kEdgeRows2 ? kEdgeRows2 : MR;
+  const int v = (nr + W - 1) / W;
+  auto run = [&](float* dst, int64_t ld, float bt) {
+    if (rows == kEdgeRows1)
+      ukernel_rows<kEdgeRows1>(v, kc, a, b, dst, ld, alpha, bt);
+    else if (rows == kEdgeRows2)
+      ukernel_rows<kEdgeRows2>(v, kc, a, b, dst, ld, alpha, bt);
+    else
+      ukernel_rows<MR>(v, kc, a, b, dst, ld, alpha, bt);
+  };
+  if (rows == mr && v * W == nr) return run(c, ldc, beta);
   alignas(64) float tmp[MR * NR];
-  ukernel(kc, a, b, tmp, NR, alpha, 0.f);
+  run(tmp, NR, 0.f);
   for (int i = 0; i < mr; ++i) {
     float* ci = c + i * ldc;
     const float* ti = tmp + i * NR;

@@ -21,6 +21,9 @@ struct GemmArgs {
   // Optional: B already packed by gemm_pack_b (e.g. a constant weight, packed once at model
   // load). When set, B / ldb_* are ignored, and gemm_batched's B offsets apply to B_packed.
   const float* B_packed = nullptr;
+  // Optional: A already packed (gemm_detail::packed_a_index gives the layout). When set, A /
+  // lda_* are ignored; only the serial gemm_block reads it (batch offsets do not apply).
+  const float* A_packed = nullptr;
 };
 
 
@@ -45,6 +48,8 @@ struct Conv2dArgs {
   // Optional, after the bias: epilogue(y + ..., image, channel, p0, count) on `count` final
   // outputs of row `channel` of `image` from flat position p0 = oh * OW + ow.
   GemmEpilogue ep;
+  // Optional: conv2d_prepare's result for this weight (nullptr: transformed per call if needed).
+  const void* prepared = nullptr;
 };
 
 template <class F>
@@ -59,7 +64,14 @@ GemmEpilogue epilogue_ref(const F& f) {
 // `batch` GEMMs (ptc_gemm.h) with per-problem offsets and a fused epilogue. False only when a
 // thread's packing buffer could not be allocated.
 bool gemm_call(const GemmArgs& g, int64_t batch, GemmOffsets offsets, GemmEpilogue epilogue);
-// A 2-D convolution (ptc_conv.h): as GEMMs when the weight's (C, KH, KW) flatten, else direct.
+// A 2-D convolution: Winograd F(2x2, 3x3) for 3x3 stride-1 ones with enough tiles
+// (ptc_winograd.h), else an implicit GEMM when the weight's (C, KH, KW) flatten, else direct
+// (ptc_conv.h).
 void conv2d_call(const Conv2dArgs& a);
+// Prepares a constant weight once (when the model is opened): the Winograd-transformed weights
+// of a 3x3 stride-1 convolution; nullptr when nothing is worth preparing (or out of memory).
+// Reads only the weight-side fields (w, ws, C, O, KH, KW, strides, padding, dilation, groups).
+void* conv2d_prepare(const Conv2dArgs& a);
+void prepared_free(void* p);
 
 }  // namespace ptc_rt

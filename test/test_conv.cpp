@@ -1,0 +1,157 @@
+// Tests for the generated code's fp32 convolutions (lib/runtime/cpu/ptc_conv.h and
+// ptc_winograd.h) against a naive double-precision direct convolution: the implicit GEMM
+// (strides, padding, dilation, groups, 1x1), the depthwise direct loop, Winograd F(2x2, 3x3)
+// (odd and even output sizes, padding 0..2, prepared and per-call weights), bias and the
+// per-row epilogue. Passes with and without -fopenmp.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "runtime/cpu/ptc_conv.h"
+#include "runtime/cpu/ptc_winograd.h"
+// conv2d_call / conv2d_prepare (the one TU of a generated library that compiles them)
+#include "runtime/cpu/ptc_runtime.cpp"
+
+namespace {
+
+struct Case {
+  int64_t N, C, H, W, O, K, s, p, d, g;
+};
+
+struct Conv {
+  ptc_rt::Conv2dArgs a{};
+  std::vector<float> x, w, bias, y;
+};
+
+Conv make(const Case& c, std::mt19937& rng, bool with_bias = true) {
+  Conv v;
+  ptc_rt::Conv2dArgs& a = v.a;
+  a.N = c.N; a.C = c.C; a.H = c.H; a.W = c.W; a.O = c.O; a.KH = a.KW = c.K;
+  a.sh = a.sw = c.s; a.ph = a.pw = c.p; a.dh = a.dw = c.d; a.groups = c.g;
+  a.OH = (c.H + 2 * c.p - c.d * (c.K - 1) - 1) / c.s + 1;
+  a.OW = (c.W + 2 * c.p - c.d * (c.K - 1) - 1) / c.s + 1;
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  v.x.resize(static_cast<size_t>(c.N * c.C * c.H * c.W));
+  v.w.resize(static_cast<size_t>(c.O * (c.C / c.g) * c.K * c.K));
+  v.bias.resize(static_cast<size_t>(c.O));
+  for (auto* buf : {&v.x, &v.w, &v.bias})
+    for (auto& e : *buf) e = dist(rng);
+  v.y.assign(static_cast<size_t>(c.N * c.O * a.OH * a.OW), std::nanf(""));
+  a.x = v.x.data();
+  a.xs[3] = 1; a.xs[2] = c.W; a.xs[1] = c.H * c.W; a.xs[0] = c.C * c.H * c.W;
+  a.w = v.w.data();
+  a.ws[3] = 1; a.ws[2] = c.K; a.ws[1] = c.K * c.K; a.ws[0] = (c.C / c.g) * c.K * c.K;
+  a.bias = with_bias ? v.bias.data() : nullptr;
+  a.bias_stride = 1;
+  a.y = v.y.data();
+  return v;
+}
+
+// max |y - reference| relative to max |reference|; epi: the reference applies relu
+double error(const Conv& v, bool relu = false) {
+  const ptc_rt::Conv2dArgs& a = v.a;
+  const int64_t Cg = a.C / a.groups, Og = a.O / a.groups;
+  double worst = 0, scale = 0;
+  for (int64_t n = 0; n < a.N; ++n)
+    for (int64_t o = 0; o < a.O; ++o)
+      for (int64_t oh = 0; oh < a.OH; ++oh)
+        for (int64_t ow = 0; ow < a.OW; ++ow) {
+          double acc = a.bias ? a.bias[o] : 0.0;
+          const int64_t g = o / Og;
+          for (int64_t ci = 0; ci < Cg; ++ci)
+            for (int64_t kh = 0; kh < a.KH; ++kh)
+              for (int64_t kw = 0; kw < a.KW; ++kw) {
+                const int64_t ih = oh * a.sh - a.ph + kh * a.dh, iw = ow * a.sw - a.pw + kw * a.dw;
+                if (ih < 0 || ih >= a.H || iw < 0 || iw >= a.W) continue;
+                acc += double(a.w[o * a.ws[0] + ci * a.ws[1] + kh * a.ws[2] + kw]) *
+                       a.x[n * a.xs[0] + (g * Cg + ci) * a.xs[1] + ih * a.xs[2] + iw];
+              }
+          if (relu) acc = acc > 0 ? acc : 0;
+          const double got = a.y[((n * a.O + o) * a.OH + oh) * a.OW + ow];
+          if (std::isnan(got)) return INFINITY;  // an output never written
+          worst = std::max(worst, std::abs(got - acc));
+          scale = std::max(scale, std::abs(acc));
+        }
+  return worst / std::max(scale, 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("conv2d as an implicit GEMM matches a direct reference", "[conv]") {
+  std::mt19937 rng(1);
+  const Case cases[] = {
+      {2, 3, 17, 19, 8, 7, 2, 3, 1, 1},    // stem-like: 7x7 stride 2
+      {1, 16, 9, 9, 20, 3, 2, 1, 1, 1},    // stride 2
+      {2, 8, 12, 10, 16, 3, 1, 2, 2, 1},   // dilated
+      {3, 12, 7, 7, 12, 3, 1, 1, 1, 4},    // grouped
+      {2, 24, 11, 13, 40, 1, 1, 0, 1, 1},  // 1x1: the input is B itself
+      {2, 24, 11, 13, 40, 1, 2, 0, 1, 1},  // 1x1 stride 2
+      {1, 5, 40, 3, 3, 5, 1, 2, 1, 1},     // rows narrower than a vector
+  };
+  for (const Case& c : cases) {
+    Conv v = make(c, rng);
+    ptc_rt::conv2d(v.a);
+    INFO("N C H W O K s p d g = " << c.N << " " << c.C << " " << c.H << " " << c.W << " " << c.O << " " << c.K << " "
+                                    << c.s << " " << c.p << " " << c.d << " " << c.g);
+    CHECK(error(v) < 1e-5);
+  }
+}
+
+TEST_CASE("depthwise convolutions take the direct loop and match", "[conv]") {
+  std::mt19937 rng(2);
+  for (const Case& c : {Case{2, 16, 15, 14, 16, 3, 1, 1, 1, 16}, Case{1, 8, 21, 20, 8, 3, 2, 1, 1, 8},
+                        Case{2, 4, 9, 9, 4, 5, 1, 2, 1, 4}, Case{1, 6, 10, 10, 12, 3, 1, 1, 1, 6}}) {
+    Conv v = make(c, rng);
+    ptc_rt::conv2d(v.a);
+    INFO("C " << c.C << " K " << c.K << " s " << c.s << " O " << c.O);
+    CHECK(error(v) < 1e-5);
+  }
+}
+
+TEST_CASE("Winograd F(2x2, 3x3) matches the direct convolution", "[conv]") {
+  std::mt19937 rng(3);
+  const Case cases[] = {
+      {2, 16, 14, 14, 24, 3, 1, 1, 1, 1},  // even output
+      {3, 17, 9, 11, 16, 3, 1, 1, 1, 1},   // odd output rows and columns, odd channels
+      {2, 32, 12, 13, 20, 3, 1, 0, 1, 1},  // no padding
+      {1, 16, 20, 18, 33, 3, 1, 2, 1, 1},  // padding 2, O not a multiple of the tile rows
+      {8, 64, 7, 7, 64, 3, 1, 1, 1, 1},    // small images, many of them (tile rows span images)
+  };
+  for (const Case& c : cases) {
+    for (int prepared = 0; prepared < 2; ++prepared) {
+      Conv v = make(c, rng);
+      REQUIRE(ptc_rt::winograd_detail::applies(v.a));
+      float* U = prepared ? ptc_rt::winograd_detail::prepare_weights(v.a) : nullptr;
+      CHECK(ptc_rt::conv2d_winograd(v.a, U));
+      std::free(U);
+      INFO("N C H W O p = " << c.N << " " << c.C << " " << c.H << " " << c.W << " " << c.O << " " << c.p << " prepared "
+                            << prepared);
+      CHECK(error(v) < 1e-5);
+    }
+  }
+  // through the runtime's entry point, with a prepared weight and a ReLU epilogue per row
+  Conv v = make({2, 16, 10, 10, 16, 3, 1, 1, 1, 1}, rng);
+  void* prep = ptc_rt::conv2d_prepare(v.a);
+  REQUIRE(prep != nullptr);
+  v.a.prepared = prep;
+  auto relu = [](float* c, int64_t, int64_t, int64_t, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) c[j] = c[j] > 0.f ? c[j] : 0.f;
+  };
+  v.a.ep = ptc_rt::epilogue_ref(relu);
+  ptc_rt::conv2d_call(v.a);
+  ptc_rt::prepared_free(prep);
+  CHECK(error(v, true) < 1e-5);
+}
+
+TEST_CASE("Winograd is not used where it does not apply or pay", "[conv]") {
+  std::mt19937 rng(4);
+  CHECK_FALSE(ptc_rt::winograd_detail::applies(make({2, 16, 14, 14, 16, 3, 2, 1, 1, 1}, rng).a));  // stride 2
+  CHECK_FALSE(ptc_rt::winograd_detail::applies(make({2, 16, 14, 14, 16, 3, 1, 2, 2, 1}, rng).a));  // dilated
+  CHECK_FALSE(ptc_rt::winograd_detail::applies(make({2, 16, 14, 14, 16, 3, 1, 1, 1, 2}, rng).a));  // grouped
+  CHECK_FALSE(ptc_rt::winograd_detail::applies(make({1, 16, 6, 6, 16, 3, 1, 1, 1, 1}, rng).a));    // 9 tiles
+  CHECK(ptc_rt::conv2d_prepare(make({1, 16, 14, 14, 16, 5, 1, 2, 1, 1}, rng).a) == nullptr);         // 5x5
+}
