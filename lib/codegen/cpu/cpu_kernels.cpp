@@ -393,10 +393,9 @@ std::string index_list(const std::vector<sym::Expr>& v) {
 
 // The weight-side fields of a convolution's Conv2dArgs `a` (weight, its strides, O, C, KH, KW,
 // strides, padding, dilation, groups).
-void emit_conv_weight_args(std::ostream& os, const loop::Program& p, const Computation& c, const std::string& indent) {
+void emit_conv_weight_args(std::ostream& os, const Computation& c, const std::string& indent) {
   const loop::View& X = c.operands[0];
   const loop::View& W = c.operands[1];
-  (void)p;
   os << indent << "  a.w = b" << W.buffer << " + " << cpp_index(W.offset) << "; { const int64_t s[4] = {" << index_list(W.strides)
      << "}; std::memcpy(a.ws, s, sizeof s); }\n";
   os << indent << "  a.C = " << cpp_index(X.sizes[1]) << ";\n";
@@ -416,7 +415,7 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   os << indent << "{\n" << indent << "  ptc_rt::Conv2dArgs a{};\n";
   os << indent << "  a.x = b" << X.buffer << " + " << cpp_index(X.offset) << "; { const int64_t s[4] = {" << index_list(X.strides)
      << "}; std::memcpy(a.xs, s, sizeof s); }\n";
-  emit_conv_weight_args(os, p, c, indent);
+  emit_conv_weight_args(os, c, indent);
   if (!prepared.empty()) os << indent << "  a.prepared = " << prepared << ";\n";
   if (c.operands.size() > 2)
     os << indent << "  a.bias = b" << c.operands[2].buffer << " + " << cpp_index(c.operands[2].offset) << "; a.bias_stride = "
@@ -477,7 +476,7 @@ void emit_prepare_function(std::ostream& os, const loop::Program& p, const sched
   os << "void* " << prepare_function_name(index) << "(void* const* buf) {\n";
   os << "  const float* b" << wb << " = static_cast<const float*>(buf[" << wb << "]);\n";
   os << "  ptc_rt::Conv2dArgs a{};\n";
-  emit_conv_weight_args(os, p, c, "");
+  emit_conv_weight_args(os, c, "");
   os << "  return ptc_rt::conv2d_prepare(a);\n}\n\n";
 }
 

@@ -18,7 +18,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstdint>
-#include <vector>
 
 #include "ptc_gemm.h"
 #include "ptc_rt.h"  // Conv2dArgs
