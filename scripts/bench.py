@@ -6,7 +6,8 @@ For each model, in one process and with the same number of threads everywhere
   - eager:        torch.export.load(NAME.pt2).module() under torch.inference_mode()
   - inductor:     torch.compile(that module) (default mode; specializes on the benched shapes)
   - inductor-frz: the same with torch._inductor.config.freezing = True
-  - ptc:          `ptc compile NAME.pt2` (wall time), then the library through scripts/ptc_ctypes.py
+  - ptc:          `ptc compile NAME.pt2` (wall time, empty compile cache; then again: a cache hit),
+                  then the library through scripts/ptc_ctypes.py
 Latency = the best (over --rounds rounds) of the median of --reps calls (more when they take less
 than --min-time s, fewer when more than --max-time s) after --warmup calls; the backends take turns within a round, and each round
 first waits (up to --max-wait s) for other processes to leave the CPUs mostly idle. Compile time
@@ -275,11 +276,21 @@ def ptc_compile(name, folder, libdir, cache):
             if os.access(ARGS.ptc_binary, os.X_OK):
                 break
             time.sleep(2)
+        # Cold: a fresh, empty compile cache of this model's own (no objects from earlier models).
+        # Then the same compile again: a compile-cache hit.
+        env = dict(os.environ, PTC_CACHE_DIR=tempfile.mkdtemp(prefix="ptc-bench-cache-"))
         t0 = time.perf_counter()
         r = subprocess.run([ARGS.ptc_binary, "compile", str(src), "-o", str(lib)],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=env)
         dt = time.perf_counter() - t0
         if r.returncode == 0:
+            t1 = time.perf_counter()
+            hit = subprocess.run([ARGS.ptc_binary, "compile", str(src), "-o", str(lib)],
+                                 capture_output=True, text=True, env=env)
+            res["cached_compile_s"] = time.perf_counter() - t1
+            if hit.returncode != 0 or "from the compile cache" not in hit.stderr:
+                res["cached_compile_s"] = None
+            shutil.rmtree(env["PTC_CACHE_DIR"], ignore_errors=True)
             try:
                 res["model"] = ptc_ctypes.PtcModel(lib)
             except Exception as e:  # noqa: BLE001
@@ -360,6 +371,7 @@ def bench_one(spec, libdir, ptc_cache, gen):
     p = ptc_compile(name, folder, libdir, ptc_cache)
     row["ptc_flavour"] = p["flavour"]
     row["ptc_compile_s"] = p["compile_s"]
+    row["ptc_cached_compile_s"] = p.get("cached_compile_s")
     if p.get("fallback_reason") and p["flavour"]:
         row["ptc_note"] = f"compiled {name}.core.pt2; {p['fallback_reason']}"
     if p["error"]:
@@ -433,7 +445,7 @@ def ratio(a, b):
 
 def table(rows):
     cols = ["model", "inputs", "eager ms", "ind ms", "ind-frz ms", "ptc ms", "eager/ptc",
-            "ind/ptc", "ind-frz/ptc", "ind c s", "ind-frz c s", "ptc c s", "ind c/ptc c",
+            "ind/ptc", "ind-frz/ptc", "ind c s", "ind-frz c s", "ptc c s", "ptc hit s", "ind c/ptc c",
             "ind-frz c/ptc c", "ptc err", "load"]
     lines = []
     for r in rows:
@@ -451,7 +463,7 @@ def table(rows):
             f(ratio(g("eager_ms"), ptc_ms), ".2f"), f(ratio(g("inductor_ms"), ptc_ms), ".2f"),
             f(ratio(g("inductor_freezing_ms"), ptc_ms), ".2f"),
             f(g("inductor_compile_s"), ".1f"), f(g("inductor_freezing_compile_s"), ".1f"),
-            f(g("ptc_compile_s"), ".2f"),
+            f(g("ptc_compile_s"), ".2f"), f(g("ptc_cached_compile_s"), ".2f"),
             f(ratio(g("inductor_compile_s"), g("ptc_compile_s")), ".1f"),
             f(ratio(g("inductor_freezing_compile_s"), g("ptc_compile_s")), ".1f"),
             errs, f(g("other_load_cores"), ".1f")])
@@ -523,7 +535,7 @@ def main():
 
     print(f"\nthreads {ARGS.threads}, median of >= {ARGS.reps} calls / {ARGS.min_time} s (best of "
           f"{ARGS.rounds} rounds); "
-          f"ratios > 1: ptc is faster; 'c s' = compile seconds; ptc err = max |ptc - eager| "
+          f"ratios > 1: ptc is faster; 'c s' = compile seconds (ptc: an empty compile cache); 'ptc hit s' = the same compile again (a compile-cache hit); ptc err = max |ptc - eager| "
           f"('!' = over atol=rtol=1e-4); load = most CPU cores other processes used while "
           f"a backend was timed\n")
     print(table(rows))

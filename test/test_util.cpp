@@ -42,8 +42,10 @@ void write_file(const std::string& path, const std::string& bytes) {
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
-RunResult run_ptc(const std::string& args) {
-  std::string cmd = std::string(PTC_BINARY) + " " + args + " 2>&1";
+RunResult run_ptc(const std::string& args) { return run_ptc_env("", args); }
+
+RunResult run_ptc_env(const std::string& env, const std::string& args) {
+  std::string cmd = env + std::string(PTC_BINARY) + " " + args + " 2>&1";
   RunResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("popen failed");

@@ -23,6 +23,8 @@ struct RunResult {
 };
 // Runs `ptc ARGS` (the binary built next to the tests) through the shell.
 RunResult run_ptc(const std::string& args);
+// The same with environment assignments first, e.g. run_ptc_env("PTC_CACHE_DIR=/tmp/c ", "compile ...").
+RunResult run_ptc_env(const std::string& env, const std::string& args);
 
 // Copies a zip archive entry by entry; `edit(name, bytes)` may change an entry's bytes or
 // return nullopt to drop it. Entries are written stored (uncompressed). `extra` entries are

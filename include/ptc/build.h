@@ -18,6 +18,8 @@ struct BuildOptions {
   std::string device = "cpu";      // cpu or cuda
   std::string nvcc = "nvcc";       // CUDA compiler (cuda)
   std::string cuda_arch = "sm_90"; // GPU architecture (cuda): SASS for it plus its PTX
+  const class CompileCache* cache = nullptr;  // object files by content (null or disabled: none)
+  bool progress = false;           // log each translation unit as it finishes (info level)
 };
 
 // Writes and compiles; the library appears at `out_path` atomically (temp file + rename).
@@ -28,6 +30,13 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
 // Where --weights external puts the weights next to a library: model.so -> model.weights (the
 // generated library looks there when ptc_open gets no path).
 std::string external_weights_path(const std::string& library_path);
+
+// The CUDA compiler: `opt` unless it is the default "nvcc", else nvcc on PATH, in $CUDA_HOME/bin
+// or /usr/local/cuda/bin. Throws UserError when there is none.
+std::string find_nvcc(const std::string& opt);
+
+// Runs a shell command; returns its exit status, with stdout and stderr in `output`.
+int run_command(const std::string& cmd, std::string& output);
 
 // The runtime helper files embedded into ptc (name -> contents).
 const std::map<std::string, std::string>& embedded_files();

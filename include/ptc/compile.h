@@ -2,7 +2,8 @@
 //
 //   read -> [shape propagation, TorchScript with dynamic shapes] -> fold_batch_norm ->
 //   fold_constants -> cse -> dce -> prune_unused_weights -> lower -> schedule -> codegen -> build
-// Each stage is a plain function call in lib/build/driver.cpp.
+// Each stage is a plain function call in lib/build/driver.cpp. Before the pipeline, the compile
+// cache (ptc/cache.h) is asked for the outputs of an identical compile; after it, they are stored.
 #pragma once
 
 #include <string>
@@ -18,7 +19,10 @@ struct CompileOptions {
   std::string device = "cpu";
   std::string emit_dir;     // keep the generated sources here
   std::string dump_loops;   // write the loop IR text here ("-" for stdout)
-  std::string report;       // write the JSON report here
+  std::string report;       // write the report here: .html (one self-contained page) or JSON
+  std::string package;      // also write a package: a folder, or a .tar.gz
+  bool no_cache = false;    // neither read nor write the compile cache
+  bool progress = false;    // log stages and translation units as they finish (a terminal)
   std::string dump_after;   // print the graph after this pass (or "all")
   std::string weights = "embedded";  // or "external": a side file, memory-mapped and checksummed
   bool cuda_graphs = false;  // cuda: capture each (sizes, data pointers) once, then replay

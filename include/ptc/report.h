@@ -1,4 +1,4 @@
-// `ptc compile --report FILE.json`: what the compiler did, for tools and people — the kernels
+// `ptc compile --report FILE.json|FILE.html`: what the compiler did, for tools and people — the kernels
 // with the graph nodes (and user source lines) each one fused, the workspace arena, weights and
 // per-stage compile times.
 #pragma once
@@ -16,5 +16,10 @@ namespace ptc {
 
 nlohmann::ordered_json make_report(const Graph& g, const loop::Program& p, const sched::Schedule& s,
                                    const WeightLayout& w, const std::vector<std::pair<std::string, double>>& stage_seconds);
+
+// The report as one self-contained HTML page (no scripts or links to fetch): summary, compile
+// stages, the kernels with the nodes and source lines each fused, arena use over the run, and the
+// graph with the kernel that computes each node.
+std::string render_report_html(const nlohmann::ordered_json& report);
 
 }  // namespace ptc

@@ -81,6 +81,9 @@ PTC_API int ptc_run_async(ptc_model* model, int num_inputs, const ptc_tensor* in
 /* PTC_DEVICE_CPU or PTC_DEVICE_CUDA: where the library runs and where tensor data lives. */
 PTC_API int ptc_device(void);
 PTC_API const char* ptc_last_error(void);
+/* The library's manifest as JSON: ptc version, model name and SHA-256, inputs, outputs,
+ * symbols, device, architecture and compile flags (what `ptc inspect LIB.so` prints). */
+PTC_API const char* ptc_manifest(void);
 
 #ifdef __cplusplus
 }

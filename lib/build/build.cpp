@@ -13,10 +13,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "ptc/cache.h"
 #include "ptc/error.h"
+#include "ptc/hash.h"
 #include "runtime/cpu/ptc_weights.h"
 
 namespace ptc {
@@ -36,8 +40,10 @@ std::string shell_quote(const std::string& s) {
   return o + "'";
 }
 
+}  // namespace
+
 // Runs a command, returning its exit status and combined output.
-int run(const std::string& cmd, std::string& output) {
+int run_command(const std::string& cmd, std::string& output) {
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (!p) user_error("cannot run: ", cmd);
   char buf[4096];
@@ -47,6 +53,8 @@ int run(const std::string& cmd, std::string& output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
+namespace {
+int run(const std::string& cmd, std::string& output) { return run_command(cmd, output); }
 }  // namespace
 
 std::string external_weights_path(const std::string& library_path) {
@@ -120,27 +128,51 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
     nvcc_flags = "-std=c++17 -O3 -gencode arch=compute_" + arch + ",code=[sm_" + arch + ",compute_" + arch +
                  "] --expt-relaxed-constexpr -Xcompiler -fPIC,-fvisibility=hidden -w";
   }
-  std::vector<std::string> cmds, outputs(units.size());
-  for (const auto& u : units) {
+  std::vector<std::string> cmds, outputs(units.size()), keys(units.size());
+  std::map<std::string, std::string> sources(src.files.begin(), src.files.end());
+  for (const auto& [name, text] : embedded_files()) sources.emplace(name, text);
+  for (size_t i = 0; i < units.size(); ++i) {
+    const std::string& u = units[i];
     bool cu = u.size() > 3 && u.compare(u.size() - 3, 3, ".cu") == 0;
-    cmds.push_back("cd " + shell_quote(dir.string()) + " && " + (cu ? nvcc + " " + nvcc_flags : opts.cxx + " " + flags) + " -c " +
-                   u + " -o " + u + ".o");
+    std::string compiler = cu ? nvcc + " " + nvcc_flags : opts.cxx + " " + flags;
+    cmds.push_back("cd " + shell_quote(dir.string()) + " && " + compiler + " -c " + u + " -o " + u + ".o");
+    if (opts.cache && opts.cache->enabled()) {
+      // The object's address: ptc itself (its embedded headers), the compiler and its flags, the
+      // host CPU for -march=native, and the unit's source.
+      Sha256 h;
+      h.field("ptc-object-v1").field(ptc_identity()).field(tool_identity(cu ? nvcc : opts.cxx)).field(compiler).field(u);
+      if (!cu && opts.cpu_arch == "native") h.field(host_cpu_identity());
+      keys[i] = h.field(sources.at(u)).hex();
+    }
   }
-  if (cuda && !weights.external) {  // the weights blob through the host assembler
+  if (cuda && !weights.external) {  // the weights blob through the host assembler (not cached)
     units.push_back("weights.S");
     outputs.emplace_back();
+    keys.emplace_back();
     cmds.push_back("cd " + shell_quote(dir.string()) + " && " + opts.cxx + " -c weights.S -o weights.S.o");
   }
   std::vector<int> rcs(units.size(), 0);
+  std::vector<char> cached(units.size(), 0);
   int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   jobs = std::min<int>(jobs, static_cast<int>(units.size()));
   auto t0 = std::chrono::steady_clock::now();
   {
     std::atomic<size_t> next{0};
+    std::atomic<int> done{0};
+    std::mutex log_mu;
     auto worker = [&] {
       for (size_t i; (i = next++) < cmds.size();) {
-        spdlog::debug("building: {}", cmds[i]);
-        rcs[i] = run(cmds[i], outputs[i]);
+        std::string obj = (dir / (units[i] + ".o")).string();
+        if (!keys[i].empty() && opts.cache->fetch("objects", keys[i], {{"unit.o", obj}})) {
+          cached[i] = 1;
+        } else {
+          spdlog::debug("building: {}", cmds[i]);
+          rcs[i] = run(cmds[i], outputs[i]);
+          if (rcs[i] == 0 && !keys[i].empty()) opts.cache->store("objects", keys[i], {{"unit.o", obj}});
+        }
+        std::lock_guard<std::mutex> lock(log_mu);
+        int k = ++done;
+        if (opts.progress) spdlog::info("[{}/{}] {}{}", k, static_cast<int>(cmds.size()), units[i], cached[i] ? " (cached)" : "");
       }
     };
     std::vector<std::thread> pool;
@@ -152,17 +184,21 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
     if (rcs[i] != 0)
       user_error(cuda ? "nvcc" : "the host compiler", " failed on the generated code (", (dir / units[i]).string(), "):\n",
                  outputs[i].substr(0, 4000));
-  spdlog::debug("compiled {} translation units ({} at a time) in {:.2f} s", units.size(), jobs,
+  spdlog::debug("compiled {} translation units ({} from the cache, {} at a time) in {:.2f} s", units.size(),
+                std::count(cached.begin(), cached.end(), 1), jobs,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   std::string tmp_out = out_path + ".tmp" + std::to_string(getpid());
   std::string objects;
   for (const auto& u : units) objects += " " + u + ".o";
   std::string cmd = "cd " + shell_quote(dir.string()) + " && ";
+  // The file name as the soname: programs linked against the library look it up by name (on
+  // their rpath), not by the path it had at build time.
+  std::string soname = shell_quote(fs::path(out_path).filename().string());
   if (cuda)  // nvcc links the CUDA runtime statically (libcudart_static) by default
-    cmd += nvcc + " -shared -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + " -lcublasLt" + (weights.external ? " -ldl" : "");
+    cmd += nvcc + " -shared -Xlinker -soname=" + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + " -lcublasLt" + (weights.external ? " -ldl" : "");
   else
-    cmd += opts.cxx + " -shared -fopenmp -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : " weights.S");
+    cmd += opts.cxx + " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : " weights.S");
   spdlog::debug("linking: {}", cmd);
   std::string output;
   int rc = run(cmd, output);

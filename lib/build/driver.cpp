@@ -1,28 +1,39 @@
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
+#include "ptc/cache.h"
 #include "ptc/codegen.h"
 #include "ptc/compile.h"
 #include "ptc/error.h"
+#include "ptc/hash.h"
 #include "ptc/lower.h"
+#include "ptc/manifest.h"
 #include "ptc/passes.h"
 #include "ptc/report.h"
 
 namespace ptc {
+namespace fs = std::filesystem;
 namespace {
 
+using json = nlohmann::ordered_json;
+
 std::vector<std::pair<std::string, double>> g_stage_seconds;
+bool g_progress = false;
 
 class Stage {
  public:
   explicit Stage(const char* name) : name_(name), t0_(std::chrono::steady_clock::now()) {}
   ~Stage() {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-    spdlog::debug("{:<10} {:.3f} s", name_, secs);
+    if (g_progress) spdlog::info("{:<10} {:.2f} s", name_, secs);
+    else spdlog::debug("{:<10} {:.3f} s", name_, secs);
     g_stage_seconds.emplace_back(name_, secs);
   }
 
@@ -31,14 +42,148 @@ class Stage {
   std::chrono::steady_clock::time_point t0_;
 };
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string o = "'";
+  for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return o + "'";
+}
+
+// model.so -> model.h
+std::string header_path(const std::string& library) {
+  std::string header = library;
+  size_t dot = header.rfind(".so"), slash = header.find_last_of('/');
+  if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) header.resize(dot);
+  return header + ".h";
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp" + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    if (!out) user_error(path, ": cannot write");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) user_error(path, ": cannot write");
+}
+
+// --report: one self-contained HTML page for a .html path, else JSON.
+void write_report(const std::string& path, const json& report) {
+  write_file(path, ends_with(path, ".html") || ends_with(path, ".htm") ? render_report_html(report) : report.dump(2) + "\n");
+}
+
+// The cache key of a whole compile: everything that changes the outputs' bytes.
+std::string compile_key(const CompileOptions& o, const std::string& model_sha, const std::string& library_name) {
+  const bool cuda = o.device == "cuda";
+  Sha256 h;
+  h.field("ptc-model-v1").field(ptc_identity()).field(tool_identity(o.build.cxx)).field(model_sha);
+  if (cuda) h.field(tool_identity(find_nvcc(o.build.nvcc)));
+  if (!cuda && o.build.cpu_arch == "native") h.field(host_cpu_identity());
+  h.field(o.device).field(o.weights).field(o.cuda_graphs ? "graphs" : "-").field(o.build.profile ? "profile" : "-");
+  h.field(o.build.cpu_arch).field(o.build.cuda_arch).field(o.build.cxx).field(library_name).field(fs::path(o.model).filename().string());
+  for (const auto& v : o.load.input_shapes) h.field("shape").field(v);
+  for (const auto& v : o.load.symbol_ranges) h.field("symbol").field(v);
+  return h.hex();
+}
+
+// --package DIR or FILE.tar.gz: the library, its header, the external weights (if any) and
+// manifest.json in one folder (the archive holds that folder).
+void write_package(const std::string& package, const std::string& library, const std::string& weights, const json& manifest) {
+  const bool archive = ends_with(package, ".tar.gz") || ends_with(package, ".tgz");
+  std::string name = fs::path(library).stem().string();
+  std::error_code ec;
+  fs::path stage = fs::temp_directory_path() / ("ptc-package-" + std::to_string(getpid()));
+  fs::path dir = archive ? stage / name : fs::path(package);
+  fs::create_directories(dir, ec);
+  if (ec) user_error(dir.string(), ": cannot create the package folder: ", ec.message());
+  std::vector<std::string> files{library, header_path(library)};
+  if (!weights.empty()) files.push_back(weights);
+  for (const auto& f : files) {
+    fs::path dest = dir / fs::path(f).filename();
+    if (fs::exists(dest) && fs::equivalent(f, dest)) continue;  // -o already inside the package folder
+    fs::copy_file(f, dest, fs::copy_options::overwrite_existing, ec);
+    if (ec) user_error(dest.string(), ": cannot write the package: ", ec.message());
+  }
+  write_file((dir / "manifest.json").string(), manifest.dump(2) + "\n");
+  if (archive) {
+    std::string tmp = fs::absolute(package).string() + ".tmp" + std::to_string(getpid()), out;
+    int rc = run_command("tar -czf " + shell_quote(tmp) + " -C " + shell_quote(stage.string()) + " " + shell_quote(name), out);
+    fs::remove_all(stage, ec);
+    if (rc != 0) {
+      fs::remove(tmp, ec);
+      user_error(package, ": tar failed: ", out.substr(0, 2000));
+    }
+    fs::rename(tmp, package, ec);
+    if (ec) user_error(package, ": cannot write the package: ", ec.message());
+  }
+  spdlog::info("wrote the package {}", package);
+}
+
 }  // namespace
 
-void compile_model(const CompileOptions& opts) {
+void compile_model(const CompileOptions& in) {
+  CompileOptions opts = in;
   const bool cuda = opts.device == "cuda";
   if (opts.device != "cpu" && !cuda) user_error("--device ", opts.device, ": expected cpu or cuda");
   if (!cuda && opts.cuda_graphs) user_error("--cuda-graphs needs --device cuda");
   if (cuda && opts.build.profile) user_error("--profile is not supported for --device cuda yet (use Nsight Compute)");
+  if (opts.output.empty() && opts.package.empty()) user_error("nothing to write: give -o LIB.so, --package DIR or both");
+  std::error_code ec;
+  if (!opts.output.empty()) {
+    fs::path parent = fs::absolute(opts.output).parent_path();
+    if (!fs::is_directory(parent, ec)) user_error("-o ", opts.output, ": the folder ", parent.string(), " does not exist");
+  }
+  auto t_start = std::chrono::steady_clock::now();
   g_stage_seconds.clear();
+  g_progress = opts.progress;
+
+  // With only --package, the library is built in a scratch folder and copied into the package.
+  fs::path scratch;
+  if (opts.output.empty()) {
+    scratch = fs::temp_directory_path() / ("ptc-out-" + std::to_string(getpid()));
+    fs::create_directories(scratch, ec);
+    std::string stem = fs::path(opts.model).stem().string();
+    opts.output = (scratch / (stem + ".so")).string();
+  }
+  struct ScratchGuard {
+    fs::path dir;
+    ~ScratchGuard() {
+      std::error_code e;
+      if (!dir.empty()) fs::remove_all(dir, e);
+    }
+  } guard{scratch};
+
+  const std::string library_name = fs::path(opts.output).filename().string();
+  const std::string header = header_path(opts.output);
+  const std::string weights_path = opts.weights == "external" ? external_weights_path(opts.output) : "";
+  std::string model_sha;
+  {
+    Stage s("hash");
+    model_sha = sha256_file(opts.model);
+  }
+  // Options that print or keep intermediate results need the pipeline to run.
+  const bool cacheable = opts.emit_dir.empty() && opts.dump_loops.empty() && opts.dump_after.empty();
+  CompileCache cache = CompileCache::open(opts.no_cache || !cacheable);
+  std::string key = cache.enabled() ? compile_key(opts, model_sha, library_name) : "";
+  CompileCache::Files outputs{{"library.so", opts.output}, {"model.h", header}};
+  if (!weights_path.empty()) outputs.emplace_back("model.weights", weights_path);
+
+  std::string report_text, manifest_text;
+  if (cache.enabled() && cache.read("models", key, "report.json", report_text) &&
+      cache.read("models", key, "manifest.json", manifest_text) && cache.fetch("models", key, outputs)) {
+    json report = json::parse(report_text), manifest = json::parse(manifest_text);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    report["cache"] = {{"hit", true}, {"key", key}, {"seconds", secs}};
+    if (!opts.report.empty()) write_report(opts.report, report);
+    if (!opts.package.empty()) write_package(opts.package, opts.output, weights_path, manifest);
+    spdlog::info("wrote {} from the compile cache in {:.2f} s ({} kernels)", in.output.empty() ? opts.package : opts.output, secs,
+                 report["kernels"].size());
+    return;
+  }
+
   std::unique_ptr<Graph> g;
   {
     Stage s("read");
@@ -87,33 +232,49 @@ void compile_model(const CompileOptions& opts) {
     schedule = sched::schedule(prog, so);
   }
   WeightLayout weights = layout_weights(prog, *g, opts.weights == "external");
+  ManifestOptions mo;
+  mo.device = opts.device;
+  mo.arch = cuda ? opts.build.cuda_arch : opts.build.cpu_arch;
+  mo.weights = opts.weights;
+  mo.library = library_name;
+  mo.model_file = fs::path(opts.model).filename().string();
+  mo.model_sha256 = model_sha;
+  mo.flags = {{"cuda_graphs", opts.cuda_graphs}, {"profile", opts.build.profile}};
+  if (!cuda && opts.build.cpu_arch == "native") {
+    std::string cpu = host_cpu_identity().substr(0, host_cpu_identity().find('\n'));
+    mo.flags["host_cpu"] = cpu.substr(cpu.find(':') == std::string::npos ? 0 : cpu.find(':') + 2);
+  }
+  if (!opts.load.input_shapes.empty()) mo.flags["input_shapes"] = opts.load.input_shapes;
+  if (!opts.load.symbol_ranges.empty()) mo.flags["symbols"] = opts.load.symbol_ranges;
+  json manifest = make_manifest(*g, weights, mo);
   LibrarySource src;
   {
     Stage s("codegen");
     src = cuda ? generate_cuda(prog, schedule, *g, weights, opts.cuda_graphs) : generate_cpu(prog, schedule, *g, weights);
+    src.files.emplace_back("ptc_manifest.cpp", manifest_source(manifest));
   }
   {
     Stage s("build");
     BuildOptions b = opts.build;
     b.device = opts.device;
+    b.cache = &cache;
+    b.progress = opts.progress;
     if (!opts.emit_dir.empty()) b.work_dir = opts.emit_dir;
     build_library(src, weights, *g, opts.output, b);
   }
-  {
-    std::string header = opts.output;
-    size_t dot = header.rfind(".so"), slash = header.find_last_of('/');
-    if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) header.resize(dot);
-    header += ".h";
-    std::string tmp = header + ".tmp";
-    std::ofstream(tmp) << generate_model_header(prog, *g);
-    if (std::rename(tmp.c_str(), header.c_str()) != 0) user_error(header, ": cannot write the header");
+  write_file(header, generate_model_header(prog, *g));
+  json report = make_report(*g, prog, schedule, weights, g_stage_seconds);
+  report["manifest"] = manifest;
+  if (cache.enabled()) {
+    cache.store("models", key, outputs, {{"report.json", report.dump()}, {"manifest.json", manifest.dump()}});
+    cache.trim(cache.max_bytes());
   }
-  if (!opts.report.empty()) {
-    std::ofstream out(opts.report);
-    out << make_report(*g, prog, schedule, weights, g_stage_seconds).dump(2) << "\n";
-    if (!out) user_error(opts.report, ": cannot write the report");
-  }
-  spdlog::info("wrote {} ({} kernels, {} bytes of weights)", opts.output, schedule.kernels.size(), weights.total_bytes);
+  report["cache"] = {{"hit", false}, {"key", key},
+                     {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()}};
+  if (!opts.report.empty()) write_report(opts.report, report);
+  if (!opts.package.empty()) write_package(opts.package, opts.output, weights_path, manifest);
+  spdlog::info("wrote {} ({} kernels, {} bytes of weights)", in.output.empty() ? opts.package : opts.output,
+               schedule.kernels.size(), weights.total_bytes);
 }
 
 }  // namespace ptc

@@ -62,6 +62,23 @@ json make_report(const Graph& g, const loop::Program& p, const sched::Schedule& 
     }
     j["kernels"].push_back(jk);
   }
+  // The graph after the passes, each node with the kernels that compute it (none: a view, a
+  // folded constant or work the scheduler proved unnecessary).
+  std::map<std::string, std::vector<int>> kernels_of;
+  for (size_t ki = 0; ki < s.kernels.size(); ++ki)
+    for (const auto& o : s.kernels[ki].origins) kernels_of[o].push_back(static_cast<int>(ki));
+  j["graph"] = json::array();
+  for (const auto& n : g.nodes()) {
+    json jn{{"name", n->name}, {"op", n->op_name()}};
+    jn["inputs"] = json::array();
+    for (const Value* v : n->inputs()) jn["inputs"].push_back(v ? v->name : "None");
+    jn["outputs"] = json::array();
+    for (const Value* v : n->outputs) jn["outputs"].push_back(json{{"name", v->name}, {"type", v->type.str()}});
+    std::string frame = n->source.user_frame();
+    if (!frame.empty()) jn["source"] = frame;
+    jn["kernels"] = kernels_of.count(n->name) ? json(kernels_of[n->name]) : json::array();
+    j["graph"].push_back(jn);
+  }
   // The arena at the symbols' upper bounds, as the generated library would plan it.
   std::vector<sched::Lifetime> lives = sched::temp_lifetimes(p, s);
   std::vector<size_t> bytes, offs(lives.size());

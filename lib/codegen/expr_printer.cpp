@@ -212,7 +212,7 @@ std::string ExprPrinter::inline_text(const ExprRef& e) {
     case Op::Or:
       return "(" + a(0) + " || " + a(1) + ")";
   }
-  PTC_CHECK(false, "unprintable op");
+  throw InternalError(cat("internal error at ", __FILE__, ":", __LINE__, ": unprintable op"));
 }
 
 }  // namespace ptc::codegen

@@ -1,4 +1,7 @@
 // `ptc compile MODEL -o LIB.so`.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
 #include "commands.h"
 #include "ptc/compile.h"
 
@@ -8,7 +11,7 @@ std::function<int()> add_compile(CLI::App& app) {
   auto opts = std::make_shared<CompileOptions>();
   CLI::App* cmd = app.add_subcommand("compile", "Compile a model into a standalone shared library");
   cmd->add_option("model", opts->model, "A torch.export archive (.pt2) or TorchScript archive (.pt)")->required();
-  cmd->add_option("-o,--output", opts->output, "The library to write (e.g. model.so)")->required();
+  cmd->add_option("-o,--output", opts->output, "The library to write (e.g. model.so; its header model.h goes beside it)");
   cmd->add_option("--device", opts->device, "cpu (C++/OpenMP) or cuda (CUDA kernels + cuBLASLt; built with nvcc)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--cuda-arch", opts->build.cuda_arch, "cuda: the GPU architecture, e.g. sm_90 (default; PTX embedded for newer GPUs)");
@@ -20,7 +23,13 @@ std::function<int()> add_compile(CLI::App& app) {
   cmd->add_option("--dump-loops", opts->dump_loops, "Write the loop IR as text to this file ('-' for stdout)");
   cmd->add_option("--weights", opts->weights, "embedded (in the library) or external (model.weights next to it, mapped and checksummed at open)")
       ->check(CLI::IsMember({"embedded", "external"}));
-  cmd->add_option("--report", opts->report, "Write a JSON report: kernels with the graph nodes they fused, arena, compile times");
+  cmd->add_option("--report", opts->report,
+                  "Write a report: FILE.html (one self-contained page) or FILE.json: the kernels with the graph nodes and source "
+                  "lines they fused, arena use over the run, the graph, compile times");
+  cmd->add_option("--package", opts->package,
+                  "Also write a package: a folder or a .tar.gz holding the library, its header, external weights and manifest.json");
+  cmd->add_flag("--no-cache", opts->no_cache,
+                "Neither read nor write the compile cache ($PTC_CACHE_DIR, default ~/.cache/ptc; size cap $PTC_CACHE_MAX_MB)");
   cmd->add_flag("--profile", opts->build.profile, "Time each kernel; the library prints a table to stderr at ptc_close");
   cmd->add_option("-j,--jobs", opts->build.jobs, "Translation units the host compiler builds at once (default: one per hardware thread)")
       ->check(CLI::Range(1, 1024));
@@ -29,6 +38,8 @@ std::function<int()> add_compile(CLI::App& app) {
   cmd->add_option("--input-shape", opts->load.input_shapes, "TorchScript only: shape of each input, e.g. 1x3x224x224");
   cmd->add_option("--symbol", opts->load.symbol_ranges, "TorchScript only: a symbol's range, e.g. s0=1..1024");
   return [opts]() {
+    // Stage and translation-unit progress on a terminal; quiet in logs and pipes.
+    opts->progress = isatty(STDERR_FILENO) && spdlog::get_level() <= spdlog::level::info;
     compile_model(*opts);
     return 0;
   };

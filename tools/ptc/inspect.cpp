@@ -1,5 +1,5 @@
 // `ptc inspect MODEL`: the graph as text (or JSON), with weights, an op histogram and the ops
-// ptc does not know yet.
+// ptc does not know yet. `ptc inspect LIB.so`: a compiled library's manifest and signature.
 #include <spdlog/spdlog.h>
 
 #include <iostream>
@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "ptc/frontend.h"
+#include "ptc/manifest.h"
 
 namespace ptc::cli {
 namespace {
@@ -183,6 +184,36 @@ void print_text(std::ostream& os, const std::string& path, const Graph& g, const
   }
 }
 
+std::string tensor_text(const json& t) {
+  std::string s = t.value("name", "?") + ": " + t.value("dtype", "?") + "[";
+  bool first = true;
+  for (const auto& d : t["sizes"]) {
+    s += (first ? "" : ", ") + (d.is_string() ? d.get<std::string>() : d.dump());
+    first = false;
+  }
+  return s + "]";
+}
+
+void print_manifest(std::ostream& os, const std::string& path, const json& m) {
+  const json& model = m["model"];
+  os << "library: " << path << " (built by ptc " << m.value("ptc_version", "?") << ", ABI " << m.value("abi_version", 0) << ")\n"
+     << "model:   " << model.value("name", "?") << " from " << model.value("file", "?") << " (" << model.value("format", "?") << ")\n"
+     << "sha256:  " << model.value("sha256", "?") << "\n"
+     << "device:  " << m.value("device", "?") << " (arch " << m.value("arch", "?") << ")\n";
+  if (m.contains("symbols") && !m["symbols"].empty()) {
+    os << "symbols:\n";
+    for (const auto& [name, r] : m["symbols"].items())
+      os << "  " << name << " in [" << (r[0].is_null() ? "-inf" : r[0].dump()) << ", " << (r[1].is_null() ? "inf" : r[1].dump()) << "]\n";
+  }
+  os << "inputs:\n";
+  for (const auto& t : m["inputs"]) os << "  " << tensor_text(t) << "\n";
+  os << "outputs:\n";
+  for (const auto& t : m["outputs"]) os << "  " << tensor_text(t) << "\n";
+  const json& w = m["weights"];
+  os << "weights: " << with_commas(w.value("bytes", int64_t{0})) << " bytes, " << w.value("mode", "?") << "\n";
+  os << "flags:   " << m["flags"].dump() << "\n";
+}
+
 }  // namespace
 
 std::function<int()> add_inspect(CLI::App& app) {
@@ -193,12 +224,20 @@ std::function<int()> add_inspect(CLI::App& app) {
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("inspect", "Print a model's graph, inputs, outputs, weights and ops");
-  cmd->add_option("model", opts->model, "A torch.export archive (.pt2) or TorchScript archive (.pt)")->required();
+  cmd->add_option("model", opts->model,
+                  "A torch.export archive (.pt2), a TorchScript archive (.pt), or a library ptc compiled (.so: its manifest)")
+      ->required();
   cmd->add_flag("--json", opts->as_json, "Machine-readable output");
   cmd->add_option("--input-shape", opts->load.input_shapes,
                   "TorchScript only: shape of each input, e.g. 1x3x224x224, s0x64, int64:1x128");
   cmd->add_option("--symbol", opts->load.symbol_ranges, "TorchScript only: a symbol's range, e.g. s0=1..1024");
   return [opts]() {
+    if (is_elf_file(opts->model)) {  // a compiled library: its manifest, without loading it
+      json m = read_library_manifest(opts->model);
+      if (opts->as_json) std::cout << m.dump(2) << "\n";
+      else print_manifest(std::cout, opts->model, m);
+      return 0;
+    }
     spdlog::debug("reading {}", opts->model);
     std::unique_ptr<Graph> g = load_model(opts->model, opts->load);
     Summary s = summarize(*g);

@@ -24,8 +24,11 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  ptc inspect models/mlp_dyn.pt2\n"
       "  ptc inspect --json models/small_cnn.pt2\n"
-      "  ptc compile models/mlp_dyn.pt2 -o mlp_dyn.so\n"
-      "  ptc run mlp_dyn.so --random --symbol s77=8");
+      "  ptc compile models/mlp_dyn.pt2 -o mlp_dyn.so --report mlp_dyn.html\n"
+      "  ptc compile models/mlp_dyn.pt2 --package mlp_dyn.tar.gz\n"
+      "  ptc inspect mlp_dyn.so\n"
+      "  ptc run mlp_dyn.so --random --symbol s77=8\n"
+      "Environment: PTC_CACHE_DIR (compile cache; default ~/.cache/ptc), PTC_CACHE_MAX_MB (its size cap, default 4096).");
   std::function<int()> run_inspect = ptc::cli::add_inspect(app);
   std::function<int()> run_compile = ptc::cli::add_compile(app);
   std::function<int()> run_run = ptc::cli::add_run(app);

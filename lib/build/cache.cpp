@@ -1,0 +1,190 @@
+#include "ptc/cache.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "ptc/hash.h"
+
+namespace ptc {
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path entry_dir(const std::string& root, const std::string& kind, const std::string& key) {
+  return fs::path(root) / kind / key.substr(0, 2) / key;
+}
+
+std::string unique_suffix() {
+  return std::to_string(getpid()) + "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+}  // namespace
+
+CompileCache CompileCache::at(const std::string& root) {
+  CompileCache c;
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec || access(root.c_str(), W_OK) != 0) {
+    spdlog::warn("compile cache disabled: cannot write {}", root);
+    return c;
+  }
+  c.root_ = root;
+  return c;
+}
+
+CompileCache CompileCache::open(bool disabled) {
+  if (disabled) return {};
+  if (const char* d = std::getenv("PTC_CACHE_DIR"); d && *d) return at(d);
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return at((fs::path(x) / "ptc").string());
+  if (const char* h = std::getenv("HOME"); h && *h) return at((fs::path(h) / ".cache" / "ptc").string());
+  spdlog::debug("compile cache disabled: neither PTC_CACHE_DIR, XDG_CACHE_HOME nor HOME is set");
+  return {};
+}
+
+uint64_t CompileCache::max_bytes() const {
+  if (const char* m = std::getenv("PTC_CACHE_MAX_MB"); m && *m) {
+    char* end = nullptr;
+    unsigned long long mb = std::strtoull(m, &end, 10);
+    if (end && *end == '\0') return static_cast<uint64_t>(mb) << 20;
+    spdlog::warn("PTC_CACHE_MAX_MB={} is not a number of megabytes; using 4096", m);
+  }
+  return uint64_t{4096} << 20;
+}
+
+bool CompileCache::fetch(const std::string& kind, const std::string& key, const Files& to) const {
+  if (!enabled()) return false;
+  fs::path dir = entry_dir(root_, kind, key);
+  std::error_code ec;
+  for (const auto& [name, dest] : to)
+    if (!fs::is_regular_file(dir / name, ec)) return false;
+  for (const auto& [name, dest] : to) {
+    std::string tmp = dest + ".tmp" + unique_suffix();
+    fs::copy_file(dir / name, tmp, fs::copy_options::overwrite_existing, ec);
+    if (!ec) fs::rename(tmp, dest, ec);
+    if (ec) {
+      fs::remove(tmp, ec);
+      spdlog::warn("compile cache: cannot copy {} to {}; compiling instead", (dir / name).string(), dest);
+      return false;
+    }
+  }
+  fs::last_write_time(dir, fs::file_time_type::clock::now(), ec);  // recently used: trimmed last
+  return true;
+}
+
+bool CompileCache::read(const std::string& kind, const std::string& key, const std::string& name, std::string& text) const {
+  if (!enabled()) return false;
+  std::ifstream f(entry_dir(root_, kind, key) / name, std::ios::binary);
+  if (!f) return false;
+  text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  return !f.bad();
+}
+
+void CompileCache::store(const std::string& kind, const std::string& key, const Files& from, const Files& texts) const {
+  if (!enabled()) return;
+  fs::path dir = entry_dir(root_, kind, key);
+  std::error_code ec;
+  if (fs::exists(dir, ec)) return;
+  fs::path tmp = fs::path(root_) / "tmp" / unique_suffix();
+  fs::create_directories(tmp, ec);
+  for (const auto& [name, src] : from)
+    if (!ec) fs::copy_file(src, tmp / name, ec);
+  for (const auto& [name, text] : texts) {
+    if (ec) break;
+    std::ofstream f(tmp / name, std::ios::binary);
+    f << text;
+    if (!f) ec = std::make_error_code(std::errc::io_error);
+  }
+  if (!ec) fs::create_directories(dir.parent_path(), ec);
+  if (!ec) fs::rename(tmp, dir, ec);  // fails harmlessly when another compile stored it first
+  if (ec && !fs::exists(dir)) spdlog::warn("compile cache: cannot store an entry in {}: {}", root_, ec.message());
+  fs::remove_all(tmp, ec);
+}
+
+void CompileCache::trim(uint64_t max) const {
+  if (!enabled()) return;
+  struct Entry {
+    fs::file_time_type used;
+    uint64_t bytes;
+    fs::path dir;
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const char* kind : {"models", "objects"}) {
+    fs::path k = fs::path(root_) / kind;
+    if (!fs::is_directory(k, ec)) continue;
+    for (const auto& shard : fs::directory_iterator(k, ec))
+      for (const auto& e : fs::directory_iterator(shard.path(), ec)) {
+        uint64_t bytes = 0;
+        for (const auto& f : fs::directory_iterator(e.path(), ec)) bytes += f.is_regular_file(ec) ? f.file_size(ec) : 0;
+        entries.push_back({fs::last_write_time(e.path(), ec), bytes, e.path()});
+        total += bytes;
+      }
+  }
+  if (total <= max) return;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
+  for (const auto& e : entries) {
+    if (total <= max) break;
+    fs::remove_all(e.dir, ec);
+    total -= e.bytes;
+    spdlog::debug("compile cache: evicted {}", e.dir.string());
+  }
+}
+
+const std::string& ptc_identity() {
+  // The binary's path, size, inode and modification time stand for its bytes (hashing 70 MB on
+  // every compile would cost more than a cache hit should): rebuilding or reinstalling ptc
+  // changes them.
+  static const std::string id = [] {
+    std::string s = "ptc " PTC_VERSION;
+    std::error_code ec;
+    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    struct stat st {};
+    if (!ec && ::stat(exe.c_str(), &st) == 0)
+      s += "|" + exe.string() + "|" + std::to_string(st.st_size) + "|" + std::to_string(st.st_ino) + "|" +
+           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    return Sha256().update(s).hex();
+  }();
+  return id;
+}
+
+const std::string& tool_identity(const std::string& command) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> ids;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = ids.find(command);
+  if (it != ids.end()) return it->second;
+  std::string out;
+  if (FILE* p = popen((command + " --version 2>&1").c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    pclose(p);
+  }
+  return ids.emplace(command, command + "\n" + out).first->second;
+}
+
+const std::string& host_cpu_identity() {
+  static const std::string id = [] {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line, model, flags;
+    while (std::getline(f, line) && (model.empty() || flags.empty())) {
+      if (model.empty() && line.rfind("model name", 0) == 0) model = line;
+      if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
+    }
+    return model + "\n" + flags;
+  }();
+  return id;
+}
+
+}  // namespace ptc
