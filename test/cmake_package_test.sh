@@ -45,6 +45,24 @@ cmake -S "$src/examples/cmake_model" -B "$work/example" -DCMAKE_PREFIX_PATH="$wo
 cmake --build "$work/example" > "$work/build4.log" 2>&1
 if grep -q "ptc: compiling" "$work/build4.log"; then fail "reconfiguring with the same ptc_add_model arguments recompiled the model"; fi
 
+# Bad ptc_add_model() calls stop the configure step with one message.
+mkdir -p "$work/bad"
+bad_project() {
+  printf 'cmake_minimum_required(VERSION 3.20)\nproject(bad CXX)\nfind_package(ptc REQUIRED)\n%s\n' "$1" > "$work/bad/CMakeLists.txt"
+  rm -rf "$work/bad/build"
+  if cmake -S "$work/bad" -B "$work/bad/build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/bad/log" 2>&1; then
+    fail "configuring with '$1' succeeded"
+  fi
+  grep -q "$2" "$work/bad/log" || { cat "$work/bad/log"; fail "configuring with '$1' did not say '$2'"; }
+}
+bad_project "ptc_add_model(m)" "MODEL <file> is required"
+bad_project "ptc_add_model(m MODEL /no/such.pt2)" "the model /no/such.pt2 does not exist"
+bad_project "ptc_add_model(m MODEL $work/model.pt2 DEVICE tpu)" "DEVICE tpu: expected cpu or cuda"
+bad_project "ptc_add_model(m MODEL $work/model.pt2 FOO)" "unknown arguments FOO"
+if ! "$work/prefix/bin/ptc" compile --help | grep -q -- "--train"; then
+  bad_project "ptc_add_model(m MODEL $work/model.pt2 TRAIN)" "TRAIN needs a ptc that compiles training libraries"
+fi
+
 (cd "$build" && cpack -G TGZ -B "$work/cpack" > "$work/cpack.log") || { cat "$work/cpack.log"; fail "cpack TGZ"; }
 tgz=$(ls "$work"/cpack/ptc-*.tar.gz)
 tar -tzf "$tgz" > "$work/tgz.txt"

@@ -164,3 +164,10 @@ TEST_CASE("bad input: the old pickled-weights layouts are refused by name", "[ba
                  {{"serialized_exported_program.json", "{}"}, {"serialized_state_dict.pt", "x"}, {"version", "1"}});
   expect_user_error(flat, "torch 2.7 or older");
 }
+
+TEST_CASE("bad input: TorchScript-only shape options given for a .pt2", "[bad]") {
+  expect_user_error(t::fixture("mlp_dyn.pt2"), "--input-shape and --symbol are for TorchScript (.pt) models", "--symbol s77=1..8");
+  auto r = t::run_ptc("compile " + t::fixture("mlp_dyn.pt2") + " -o " + tmp("shape_opts.so") + " --input-shape 4x64");
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("a torch.export archive carries its shapes") != std::string::npos);
+}

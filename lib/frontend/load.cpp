@@ -19,6 +19,9 @@ std::unique_ptr<Graph> load_model(const std::string& path, const LoadOptions& op
   if (torchscript) return load_torchscript(path, opts);
   if (zip.find(root + "data.pkl") && !zip.find(root + "models/model.json"))
     user_error(path, ": this is a torch.save checkpoint (a pickled object), not a TorchScript or torch.export model; export it with torch.export.save or torch.jit.save");
+  if (!opts.input_shapes.empty() || !opts.symbol_ranges.empty())
+    user_error(path, ": --input-shape and --symbol are for TorchScript (.pt) models; a torch.export archive carries its "
+               "shapes and the ranges of its dynamic dimensions (torch.export.Dim) itself");
   return load_pt2(path);
 }
 
