@@ -104,6 +104,21 @@ class TinyTfm(nn.Module):
         return x + self.ff2(F.silu(self.ff1(self.ln2(x))))
 
 
+class MHA(nn.Module):
+    """nn.MultiheadAttention (batch first, 4 heads of 16) with a key padding mask computed from
+    the input; returns the output and the head-averaged attention weights. Traced, it is the
+    fused aten::_native_multi_head_attention."""
+
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+
+    def forward(self, x):
+        pad = x[:, :, 0] > 0.5  # [B, T]: True = this key is padding (about 1 in 3)
+        y, w = self.attn(x, x, x, key_padding_mask=pad, need_weights=True)
+        return y, w
+
+
 class IndexOps(nn.Module):
     """Data-dependent indexing over token ids [batch, seq]: embedding, gather, index_select,
     advanced indexing, cumsum and diff (the ops language models' embeddings and masks use)."""
@@ -127,7 +142,7 @@ class IndexOps(nn.Module):
 
 # Name the fixture classes like the reference samples do (TorchScript: __torch__.models.MLP,
 # export: nn_module_stack "models.MLP") instead of after __main__.
-for _cls in (MLP, SmallCNN, TinyTfm, IndexOps):
+for _cls in (MLP, SmallCNN, TinyTfm, MHA, IndexOps):
     _cls.__module__ = "models"
 
 
@@ -197,6 +212,8 @@ SMALL = collections.OrderedDict(
              dynamic={"ids": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=2, max=512)}},
              desc="embedding, gather, index_select, advanced indexing, cumsum, diff over dynamic token ids",
              trace=False),  # the TorchScript reader does not follow its traced int arithmetic yet
+        Spec("mha", MHA, _cases([(2, 11, 64)]),
+             desc="nn.MultiheadAttention with a key padding mask, output + averaged weights"),
         Spec("tfm_dyn", TinyTfm, _cases([(2, 16, 64)], [(3, 37, 64)]),
              dynamic={"x": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=2, max=512)}},
              desc="tiny_tfm with dynamic batch [1, 64] and sequence length [2, 512]"),

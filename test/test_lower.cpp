@@ -71,7 +71,7 @@ void check_fixture_by_interpreter(const Graph& g, const std::string& name) {
 }
 
 TEST_CASE("lowering + interpreter match PyTorch eager on every fixture", "[lower]") {
-  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops"})
+  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"})
     for (const char* suffix : {".pt2", ".core.pt2"}) {
       INFO(name << suffix);
       auto g = load_pt2(test::fixture(std::string(name) + suffix));

@@ -18,7 +18,7 @@ void check_fixture_by_interpreter(const Graph& g, const std::string& name);
 
 namespace {
 
-const char* kFixtures[] = {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops"};
+const char* kFixtures[] = {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"};
 
 // Builds graphs by hand; node output types come from the shape rules (infer_node_types).
 struct Builder {
@@ -538,7 +538,7 @@ TEST_CASE("passes on tfm_dyn.core: cse merges the duplicated arange, weight tran
 #ifdef PTC_TEST_TORCHSCRIPT
 TEST_CASE("passes keep every TorchScript fixture's outputs", "[passes][torchscript]") {
   // index_ops.pt: the TorchScript reader does not follow its data-dependent int arithmetic yet.
-  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn"}) {
+  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "mha"}) {
     INFO(name << ".pt");
     auto g = load_model(test::fixture(std::string(name) + ".pt"));
     bool untyped = false;

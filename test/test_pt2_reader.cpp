@@ -14,7 +14,7 @@ using namespace ptc;
 
 namespace {
 
-const char* kFixtures[] = {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops"};
+const char* kFixtures[] = {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"};
 
 json expect_of(const std::string& name) { return json::parse(test::read_file(test::fixture(name + ".expect.json"))); }
 

@@ -15,7 +15,7 @@ using sym::Expr;
 
 namespace {
 
-const char* kFixtures[] = {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops"};
+const char* kFixtures[] = {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"};
 
 bool file_exists(const std::string& p) { return std::ifstream(p).good(); }
 

@@ -62,6 +62,15 @@ TensorRef emit_extern(Lowering& L, ExternKind kind, DType dt, const Index& out, 
   return L.of_view(View{buf, out, L.prog_.buffers[buf].strides, 0}, dt);
 }
 
+// softmax(q k^T * scale + mask) v over the last two dimensions. A bool mask keeps the positions
+// where it is true (bool_mask_keeps, as scaled_dot_product_attention) or where it is false (the
+// fused multi-head attention's convention); a float mask is added to the scores.
+struct Attention {
+  TensorRef out, probs;
+};
+Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const TensorRef& v, std::optional<TensorRef> mask,
+                    bool bool_mask_keeps, bool causal, double scale, DType compute);
+
 }  // namespace
 
 TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
@@ -75,6 +84,32 @@ TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
   out.back() = b.sizes.back();
   return emit_extern(L, ExternKind::Gemm, dt, out, {L.as_view(ac, L.origin()), L.as_view(bc, L.origin())});
 }
+
+namespace {
+
+Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const TensorRef& v, std::optional<TensorRef> mask,
+                    bool bool_mask_keeps, bool causal, double scale, DType compute) {
+  TensorRef s = gemm(L, q, transpose_last(L, k), compute);
+  if (mask) mask = L.broadcast_to(*mask, s.sizes);
+  size_t r = s.rank();
+  const double ninf = -std::numeric_limits<double>::infinity();
+  TensorRef scores = L.pointwise(compute, s.sizes, [=](const Index& idx) {
+    ExprRef e = binary(Op::Mul, s.at(idx), constant(scale, compute));
+    if (mask) {
+      ExprRef m = mask->at(idx);
+      if (mask->dtype == DType::Bool)
+        e = bool_mask_keeps ? select(m, e, constant(ninf, compute)) : select(m, constant(ninf, compute), e);
+      else
+        e = binary(Op::Add, e, cast(m, compute));
+    }
+    if (causal) e = select(binary(Op::Le, index_value(idx[r - 1]), index_value(idx[r - 2])), e, constant(ninf, compute));
+    return e;
+  });
+  TensorRef p = softmax(L, scores, static_cast<int64_t>(r - 1), false, compute);
+  return {gemm(L, p, v, compute), p};
+}
+
+}  // namespace
 
 Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
   switch (n.kind) {
@@ -124,30 +159,58 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       DType compute = dtype_size(dt) < 4 ? DType::Float32 : dt;
       double scale = a.is_none("scale") ? 1.0 / std::sqrt(static_cast<double>(q.sizes.back().as_const().value_or(0))) : a.f("scale");
       if (a.is_none("scale") && !q.sizes.back().as_const()) L.fail("attention with a symbolic head size needs an explicit scale");
-      TensorRef s = gemm(L, q, transpose_last(L, k), compute);
-      bool causal = a.b("is_causal");
       std::optional<TensorRef> mask;
-      if (!a.is_none("attn_mask")) mask = L.broadcast_to(a.tensor("attn_mask"), s.sizes);
-      size_t r = s.rank();
-      const double ninf = -std::numeric_limits<double>::infinity();
-      TensorRef scores = L.pointwise(compute, s.sizes, [=](const Index& idx) {
-        ExprRef e = binary(Op::Mul, s.at(idx), constant(scale, compute));
-        if (mask) {
-          ExprRef m = mask->at(idx);
-          e = mask->dtype == DType::Bool ? select(m, e, constant(ninf, compute)) : binary(Op::Add, e, cast(m, compute));
-        }
-        if (causal)
-          e = select(binary(Op::Le, index_value(idx[r - 1]), index_value(idx[r - 2])), e, constant(ninf, compute));
-        return e;
-      });
-      TensorRef p = softmax(L, scores, static_cast<int64_t>(r - 1), false, compute);
-      TensorRef out = gemm(L, p, v, compute);
+      if (!a.is_none("attn_mask")) mask = a.tensor("attn_mask");
+      TensorRef out = attention(L, q, k, v, mask, /*bool_mask_keeps=*/true, a.b("is_causal"), scale, compute).out;
       if (compute != dt) out = map1(L, out, dt, [dt](ExprRef e) { return cast(e, dt); });
       if (n.outputs.size() == 1) return one(out);
       Lowering* lp = &L;
       return std::vector<TensorRef>{out, L.pointwise(DType::Float32, a.out_sizes(1), [lp](const Index&) -> ExprRef {
                                       lp->fail("the logsumexp output of attention is not supported yet");
                                     })};
+    }
+    case OpKind::UnderscoreNativeMultiHeadAttention: {
+      // nn.MultiheadAttention's fused inference path: in-projections from the three row blocks
+      // of qkv_weight, heads split, attention, heads merged, out-projection.
+      TensorRef q = a.tensor("query"), k = a.tensor("key"), v = a.tensor("value");
+      int64_t e = a.i("embed_dim"), h = a.i("num_head"), d = e / h;
+      DType dt = a.out_dtype();
+      DType compute = dtype_size(dt) < 4 ? DType::Float32 : dt;
+      TensorRef w = a.tensor("qkv_weight"), b = a.tensor("qkv_bias");
+      auto project = [&](const TensorRef& x, int64_t part) {  // [B, T, E] -> [B, H, T, D]
+        sym::Expr bt = x.sizes[0] * x.sizes[1];
+        TensorRef wp = narrow(L, w, 0, part * e, 1, e), bp = narrow(L, b, 0, part * e, 1, e);
+        TensorRef y = add_bias(L, gemm(L, reshape(L, x, {bt, e}), transpose_last(L, wp), compute), bp, compute);
+        return permute(L, reshape(L, y, {x.sizes[0], x.sizes[1], h, d}), {0, 2, 1, 3});
+      };
+      std::optional<TensorRef> mask;
+      if (!a.is_none("mask")) {
+        TensorRef m = a.tensor("mask");
+        // As torch's fused path: any mask becomes bool, true = masked out.
+        if (m.dtype != DType::Bool) m = map1(L, m, DType::Bool, [](ExprRef x) { return binary(Op::Ne, x, constant(0.0, x->dtype)); });
+        // mask_type 1: a key padding mask [B, S]; 0 ([T, S]) and 2 (full) broadcast as they are.
+        if (!a.is_none("mask_type") && a.i("mask_type") == 1) {
+          if (m.rank() != 2) L.fail("a key padding mask (mask_type 1) must be [batch, source length]");
+          m = reshape(L, m, {m.sizes[0], 1, 1, m.sizes[1]});
+        }
+        mask = m;
+      }
+      Attention att = attention(L, project(q, 0), project(k, 1), project(v, 2), mask, /*bool_mask_keeps=*/false, false,
+                                1.0 / std::sqrt(static_cast<double>(d)), compute);
+      TensorRef merged = reshape(L, permute(L, att.out, {0, 2, 1, 3}), {q.sizes[0] * q.sizes[1], e});
+      TensorRef out = add_bias(L, gemm(L, merged, transpose_last(L, a.tensor("proj_weight")), compute), a.tensor("proj_bias"), compute);
+      out = reshape(L, out, {q.sizes[0], q.sizes[1], e});
+      if (compute != dt) out = map1(L, out, dt, [dt](ExprRef x) { return cast(x, dt); });
+      TensorRef weights;
+      if (!a.b("need_weights")) {
+        weights = L.pointwise(dt, a.out_sizes(1), [dt](const Index&) { return constant(0.0, dt); });
+      } else if (a.b("average_attn_weights")) {
+        TensorRef sum = L.reduce(att.probs, {1}, false, ReduceOp::Sum, compute, L.origin());
+        weights = map1(L, sum, dt, [h, dt, compute](ExprRef x) { return cast(binary(Op::Div, x, constant(static_cast<double>(h), compute)), dt); });
+      } else {
+        weights = att.probs.dtype == dt ? att.probs : map1(L, att.probs, dt, [dt](ExprRef x) { return cast(x, dt); });
+      }
+      return std::vector<TensorRef>{out, weights};
     }
     default: return std::nullopt;
   }

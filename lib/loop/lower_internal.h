@@ -126,6 +126,8 @@ TensorRef map2(Lowering& L, const TensorRef& x, const TensorRef& y, DType dt,
 TensorRef softmax(Lowering& L, const TensorRef& x, int64_t dim, bool log, DType dt);
 TensorRef reshape(Lowering& L, const TensorRef& x, const Index& sizes);
 TensorRef permute(Lowering& L, const TensorRef& x, const std::vector<int64_t>& perm);
+// Elements start, start + step, ... (len of them) along `dim`; a strided view when x is one.
+TensorRef narrow(Lowering& L, const TensorRef& x, int64_t dim, sym::Expr start, sym::Expr step, sym::Expr len);
 TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt);  // [...,M,K] x [...,K,N]
 
 }  // namespace ptc::loop

@@ -222,11 +222,12 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
         return select(cast(bc.at(i), DType::Bool), cast(bx.at(i), dt), cast(by.at(i), dt));
       }));
     }
-    case OpKind::MaskedFillScalar: case OpKind::MaskedFillTensor: {
+    case OpKind::MaskedFillScalar: case OpKind::MaskedFillTensor:
+    case OpKind::MaskedFillScalarInplace: case OpKind::MaskedFillTensorInplace: {  // in place: functional (check_inplace)
       DType dt = a.out_dtype();
       TensorRef x = a.tensor("self");
       TensorRef mask = L.broadcast_to(a.tensor("mask"), x.sizes);
-      TensorRef v = k == OpKind::MaskedFillScalar ? scalar_tensor(L, a.scalar("value", dt)) : a.tensor("value");
+      TensorRef v = k == OpKind::MaskedFillScalar || k == OpKind::MaskedFillScalarInplace ? scalar_tensor(L, a.scalar("value", dt)) : a.tensor("value");
       return out(L.pointwise(dt, x.sizes, [=](const Index& i) {
         return select(cast(mask.at(i), DType::Bool), cast(v.at({}), dt), cast(x.at(i), dt));
       }));

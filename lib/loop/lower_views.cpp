@@ -19,6 +19,8 @@ bool is_contiguous(const View& v) { return v.strides == row_major_strides(v.size
 
 std::vector<TensorRef> one(TensorRef t) { return {std::move(t)}; }
 
+}  // namespace
+
 TensorRef narrow(Lowering& L, const TensorRef& x, int64_t dim, sym::Expr start, sym::Expr step, sym::Expr len) {
   Index sizes = x.sizes;
   sizes[dim] = len;
@@ -37,6 +39,8 @@ TensorRef narrow(Lowering& L, const TensorRef& x, int64_t dim, sym::Expr start, 
                  return std::optional<View>(o);
                });
 }
+
+namespace {
 
 // Clamps a slice bound like Python: negative counts from the end, then into [0, size].
 sym::Expr slice_bound(const sym::Expr& b, const sym::Expr& size) {

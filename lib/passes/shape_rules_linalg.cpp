@@ -214,6 +214,25 @@ std::vector<Type> flash_cpu(Ctx& c) {
   return {o, lse};
 }
 
+// nn.MultiheadAttention's fused inference path (batch first): the projected attention output
+// [B, T, E] and, with need_weights, the attention probabilities averaged over the heads
+// [B, T, S] or per head [B, H, T, S] (without: an undefined tensor, here an empty one).
+std::vector<Type> native_mha(Ctx& c) {
+  const Type &q = c.tensor("query"), &k = c.tensor("key"), &v = c.tensor("value");
+  check_rank(c, q, 3, "query");
+  check_rank(c, k, 3, "key");
+  check_rank(c, v, 3, "value");
+  int64_t e = c.int_("embed_dim"), h = c.int_("num_head");
+  if (h <= 0 || e % h != 0) c.fail("embed_dim ", e, " is not a multiple of num_head ", h);
+  check_same(c, q.sizes[2], Expr(e), "query's last size and embed_dim", q, q);
+  check_same(c, k.sizes[1], v.sizes[1], "key and value sequence lengths", k, v);
+  Type out = make_contiguous(q, q.dtype, q.sizes);
+  if (!c.bool_("need_weights")) return {out, make_contiguous(q, q.dtype, {Expr(0)})};
+  Exprs w = c.bool_("average_attn_weights") ? Exprs{q.sizes[0], q.sizes[1], k.sizes[1]}
+                                             : Exprs{q.sizes[0], Expr(h), q.sizes[1], k.sizes[1]};
+  return {out, make_contiguous(q, q.dtype, w)};
+}
+
 }  // namespace
 
 void add_linalg_rules(RuleTable& t) {
@@ -230,6 +249,7 @@ void add_linalg_rules(RuleTable& t) {
   set_rule(t, K::ConvTranspose2dInput, conv_transpose);
   set_rule(t, K::ScaledDotProductAttention, sdpa);
   set_rule(t, K::UnderscoreScaledDotProductFlashAttentionForCpu, flash_cpu);
+  set_rule(t, K::UnderscoreNativeMultiHeadAttention, native_mha);
 }
 
 }  // namespace ptc::shape

@@ -183,10 +183,14 @@ std::vector<Type> masked_fill(Ctx& c) {
   const Type &x = c.tensor("self"), &mask = c.tensor("mask");
   if (mask.dtype != DType::Bool) c.fail("mask must be a bool tensor, got ", mask.str());
   ScalarArg number;
-  if (c.node.kind == OpKind::MaskedFillTensor)
+  if (c.node.kind == OpKind::MaskedFillTensor || c.node.kind == OpKind::MaskedFillTensorInplace)
     if (const Type* v = c.tensor_or_scalar("value", &number); v && v->rank() != 0)
       c.fail("value must be a 0-dim tensor, got ", v->str());
   Exprs shape = broadcast_shapes(c, x.sizes, mask.sizes);
+  if (c.node.kind == OpKind::MaskedFillScalarInplace || c.node.kind == OpKind::MaskedFillTensorInplace) {
+    if (shape != x.sizes) c.fail("the mask ", mask.str(), " does not broadcast to self ", x.str(), " (an in-place fill keeps self's shape)");
+    return one(x);  // returns self itself
+  }
   return one(make_contiguous(x, x.dtype, shape));
 }
 
@@ -233,6 +237,8 @@ void add_pointwise_rules(RuleTable& t) {
   for (K k : {K::WhereSelf, K::WhereScalarSelf, K::WhereScalarOther}) set_rule(t, k, where);
   set_rule(t, K::MaskedFillScalar, masked_fill);
   set_rule(t, K::MaskedFillTensor, masked_fill);
+  set_rule(t, K::MaskedFillScalarInplace, masked_fill);
+  set_rule(t, K::MaskedFillTensorInplace, masked_fill);
 }
 
 }  // namespace ptc::shape
