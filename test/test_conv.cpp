@@ -1,6 +1,6 @@
 // Tests for the generated code's fp32 convolutions (lib/runtime/cpu/ptc_conv.h and
 // ptc_winograd.h) against a naive double-precision direct convolution: the implicit GEMM
-// (strides, padding, dilation, groups, 1x1), the depthwise direct loop, Winograd F(2x2, 3x3)
+// (strides, padding, dilation, groups, 1x1), the depthwise padded-plane loop, Winograd F(2x2, 3x3)
 // (odd and even output sizes, padding 0..2, prepared and per-call weights), bias and the
 // per-row epilogue. Passes with and without -fopenmp.
 #include <catch2/catch.hpp>
@@ -101,15 +101,41 @@ TEST_CASE("conv2d as an implicit GEMM matches a direct reference", "[conv]") {
   }
 }
 
-TEST_CASE("depthwise convolutions take the direct loop and match", "[conv]") {
+TEST_CASE("depthwise convolutions (padded planes) match", "[conv]") {
   std::mt19937 rng(2);
   for (const Case& c : {Case{2, 16, 15, 14, 16, 3, 1, 1, 1, 16}, Case{1, 8, 21, 20, 8, 3, 2, 1, 1, 8},
-                        Case{2, 4, 9, 9, 4, 5, 1, 2, 1, 4}, Case{1, 6, 10, 10, 12, 3, 1, 1, 1, 6}}) {
+                        Case{2, 4, 9, 9, 4, 5, 1, 2, 1, 4}, Case{1, 6, 10, 10, 12, 3, 1, 1, 1, 6},
+                        Case{3, 5, 7, 7, 5, 3, 1, 1, 1, 5},     // 7x7 planes (mobilenet's last stages)
+                        Case{2, 3, 14, 14, 3, 3, 2, 1, 1, 3},   // stride 2, even size
+                        Case{1, 4, 13, 11, 4, 3, 1, 2, 2, 4},   // dilated
+                        Case{1, 4, 12, 9, 4, 3, 1, 0, 1, 4},    // no padding
+                        Case{2, 3, 1, 1, 3, 3, 1, 1, 1, 3},     // 1x1 planes: only the centre tap
+                        Case{1, 2, 6, 30, 2, 5, 3, 2, 1, 2}}) { // stride 3
     Conv v = make(c, rng);
     ptc_rt::conv2d(v.a);
-    INFO("C " << c.C << " K " << c.K << " s " << c.s << " O " << c.O);
+    INFO("C " << c.C << " H " << c.H << " W " << c.W << " K " << c.K << " s " << c.s << " p " << c.p << " d " << c.d
+              << " O " << c.O);
     CHECK(error(v) < 1e-5);
   }
+  // Through conv2d_call, with a ReLU epilogue, and an input with a column stride of 2 (a view).
+  Conv v = make(Case{2, 6, 9, 8, 6, 3, 1, 1, 1, 6}, rng);
+  std::vector<float> wide(v.x.size() * 2, std::nanf(""));
+  for (size_t i = 0; i < v.x.size(); ++i) wide[2 * i] = v.x[i];
+  auto relu = [](float* c, int64_t, int64_t, int64_t, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) c[j] = c[j] > 0 ? c[j] : 0;
+  };
+  v.a.ep = ptc_rt::epilogue_ref(relu);
+  ptc_rt::conv2d_call(v.a);
+  CHECK(error(v, true) < 1e-5);
+  Conv strided = v;
+  strided.a.x = wide.data();
+  for (int i = 0; i < 4; ++i) strided.a.xs[i] *= 2;
+  std::fill(strided.y.begin(), strided.y.end(), std::nanf(""));
+  strided.a.y = strided.y.data();
+  ptc_rt::conv2d_call(strided.a);
+  strided.a.x = v.x.data();  // the reference reads the dense copy
+  for (int i = 0; i < 4; ++i) strided.a.xs[i] /= 2;
+  CHECK(error(strided, true) < 1e-5);
 }
 
 TEST_CASE("Winograd F(2x2, 3x3) matches the direct convolution", "[conv]") {

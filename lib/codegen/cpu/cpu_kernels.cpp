@@ -226,6 +226,9 @@ constexpr int64_t kWindowMax = 64, kWindowBlock = 64;
 
 bool is_window_group(const loop::Program& p, const sched::Kernel& k) {
   if (k.kind != sched::Kernel::Kind::RowGroup || k.outer.empty()) return false;
+  // Too few outputs along the innermost dimension to fill a vector (global pooling: 1): the
+  // window's own loop vectorizes better.
+  if (auto w = k.outer.back().as_const(); w && *w < 8) return false;
   for (int ci : k.comps) {
     const Computation& c = p.comps[ci];
     if (!(c.domain == k.outer)) return false;
