@@ -28,16 +28,31 @@ std::string fresh_cache(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("SHA-256 matches the FIPS 180-4 examples", "[package]") {
-  CHECK(Sha256().hex() == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  CHECK(Sha256().update("abc").hex() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  CHECK(Sha256().update("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq").hex() ==
-        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  // Split updates give the same digest as one (the buffer across block boundaries).
-  std::string million(1000000, 'a');
-  Sha256 split;
-  for (size_t i = 0; i < million.size(); i += 999) split.update(million.data() + i, std::min<size_t>(999, million.size() - i));
-  CHECK(split.hex() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+TEST_CASE("SHA-256 matches the FIPS 180-4 examples (SHA-NI and portable)", "[package]") {
+  for (bool portable : {false, true}) {
+    INFO("portable " << portable);
+    if (portable) setenv("PTC_SHA256_PORTABLE", "1", 1);
+    else unsetenv("PTC_SHA256_PORTABLE");
+    CHECK(Sha256().hex() == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    CHECK(Sha256().update("abc").hex() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK(Sha256().update("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq").hex() ==
+          "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    // Split updates give the same digest as one (the buffer across block boundaries).
+    std::string million(1000000, 'a');
+    Sha256 split;
+    for (size_t i = 0; i < million.size(); i += 999) split.update(million.data() + i, std::min<size_t>(999, million.size() - i));
+    CHECK(split.hex() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    CHECK(Sha256().update(million).hex() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    // 55, 56, 63, 64 and 65 bytes: the padding's edge cases.
+    const std::pair<size_t, const char*> edges[] = {
+        {55, "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318"},
+        {56, "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a"},
+        {63, "7d3e74a05d7db15bce4ad9ec0658ea98e3f06eeecf16b4c6fff2da457ddc2f34"},
+        {64, "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb"},
+        {65, "635361c48bb9eab14198e76ea8ab7f1a41685d6ad62aa9146d301d4f17eb0ae0"}};
+    for (const auto& [n, digest] : edges) CHECK(Sha256().update(std::string(n, 'a')).hex() == digest);
+  }
+  unsetenv("PTC_SHA256_PORTABLE");
 }
 
 TEST_CASE("a compiled library carries its manifest: ptc inspect LIB.so and ptc_manifest()", "[package]") {

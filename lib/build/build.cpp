@@ -145,11 +145,12 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
       keys[i] = h.field(sources.at(u)).hex();
     }
   }
-  if (cuda && !weights.external) {  // the weights blob through the host assembler (not cached)
-    units.push_back("weights.S");
-    outputs.emplace_back();
-    keys.emplace_back();
-    cmds.push_back("cd " + shell_quote(dir.string()) + " && " + opts.cxx + " -c weights.S -o weights.S.o");
+  if (!weights.external) {  // the weights blob through the host assembler, beside the other units (not cached)
+    // Second in line: assembling a large blob takes a while, and overlaps the runtime's unit.
+    units.insert(units.begin() + 1, "weights.S");
+    outputs.insert(outputs.begin() + 1, std::string());
+    keys.insert(keys.begin() + 1, std::string());
+    cmds.insert(cmds.begin() + 1, "cd " + shell_quote(dir.string()) + " && " + opts.cxx + " -c weights.S -o weights.S.o");
   }
   std::vector<int> rcs(units.size(), 0);
   std::vector<char> cached(units.size(), 0);
@@ -198,7 +199,7 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   if (cuda)  // nvcc links the CUDA runtime statically (libcudart_static) by default
     cmd += nvcc + " -shared -Xlinker -soname=" + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + " -lcublasLt" + (weights.external ? " -ldl" : "");
   else
-    cmd += opts.cxx + " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : " weights.S");
+    cmd += opts.cxx + " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : "");
   spdlog::debug("linking: {}", cmd);
   std::string output;
   int rc = run(cmd, output);

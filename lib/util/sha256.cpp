@@ -1,7 +1,13 @@
 // SHA-256 as specified in FIPS 180-4 section 6.2.
 #include "ptc/hash.h"
 
+#include <cstdlib>
 #include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define PTC_SHA_NI 1
+#endif
 
 #include "ptc/mapped_file.h"
 
@@ -23,6 +29,54 @@ inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
 Sha256::Sha256()
     : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+#ifdef PTC_SHA_NI
+namespace {
+
+// The x86 SHA extensions (SHA-NI): sha256rnds2 runs two rounds on the state held as ABEF and
+// CDGH (lane 3 first: A,B,E,F and C,D,G,H), sha256msg1/msg2 extend the message schedule.
+__attribute__((target("sha,sse4.1"))) void blocks_sha_ni(uint32_t h[8], const unsigned char* p, size_t nblocks) {
+  const __m128i byteswap = _mm_set_epi8(12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3);  // per 32-bit word
+  const __m128i dcba = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)), 0x1B);
+  const __m128i hgfe = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 4)), 0x1B);
+  __m128i abef = _mm_unpackhi_epi64(hgfe, dcba);  // lanes F, E, B, A
+  __m128i cdgh = _mm_unpacklo_epi64(hgfe, dcba);  // lanes H, G, D, C
+  for (; nblocks > 0; --nblocks, p += 64) {
+    const __m128i abef0 = abef, cdgh0 = cdgh;
+    __m128i m[4];  // m[g % 4]: schedule words 4g .. 4g + 3
+    for (int i = 0; i < 4; ++i)
+      m[i] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)), byteswap);
+    for (int r = 0; r < 16; ++r) {  // rounds 4r .. 4r + 3
+      const __m128i wk = _mm_add_epi32(m[r % 4], _mm_loadu_si128(reinterpret_cast<const __m128i*>(kRound + 4 * r)));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);                            // now the state's ABEF
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));  // and this one too
+      if (r < 12) {  // words 4(r + 4) ..: W[t-16] + s0(W[t-15]) + W[t-7] + s1(W[t-2])
+        __m128i next = _mm_sha256msg1_epu32(m[r % 4], m[(r + 1) % 4]);
+        next = _mm_add_epi32(next, _mm_alignr_epi8(m[(r + 3) % 4], m[(r + 2) % 4], 4));
+        m[r % 4] = _mm_sha256msg2_epu32(next, m[(r + 3) % 4]);
+      }
+    }
+    abef = _mm_add_epi32(abef, abef0);
+    cdgh = _mm_add_epi32(cdgh, cdgh0);
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(h), _mm_shuffle_epi32(_mm_unpackhi_epi64(cdgh, abef), 0x1B));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 4), _mm_shuffle_epi32(_mm_unpacklo_epi64(cdgh, abef), 0x1B));
+}
+
+bool have_sha_ni() {
+  static const bool yes = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+  return yes;
+}
+
+}  // namespace
+#endif
+
+void Sha256::blocks(const unsigned char* p, size_t n) {
+#ifdef PTC_SHA_NI
+  if (have_sha_ni() && !std::getenv("PTC_SHA256_PORTABLE")) return blocks_sha_ni(h_, p, n);
+#endif
+  for (; n > 0; --n, p += 64) block(p);
+}
 
 void Sha256::block(const unsigned char* p) {
   uint32_t w[64];
@@ -66,10 +120,12 @@ Sha256& Sha256::update(const void* data, size_t n) {
     p += take;
     n -= take;
     if (used_ < sizeof buf_) return *this;
-    block(buf_);
+    blocks(buf_, 1);
     used_ = 0;
   }
-  for (; n >= 64; p += 64, n -= 64) block(p);
+  blocks(p, n / 64);
+  p += n / 64 * 64;
+  n %= 64;
   std::memcpy(buf_, p, n);
   used_ = n;
   return *this;
