@@ -14,7 +14,7 @@
 #include "runtime/cpu/ptc_conv.h"
 #include "runtime/cpu/ptc_winograd.h"
 // conv2d_call / conv2d_prepare (the one TU of a generated library that compiles them)
-#include "runtime/cpu/ptc_runtime.cpp"
+#include "runtime/cpu/ptc_runtime_conv.cpp"
 
 namespace {
 

@@ -45,9 +45,12 @@ void WeightLayout::stream(const Graph& g, Sink&& sink) const {
 struct LibrarySource {
   // (file name, text): model.cpp (tensor metadata, input checks, the run sequence and the C ABI;
   // includes ptc_support.h, ptc_arena.h, runtime.h) and kernels_<i>.cpp (the kernel functions;
-  // include ptc_support.h and ptc_rt.h), each a translation unit of its own. The runtime's
-  // ptc_runtime.cpp (GEMM, convolution) is the library's last translation unit.
+  // include ptc_support.h and ptc_rt.h), each a translation unit of its own.
   std::vector<std::pair<std::string, std::string>> files;
+  // The embedded runtime translation units the library needs, slowest first: CPU:
+  // ptc_runtime.cpp (GEMM), plus ptc_runtime_conv.cpp and ptc_runtime_attention.cpp when a
+  // kernel calls them; CUDA: ptc_cuda_runtime.cu.
+  std::vector<std::string> runtime_units;
 };
 LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights);
 // CUDA: model.cu (kernels, launchers, wrapper); the runtime's ptc_cuda_runtime.cu (cuBLASLt GEMM,

@@ -108,6 +108,9 @@ const char* reduce_name(ReduceOp r);
 enum class ExternKind : uint8_t {
   Gemm,         // out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands {a, b}, views in params
   Convolution,  // NCHW direct convolution; operands {input, weight, bias?}
+  Attention,    // softmax(scale * q k^T + mask) v over the last two dims, leading dims (<= 2) equal;
+                // operands {q, k, v, mask?} (mask broadcast to [..., Tq, Tk]); params
+                // {mask kind (ptc_rt::kMask*), causal, the bits of the double scale}
 };
 const char* extern_name(ExternKind k);
 

@@ -14,7 +14,12 @@
 
 namespace ptc {
 
-loop::Program lower_to_loops(const Graph& g);
+struct LowerOptions {
+  // Attention (scaled_dot_product_attention, the fused multi-head attention) as one fused
+  // flash-style extern (the CPU backend); false: GEMMs around a softmax (the CUDA backend).
+  bool fused_attention = true;
+};
+loop::Program lower_to_loops(const Graph& g, const LowerOptions& opts = {});
 
 // Runs a loop program on the CPU, slowly and simply (double precision arithmetic, rounded to
 // each buffer's dtype on store): the reference for lowering and scheduling tests.

@@ -115,7 +115,7 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   }
 
   // Every translation unit to an object, several at once, then one link.
-  std::vector<std::string> units{cuda ? "ptc_cuda_runtime.cu" : "ptc_runtime.cpp"};  // the slowest first
+  std::vector<std::string> units = src.runtime_units;  // the slowest first
   for (const auto& f : src.files) units.push_back(f.first);
   std::string flags = "-std=c++17 -O3 -march=" + opts.cpu_arch +
                       " -fopenmp -fno-trapping-math -fno-math-errno -fPIC -fvisibility=hidden -Wno-unused" +
@@ -135,6 +135,9 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
     const std::string& u = units[i];
     bool cu = u.size() > 3 && u.compare(u.size() - 3, 3, ".cu") == 0;
     std::string compiler = cu ? nvcc + " " + nvcc_flags : opts.cxx + " " + flags;
+    // model.cpp is glue (tensor tables, input checks, the run sequence): no loop in it is hot,
+    // and -O1 compiles it in two thirds of the time (bert: 1.45 -> 0.98 s).
+    if (u == "model.cpp") compiler += " -O1";
     cmds.push_back("cd " + shell_quote(dir.string()) + " && " + compiler + " -c " + u + " -o " + u + ".o");
     if (opts.cache && opts.cache->enabled()) {
       // The object's address: ptc itself (its embedded headers), the compiler and its flags, the

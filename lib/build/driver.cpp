@@ -217,7 +217,9 @@ void compile_model(const CompileOptions& in) {
   loop::Program prog;
   {
     Stage s("lower");
-    prog = lower_to_loops(*g);
+    LowerOptions lo;
+    lo.fused_attention = !cuda;  // the CUDA backend has no fused attention kernel yet
+    prog = lower_to_loops(*g, lo);
   }
   if (!opts.dump_loops.empty()) {
     std::string text = loop::print_program(prog);

@@ -22,6 +22,7 @@ const char* kind_name(sched::Kernel::Kind k) {
     case sched::Kernel::Kind::RowGroup: return "row_group";
     case sched::Kernel::Kind::Gemm: return "gemm";
     case sched::Kernel::Kind::Conv: return "conv";
+    case sched::Kernel::Kind::Attention: return "attention";
   }
   return "?";
 }

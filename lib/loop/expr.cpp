@@ -204,6 +204,7 @@ const char* extern_name(ExternKind k) {
   switch (k) {
     case ExternKind::Gemm: return "gemm";
     case ExternKind::Convolution: return "conv";
+    case ExternKind::Attention: return "attention";
   }
   return "?";
 }

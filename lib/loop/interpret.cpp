@@ -210,6 +210,7 @@ class Interp {
         break;
       case Computation::Kind::Extern:
         if (c.extern_kind == loop::ExternKind::Gemm) gemm(c, out, dt);
+        else if (c.extern_kind == loop::ExternKind::Attention) attention(c, out, dt);
         else conv(c, out, dt);
         break;
     }
@@ -252,6 +253,53 @@ class Interp {
             if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
             acc += at(x, {n, g * Cg + ci, ih, iw}) * at(w, {o, ci, kh, kw});
           }
+      out.at(pos++) = round_to(acc, dt);
+    });
+  }
+
+  // softmax(scale * q k^T + mask) v, one query row at a time (params: mask kind, causal, scale).
+  void attention(const Computation& c, std::vector<double>& out, DType dt) {
+    const loop::View &q = c.operands[0], &k = c.operands[1], &v = c.operands[2];
+    const size_t r = c.domain.size();
+    const int64_t Tk = eval(k.sizes[r - 2]), D = eval(q.sizes[r - 1]);
+    double scale;
+    std::memcpy(&scale, &c.params[2], sizeof scale);
+    std::vector<double> prob(static_cast<size_t>(Tk));
+    size_t pos = 0;
+    for_each(c.domain, 'x', [&](const std::vector<int64_t>& idx) {
+      if (idx[r - 1] == 0) {  // a new query row: its probabilities
+        const int64_t i = idx[r - 2];
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < Tk; ++j) {
+          std::vector<int64_t> iq = idx, ik = idx;
+          ik[r - 2] = j;
+          double s = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            iq[r - 1] = ik[r - 1] = d;
+            s += at(q, iq) * at(k, ik);
+          }
+          s *= scale;
+          if (c.operands.size() > 3) {
+            std::vector<int64_t> im = idx;
+            im[r - 1] = j;
+            const double m = at(c.operands[3], im);
+            if (c.params[0] == 3) s += m;
+            else if ((m != 0) != (c.params[0] == 1)) s = -INFINITY;
+          }
+          if (c.params[1] && j > i) s = -INFINITY;
+          prob[static_cast<size_t>(j)] = s;
+          mx = std::max(mx, s);
+        }
+        double sum = 0;
+        for (double& e : prob) sum += (e = mx == -INFINITY ? 0 : std::exp(e - mx));
+        for (double& e : prob) e = sum == 0 ? NAN : e / sum;
+      }
+      double acc = 0;
+      std::vector<int64_t> iv = idx;
+      for (int64_t j = 0; j < Tk; ++j) {
+        iv[r - 2] = j;
+        acc += prob[static_cast<size_t>(j)] * at(v, iv);
+      }
       out.at(pos++) = round_to(acc, dt);
     });
   }

@@ -310,6 +310,10 @@ Program Lowering::run() {
 
 namespace ptc {
 
-loop::Program lower_to_loops(const Graph& g) { return loop::Lowering(g).run(); }
+loop::Program lower_to_loops(const Graph& g, const LowerOptions& opts) {
+  loop::Lowering L(g);
+  L.options = opts;
+  return L.run();
+}
 
 }  // namespace ptc

@@ -1,6 +1,7 @@
 // Extern lowerings: GEMM (linear, addmm, mm, bmm, matmul), convolution, and attention as GEMMs
 // around a softmax (the fused flash-style kernel comes later).
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "lower_internal.h"
@@ -65,11 +66,14 @@ TensorRef emit_extern(Lowering& L, ExternKind kind, DType dt, const Index& out, 
 // softmax(q k^T * scale + mask) v over the last two dimensions. A bool mask keeps the positions
 // where it is true (bool_mask_keeps, as scaled_dot_product_attention) or where it is false (the
 // fused multi-head attention's convention); a float mask is added to the scores.
+// With need_probs false and LowerOptions::fused_attention, one fused attention extern (probs
+// is then empty); otherwise GEMMs around a softmax.
 struct Attention {
-  TensorRef out, probs;
+  TensorRef out;
+  std::optional<TensorRef> probs;
 };
 Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const TensorRef& v, std::optional<TensorRef> mask,
-                    bool bool_mask_keeps, bool causal, double scale, DType compute);
+                    bool bool_mask_keeps, bool causal, double scale, DType compute, bool need_probs = false);
 
 }  // namespace
 
@@ -87,11 +91,43 @@ TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
 
 namespace {
 
+// The fused extern applies to float32 q, k, v of rank 2..4 with equal leading dims.
+bool fusable(const TensorRef& q, const TensorRef& k, const TensorRef& v, DType compute) {
+  if (compute != DType::Float32 || q.rank() < 2 || q.rank() > 4 || k.rank() != q.rank() || v.rank() != q.rank()) return false;
+  for (const TensorRef* t : {&q, &k, &v})
+    if (t->dtype != DType::Float32) return false;
+  for (size_t d = 0; d + 2 < q.rank(); ++d)
+    if (!(q.sizes[d] == k.sizes[d]) || !(q.sizes[d] == v.sizes[d])) return false;
+  return true;
+}
+
 Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const TensorRef& v, std::optional<TensorRef> mask,
-                    bool bool_mask_keeps, bool causal, double scale, DType compute) {
+                    bool bool_mask_keeps, bool causal, double scale, DType compute, bool need_probs) {
+  const size_t r = q.rank();
+  if (L.options.fused_attention && !need_probs && fusable(q, k, v, compute)) {
+    std::vector<View> ops{L.as_view(q, L.origin()), L.as_view(k, L.origin()), L.as_view(v, L.origin())};
+    int64_t kind = 0;  // ptc_rt::kMaskNone / Keep / Drop / Add
+    if (mask) {
+      Index ms(q.sizes.begin(), q.sizes.end() - 1);
+      ms.push_back(k.sizes[r - 2]);
+      TensorRef m = *mask;
+      if (m.dtype == DType::Bool) {
+        kind = bool_mask_keeps ? 1 : 2;
+      } else {
+        kind = 3;
+        if (m.dtype != DType::Float32) m = map1(L, m, DType::Float32, [](ExprRef e) { return cast(e, DType::Float32); });
+      }
+      ops.push_back(L.as_view(L.broadcast_to(m, ms), L.origin()));
+    }
+    Index out(q.sizes.begin(), q.sizes.end() - 1);
+    out.push_back(v.sizes[r - 1]);
+    int64_t scale_bits;
+    std::memcpy(&scale_bits, &scale, sizeof scale);
+    return {emit_extern(L, ExternKind::Attention, DType::Float32, out, std::move(ops), {kind, causal ? 1 : 0, scale_bits}), std::nullopt};
+  }
   TensorRef s = gemm(L, q, transpose_last(L, k), compute);
   if (mask) mask = L.broadcast_to(*mask, s.sizes);
-  size_t r = s.rank();
+  PTC_CHECK(s.rank() == r, "attention scores have rank ", s.rank());
   const double ninf = -std::numeric_limits<double>::infinity();
   TensorRef scores = L.pointwise(compute, s.sizes, [=](const Index& idx) {
     ExprRef e = binary(Op::Mul, s.at(idx), constant(scale, compute));
@@ -195,20 +231,21 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         }
         mask = m;
       }
+      const bool need_weights = a.b("need_weights");
       Attention att = attention(L, project(q, 0), project(k, 1), project(v, 2), mask, /*bool_mask_keeps=*/false, false,
-                                1.0 / std::sqrt(static_cast<double>(d)), compute);
+                                1.0 / std::sqrt(static_cast<double>(d)), compute, need_weights);
       TensorRef merged = reshape(L, permute(L, att.out, {0, 2, 1, 3}), {q.sizes[0] * q.sizes[1], e});
       TensorRef out = add_bias(L, gemm(L, merged, transpose_last(L, a.tensor("proj_weight")), compute), a.tensor("proj_bias"), compute);
       out = reshape(L, out, {q.sizes[0], q.sizes[1], e});
       if (compute != dt) out = map1(L, out, dt, [dt](ExprRef x) { return cast(x, dt); });
       TensorRef weights;
-      if (!a.b("need_weights")) {
+      if (!need_weights) {
         weights = L.pointwise(dt, a.out_sizes(1), [dt](const Index&) { return constant(0.0, dt); });
       } else if (a.b("average_attn_weights")) {
-        TensorRef sum = L.reduce(att.probs, {1}, false, ReduceOp::Sum, compute, L.origin());
+        TensorRef sum = L.reduce(*att.probs, {1}, false, ReduceOp::Sum, compute, L.origin());
         weights = map1(L, sum, dt, [h, dt, compute](ExprRef x) { return cast(binary(Op::Div, x, constant(static_cast<double>(h), compute)), dt); });
       } else {
-        weights = att.probs.dtype == dt ? att.probs : map1(L, att.probs, dt, [dt](ExprRef x) { return cast(x, dt); });
+        weights = att.probs->dtype == dt ? *att.probs : map1(L, *att.probs, dt, [dt](ExprRef x) { return cast(x, dt); });
       }
       return std::vector<TensorRef>{out, weights};
     }

@@ -14,6 +14,7 @@
 #include "ptc/error.h"
 #include "ptc/graph.h"
 #include "ptc/loop.h"
+#include "ptc/lower.h"
 
 namespace ptc::loop {
 
@@ -70,6 +71,7 @@ class Lowering {
   }
 
   const Graph& graph;
+  LowerOptions options;
   Program prog_;
 
  private:

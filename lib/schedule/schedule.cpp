@@ -257,9 +257,11 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
     };
     take(i);
     if (c.kind == Computation::Kind::Extern) {
-      k.kind = c.extern_kind == loop::ExternKind::Gemm ? Kernel::Kind::Gemm : Kernel::Kind::Conv;
+      k.kind = c.extern_kind == loop::ExternKind::Gemm          ? Kernel::Kind::Gemm
+               : c.extern_kind == loop::ExternKind::Convolution ? Kernel::Kind::Conv
+                                                                : Kernel::Kind::Attention;
       size_t j = next_free(i + 1);
-      if (opts.extern_epilogues && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
+      if (opts.extern_epilogues && k.kind != Kernel::Kind::Attention && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
         k.epilogue = static_cast<int>(j);
         take(j);
         s.elided[c.out] = true;
@@ -300,7 +302,7 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
 std::string print_schedule(const loop::Program& p, const Schedule& s) {
   std::ostringstream os;
   for (const auto& k : s.kernels) {
-    const char* kind = k.kind == Kernel::Kind::Loop ? "loop" : k.kind == Kernel::Kind::RowGroup ? "rows" : k.kind == Kernel::Kind::Gemm ? "gemm" : "conv";
+    const char* kind = k.kind == Kernel::Kind::Loop ? "loop" : k.kind == Kernel::Kind::RowGroup ? "rows" : k.kind == Kernel::Kind::Gemm ? "gemm" : k.kind == Kernel::Kind::Conv ? "conv" : "attention";
     os << k.name << " " << kind << ":";
     for (int c : k.comps) os << " " << p.buffers[p.comps[c].out].name;
     if (k.epilogue >= 0) os << " (epilogue)";

@@ -3,6 +3,7 @@
 // computations into fewer kernels and tiles/vectorizes them explicitly builds on this printer.)
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -327,6 +328,41 @@ void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k
   close_loops(os, n.size(), indent);
 }
 
+// Fused attention (ptc_attention.h): up to two leading dims become (B, H); a missing one has
+// size 1 and stride 0.
+void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
+  const Computation& c = p.comps[k.comps.front()];
+  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU attention supports float32 only so far (", c.origin, ")");
+  const size_t r = c.domain.size(), lead = r - 2;
+  PTC_CHECK(r >= 2 && lead <= 2 && c.params.size() == 3, "malformed attention extern (", c.origin, ")");
+  auto strides = [&](const loop::View& v, const char* field) {
+    std::string s[4] = {"0", "0", cpp_index(v.strides[r - 2]), cpp_index(v.strides[r - 1])};
+    for (size_t d = 0; d < lead; ++d) s[2 - lead + d] = cpp_index(v.strides[d]);
+    os << indent << "  { const int64_t s[4] = {" << s[0] << ", " << s[1] << ", " << s[2] << ", " << s[3] << "}; std::memcpy(a."
+       << field << ", s, sizeof s); }\n";
+  };
+  const char* names[] = {"q", "k", "v", "mask"};
+  const char* fields[] = {"qs", "ks", "vs", "ms"};
+  os << indent << "{\n" << indent << "  ptc_rt::AttentionArgs a{};\n";
+  for (size_t i = 0; i < c.operands.size(); ++i) {
+    const loop::View& v = c.operands[i];
+    os << indent << "  a." << names[i] << " = b" << v.buffer << " + " << cpp_index(v.offset) << ";\n";
+    strides(v, fields[i]);
+  }
+  std::string dims[2] = {"1", "1"};
+  for (size_t d = 0; d < lead; ++d) dims[2 - lead + d] = cpp_index(c.domain[d]);
+  double scale;
+  std::memcpy(&scale, &c.params[2], sizeof scale);
+  char scale_text[64];
+  std::snprintf(scale_text, sizeof scale_text, "%.9g", scale);
+  os << indent << "  a.mask_kind = " << c.params[0] << "; a.causal = " << (c.params[1] ? "true" : "false") << "; a.scale = "
+     << scale_text << "f;\n";
+  os << indent << "  a.o = b" << c.out << "; a.B = " << dims[0] << "; a.H = " << dims[1] << "; a.Tq = " << cpp_index(c.domain[r - 2])
+     << "; a.Tk = " << cpp_index(c.operands[1].sizes[r - 2]) << "; a.D = " << cpp_index(c.operands[0].sizes[r - 1])
+     << "; a.Dv = " << cpp_index(c.domain[r - 1]) << ";\n";
+  os << indent << "  ptc_rt::attention_call(a);\n" << indent << "}\n";
+}
+
 void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
   const Computation& c = p.comps[k.comps.front()];
   const loop::View& A = c.operands[0];
@@ -520,6 +556,7 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& 
       break;
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    "); break;
     case sched::Kernel::Kind::Conv: emit_conv(os, p, k, "    ", prepared); break;
+    case sched::Kernel::Kind::Attention: emit_attention(os, p, k, "    "); break;
   }
   os << "  }\n";
 }

@@ -1,5 +1,6 @@
 // The wrapper printer: the C ABI of include/ptc/runtime.h around the kernels — tensor metadata,
 // input checks and symbol binding, output shapes, the per-call workspace, weights.
+#include <algorithm>
 #include <set>
 #include <sstream>
 
@@ -161,6 +162,13 @@ void ptc_close(ptc_model* model) {
     if (static_cast<size_t>(part.tellp()) >= kKernelFileBytes) flush();
   }
   flush();
+  // The runtime units the kernels call, the slowest to compile first.
+  auto has = [&](sched::Kernel::Kind kind) {
+    return std::any_of(s.kernels.begin(), s.kernels.end(), [&](const sched::Kernel& k) { return k.kind == kind; });
+  };
+  if (has(sched::Kernel::Kind::Conv)) src.runtime_units.push_back("ptc_runtime_conv.cpp");
+  if (has(sched::Kernel::Kind::Gemm)) src.runtime_units.push_back("ptc_runtime.cpp");
+  if (has(sched::Kernel::Kind::Attention)) src.runtime_units.push_back("ptc_runtime_attention.cpp");
   return src;
 }
 

@@ -343,6 +343,8 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule
       break;
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, index, syms); break;
     case sched::Kernel::Kind::Conv: emit_conv(os, p, k, index, syms); break;
+    case sched::Kernel::Kind::Attention:  // lowered as GEMMs around a softmax for CUDA (LowerOptions)
+      PTC_CHECK(false, "the CUDA backend has no fused attention kernel (", k.name, ")");
   }
 }
 

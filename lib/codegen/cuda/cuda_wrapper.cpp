@@ -228,6 +228,7 @@ void ptc_close(ptc_model* model) {
   wrapper::emit_abi_functions(os);
   LibrarySource src;
   src.files.emplace_back("model.cu", os.str());
+  src.runtime_units = {"ptc_cuda_runtime.cu"};
   return src;
 }
 

@@ -1,10 +1,11 @@
 // ptc_rt.h — the compiled-once part of a generated CPU library's runtime, as its kernels see it:
-// plain structs and non-template functions. They are defined in ptc_runtime.cpp, a translation
-// unit of its own, so the GEMM and convolution code is compiled once per library (whatever the
+// plain structs and non-template functions. They are defined in ptc_runtime*.cpp, translation
+// units of their own, so the GEMM, convolution and attention code is compiled once per library (whatever the
 // number of GEMMs and epilogues) and in parallel with the kernels. C++17, no dependencies.
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 
 namespace ptc_rt {
 
@@ -38,6 +39,22 @@ struct GemmEpilogue {
   const void* obj = nullptr;
   void (*fn)(const void*, float*, int64_t, int64_t, int64_t, int64_t) = nullptr;  // nullptr: none
 };
+// Fused attention (ptc_attention.h): q [B, H, Tq, D], k [B, H, Tk, D], v [B, H, Tk, Dv] and the
+// mask [B, H, Tq, Tk] with element strides (0 broadcasts); o [B, H, Tq, Dv] contiguous.
+enum { kMaskNone = 0, kMaskKeep = 1, kMaskDrop = 2, kMaskAdd = 3 };  // bool: keep / drop where true; float: added
+struct AttentionArgs {
+  const float* q; int64_t qs[4];
+  const float* k; int64_t ks[4];
+  const float* v; int64_t vs[4];
+  const void* mask = nullptr; int64_t ms[4] = {0, 0, 0, 0};
+  int mask_kind = kMaskNone;
+  float* o;
+  int64_t B, H, Tq, Tk, D, Dv;
+  float scale;
+  bool causal = false;
+};
+void attention_call(const AttentionArgs& a);
+
 struct Conv2dArgs {
   const float* x; int64_t xs[4];  // input [N, C, H, W] with strides
   const float* w; int64_t ws[4];  // weight [O, C/groups, KH, KW] with strides
@@ -72,6 +89,6 @@ void conv2d_call(const Conv2dArgs& a);
 // of a 3x3 stride-1 convolution; nullptr when nothing is worth preparing (or out of memory).
 // Reads only the weight-side fields (w, ws, C, O, KH, KW, strides, padding, dilation, groups).
 void* conv2d_prepare(const Conv2dArgs& a);
-void prepared_free(void* p);
+inline void prepared_free(void* p) { std::free(p); }
 
 }  // namespace ptc_rt

@@ -1,0 +1,10 @@
+// ptc_runtime_attention.cpp — the fused attention (ptc_attention.h) behind ptc_rt.h's
+// attention_call; part of a generated CPU library when it has an attention kernel.
+#include "ptc_attention.h"
+#include "ptc_rt.h"
+
+namespace ptc_rt {
+
+void attention_call(const AttentionArgs& a) { attention(a); }
+
+}  // namespace ptc_rt

@@ -1,0 +1,24 @@
+// ptc_runtime_conv.cpp — convolutions (ptc_conv.h, ptc_winograd.h) behind ptc_rt.h's
+// conv2d_call / conv2d_prepare; part of a generated CPU library when it has a convolution.
+#include "ptc_conv.h"
+#include "ptc_rt.h"
+#include "ptc_winograd.h"
+
+namespace ptc_rt {
+
+void conv2d_call(const Conv2dArgs& a) {
+  if (winograd_detail::applies(a) && conv2d_winograd(a, static_cast<const float*>(a.prepared))) return;
+  if (a.C == a.groups && a.O == a.groups && a.sh == 1 && a.sw == 1)
+    conv2d_depthwise(a);  // any weight strides
+  else if (conv_weight_flat(a.ws, a.KH, a.KW))
+    conv2d(a);
+  else
+    conv2d_direct(a);
+}
+
+void* conv2d_prepare(const Conv2dArgs& a) {
+  if (!winograd_detail::kernel_applies(a)) return nullptr;
+  return winograd_detail::prepare_weights(a);
+}
+
+}  // namespace ptc_rt

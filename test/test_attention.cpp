@@ -1,0 +1,125 @@
+// The fused flash-style attention of generated CPU code (lib/runtime/cpu/ptc_attention.h)
+// against a double-precision softmax(q k^T * scale + mask) v: query and key blocks (Tq > 64,
+// Tk > 256), Tq != Tk, causal, bool masks (keep / drop where true), additive float masks,
+// broadcast (stride 0) masks, strided q / k / v, and rows whose keys are all masked (NaN, as
+// torch).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "runtime/cpu/ptc_attention.h"
+
+namespace {
+
+struct Problem {
+  int64_t B, H, Tq, Tk, D, Dv;
+  int mask_kind;  // ptc_rt::kMask*
+  bool causal;
+  bool strided;   // q, k, v as [B, T, H, D] buffers viewed as [B, H, T, D]
+};
+
+// max |got - ref| / max |ref|; NaN where the reference is NaN must be NaN.
+double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false) {
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  auto fill = [&](std::vector<float>& v, size_t n) {
+    v.resize(n);
+    for (auto& e : v) e = dist(rng);
+  };
+  std::vector<float> q, k, v, o(static_cast<size_t>(p.B * p.H * p.Tq * p.Dv), -7.f), fmask;
+  std::vector<uint8_t> bmask;
+  fill(q, static_cast<size_t>(p.B * p.H * p.Tq * p.D));
+  fill(k, static_cast<size_t>(p.B * p.H * p.Tk * p.D));
+  fill(v, static_cast<size_t>(p.B * p.H * p.Tk * p.Dv));
+  ptc_rt::AttentionArgs a{};
+  auto strides = [&](int64_t T, int64_t D, int64_t* s) {
+    if (p.strided) {  // [B, T, H, D]
+      s[0] = T * p.H * D; s[1] = D; s[2] = p.H * D; s[3] = 1;
+    } else {
+      s[0] = p.H * T * D; s[1] = T * D; s[2] = D; s[3] = 1;
+    }
+  };
+  a.q = q.data(); strides(p.Tq, p.D, a.qs);
+  a.k = k.data(); strides(p.Tk, p.D, a.ks);
+  a.v = v.data(); strides(p.Tk, p.Dv, a.vs);
+  a.o = o.data();
+  a.B = p.B; a.H = p.H; a.Tq = p.Tq; a.Tk = p.Tk; a.D = p.D; a.Dv = p.Dv;
+  a.scale = 1.f / std::sqrt(static_cast<float>(p.D));
+  a.causal = p.causal;
+  a.mask_kind = p.mask_kind;
+  // Masks are [B, 1, Tq, Tk] (broadcast over heads: stride 0).
+  a.ms[0] = p.Tq * p.Tk; a.ms[1] = 0; a.ms[2] = p.Tk; a.ms[3] = 1;
+  if (p.mask_kind == ptc_rt::kMaskAdd) {
+    fill(fmask, static_cast<size_t>(p.B * p.Tq * p.Tk));
+    a.mask = fmask.data();
+  } else if (p.mask_kind != ptc_rt::kMaskNone) {
+    bmask.resize(static_cast<size_t>(p.B * p.Tq * p.Tk));
+    for (auto& e : bmask) e = rng() % 4 != 0;  // 3 in 4 true
+    if (all_masked_row)  // row 1 of image 0: no key allowed
+      for (int64_t j = 0; j < p.Tk; ++j) bmask[static_cast<size_t>(p.Tk + j)] = p.mask_kind == ptc_rt::kMaskKeep ? 0 : 1;
+    a.mask = bmask.data();
+  }
+  ptc_rt::attention(a);
+
+  double worst = 0, scale = 0;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.Tq; ++i) {
+        std::vector<double> s(static_cast<size_t>(p.Tk));
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < p.Tk; ++j) {
+          double acc = 0;
+          for (int64_t d = 0; d < p.D; ++d)
+            acc += double(q[b * a.qs[0] + h * a.qs[1] + i * a.qs[2] + d]) * k[b * a.ks[0] + h * a.ks[1] + j * a.ks[2] + d];
+          acc *= a.scale;
+          const size_t mi = static_cast<size_t>((b * p.Tq + i) * p.Tk + j);
+          if (p.mask_kind == ptc_rt::kMaskAdd) acc += fmask[mi];
+          if (p.mask_kind == ptc_rt::kMaskKeep && !bmask[mi]) acc = -INFINITY;
+          if (p.mask_kind == ptc_rt::kMaskDrop && bmask[mi]) acc = -INFINITY;
+          if (p.causal && j > i) acc = -INFINITY;
+          s[static_cast<size_t>(j)] = acc;
+          mx = std::max(mx, acc);
+        }
+        double sum = 0;
+        for (auto& e : s) sum += (e = mx == -INFINITY ? 0 : std::exp(e - mx));
+        for (int64_t d = 0; d < p.Dv; ++d) {
+          double ref = 0;
+          for (int64_t j = 0; j < p.Tk; ++j) ref += s[static_cast<size_t>(j)] * v[b * a.vs[0] + h * a.vs[1] + j * a.vs[2] + d];
+          const float got = o[static_cast<size_t>(((b * p.H + h) * p.Tq + i) * p.Dv + d)];
+          if (sum == 0) {
+            if (!std::isnan(got)) return INFINITY;  // torch gives NaN for a row with no key
+            continue;
+          }
+          ref /= sum;
+          if (std::isnan(got)) return INFINITY;
+          worst = std::max(worst, std::abs(got - ref));
+          scale = std::max(scale, std::abs(ref));
+        }
+      }
+  return worst / std::max(scale, 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("fused attention matches softmax(q k^T * scale + mask) v", "[attention]") {
+  std::mt19937 rng(5);
+  const Problem cases[] = {
+      {2, 3, 16, 16, 16, 16, ptc_rt::kMaskNone, false, false},
+      {1, 2, 130, 300, 32, 24, ptc_rt::kMaskNone, false, false},   // several query and key blocks, Dv != D
+      {2, 2, 100, 100, 16, 16, ptc_rt::kMaskNone, true, false},    // causal across blocks
+      {1, 1, 7, 600, 8, 8, ptc_rt::kMaskNone, true, false},        // causal, Tq < Tk (top-left aligned)
+      {2, 2, 33, 270, 16, 16, ptc_rt::kMaskKeep, false, false},
+      {2, 2, 33, 270, 16, 16, ptc_rt::kMaskDrop, false, true},     // strided q / k / v
+      {1, 3, 70, 70, 16, 16, ptc_rt::kMaskAdd, true, true},
+  };
+  for (const Problem& p : cases) {
+    INFO("B H Tq Tk D Dv = " << p.B << " " << p.H << " " << p.Tq << " " << p.Tk << " " << p.D << " " << p.Dv << ", mask "
+                             << p.mask_kind << ", causal " << p.causal << ", strided " << p.strided);
+    CHECK(run(p, rng) < 1e-5);
+  }
+  // A row with every key masked is NaN (and the other rows are right).
+  CHECK(run({1, 2, 5, 300, 8, 8, ptc_rt::kMaskKeep, false, false}, rng, true) < 1e-5);
+  CHECK(run({1, 2, 5, 40, 8, 8, ptc_rt::kMaskDrop, false, false}, rng, true) < 1e-5);
+}
