@@ -247,9 +247,11 @@ TEST_CASE("the report shows layer norm and softmax as one kernel each, GEMM+bias
   REQUIRE(att.size() == 1);
   CHECK(att[0]["kind"] == "attention");
   for (const auto& b : dyn["arena"]["buffers"]) CHECK(b["bytes"].get<size_t>() < size_t{64} * 4 * 512 * 512 * 4);
+#ifdef PTC_TEST_TORCHSCRIPT
   // With the attention weights asked for (mha.pt: need_weights), it stays GEMMs around a softmax.
   json mha = report("mha.pt");
   for (const auto& k : mha["kernels"]) CHECK(k["kind"] != "attention");
+#endif
   CHECK(dyn["arena"]["bytes_at_max_sizes"].get<size_t>() < dyn["arena"]["bytes_without_reuse"].get<size_t>());
 }
 
