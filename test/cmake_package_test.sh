@@ -39,11 +39,16 @@ grep -q "ptc: compiling" "$work/build3.log" || fail "touching the model did not 
 "$work/example/run_model" "$src/models/ref/mlp_dyn.case1.in0.npy" "$src/models/ref/mlp_dyn.case1.out0.npy" \
   || fail "run_model after the rebuild"
 
-# Changing ptc_add_model's arguments recompiles too.
+# Reconfiguring with the same ptc_add_model arguments recompiles nothing; other arguments (here
+# the model's path) recompile.
 cmake -S "$src/examples/cmake_model" -B "$work/example" -DCMAKE_PREFIX_PATH="$work/prefix" -DMODEL="$work/model.pt2" \
       -DCMAKE_CXX_FLAGS=-O1 > /dev/null
-cmake --build "$work/example" > "$work/build4.log" 2>&1
+cmake --build "$work/example" > "$work/build4.log" 2>&1 || { cat "$work/build4.log"; fail "fourth build"; }
 if grep -q "ptc: compiling" "$work/build4.log"; then fail "reconfiguring with the same ptc_add_model arguments recompiled the model"; fi
+cp "$work/model.pt2" "$work/model2.pt2"
+cmake -S "$src/examples/cmake_model" -B "$work/example" -DCMAKE_PREFIX_PATH="$work/prefix" -DMODEL="$work/model2.pt2" > /dev/null
+cmake --build "$work/example" > "$work/build5.log" 2>&1 || { cat "$work/build5.log"; fail "fifth build"; }
+grep -q "ptc: compiling" "$work/build5.log" || fail "changing ptc_add_model's arguments did not recompile the model"
 
 # Bad ptc_add_model() calls stop the configure step with one message.
 mkdir -p "$work/bad"
@@ -59,6 +64,7 @@ bad_project "ptc_add_model(m)" "MODEL <file> is required"
 bad_project "ptc_add_model(m MODEL /no/such.pt2)" "the model /no/such.pt2 does not exist"
 bad_project "ptc_add_model(m MODEL $work/model.pt2 DEVICE tpu)" "DEVICE tpu: expected cpu or cuda"
 bad_project "ptc_add_model(m MODEL $work/model.pt2 FOO)" "unknown arguments FOO"
+bad_project "ptc_add_model(m MODEL $work/model.pt2 OPTIONS --weights external)" "pass --weights through its own argument"
 if ! "$work/prefix/bin/ptc" compile --help | grep -q -- "--train"; then
   bad_project "ptc_add_model(m MODEL $work/model.pt2 TRAIN)" "TRAIN needs a ptc that compiles training libraries"
 fi

@@ -114,6 +114,23 @@ TEST_CASE("ptc inspect refuses files that are not ptc libraries with one sentenc
   CHECK(r.exit_code == 1);
   CHECK(r.output.find("not a library built by ptc") != std::string::npos);
   CHECK(r.output.find("internal error") == std::string::npos);
+  // Libraries whose .ptc_manifest section is not what ptc writes: fields missing, a symbol range
+  // of the wrong length, JSON nested deep enough to exhaust a recursive parser's stack.
+  const std::pair<const char*, std::string> forged[] = {
+      {"fields", R"({"manifest_version":1})"},
+      {"range", R"({"manifest_version":1,"ptc_version":"0","abi_version":1,"device":"cpu","arch":"x","model":{"name":"m","file":"f","sha256":"0","format":"x"},"inputs":[],"outputs":[],"symbols":{"s":[]},"weights":{"mode":"embedded","bytes":0},"flags":{}})"},
+      {"deep", std::string(200000, '[') + std::string(200000, ']')}};
+  for (const auto& [name, text] : forged) {
+    std::string c = test::temp_dir() + "/forged_" + name + ".c", lib = test::temp_dir() + "/forged_" + name + ".so";
+    std::string bytes;
+    for (char ch : text) bytes += std::to_string(static_cast<int>(static_cast<unsigned char>(ch))) + ",";
+    test::write_file(c, "__attribute__((section(\".ptc_manifest\"), used)) static const char m[] = {" + bytes + "0};\n");
+    REQUIRE(std::system(("cc -shared -fPIC -o " + lib + " " + c).c_str()) == 0);
+    auto f = test::run_ptc("inspect " + lib);
+    INFO(name << ": " << f.output);
+    CHECK(f.exit_code == 1);
+    CHECK(f.output.find(lib + ": not a library built by ptc (the manifest is malformed)") != std::string::npos);
+  }
 }
 
 TEST_CASE("packages: --package writes a folder or a .tar.gz with the library, header, weights and manifest.json", "[package]") {

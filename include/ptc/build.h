@@ -20,6 +20,7 @@ struct BuildOptions {
   std::string cuda_arch = "sm_90"; // GPU architecture (cuda): SASS for it plus its PTX
   const class CompileCache* cache = nullptr;  // object files by content (null or disabled: none)
   bool progress = false;           // log each translation unit as it finishes (info level)
+  std::string soname;              // the library's soname (empty: its file name)
 };
 
 // Writes and compiles; the library appears at `out_path` atomically (temp file + rename).

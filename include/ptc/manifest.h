@@ -31,8 +31,9 @@ nlohmann::ordered_json make_manifest(const Graph& g, const WeightLayout& w, cons
 // A C++ translation unit that embeds `manifest` (section .ptc_manifest) and defines ptc_manifest().
 std::string manifest_source(const nlohmann::ordered_json& manifest);
 
-// The manifest of a library built by ptc. Throws UserError when the file is unreadable, not a
-// 64-bit ELF shared library, malformed, or has no ptc manifest.
+// The manifest of a library built by ptc, checked to have every field make_manifest writes with
+// its type. Throws UserError when the file is unreadable, not a 64-bit ELF shared library,
+// malformed, or has no (well-formed) ptc manifest.
 nlohmann::ordered_json read_library_manifest(const std::string& path);
 
 // True when the file starts with the ELF magic (a compiled library rather than a model archive).

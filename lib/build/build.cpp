@@ -198,7 +198,7 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   std::string cmd = "cd " + shell_quote(dir.string()) + " && ";
   // The file name as the soname: programs linked against the library look it up by name (on
   // their rpath), not by the path it had at build time.
-  std::string soname = shell_quote(fs::path(out_path).filename().string());
+  std::string soname = shell_quote(opts.soname.empty() ? fs::path(out_path).filename().string() : opts.soname);
   if (cuda)  // nvcc links the CUDA runtime statically (libcudart_static) by default
     cmd += nvcc + " -shared -Xlinker -soname=" + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + " -lcublasLt" + (weights.external ? " -ldl" : "");
   else

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,7 +26,9 @@ fs::path entry_dir(const std::string& root, const std::string& kind, const std::
 }
 
 std::string unique_suffix() {
-  return std::to_string(getpid()) + "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  static std::atomic<uint64_t> counter{0};  // threads of one process storing at the same instant
+  return std::to_string(getpid()) + "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + "-" +
+         std::to_string(counter++);
 }
 
 }  // namespace
@@ -44,6 +47,10 @@ CompileCache CompileCache::at(const std::string& root) {
 
 CompileCache CompileCache::open(bool disabled) {
   if (disabled) return {};
+  if (ptc_identity().empty()) {  // without it, different ptc builds would share entries
+    spdlog::warn("compile cache disabled: cannot identify this ptc binary (/proc/self/exe)");
+    return {};
+  }
   if (const char* d = std::getenv("PTC_CACHE_DIR"); d && *d) return at(d);
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return at((fs::path(x) / "ptc").string());
   if (const char* h = std::getenv("HOME"); h && *h) return at((fs::path(h) / ".cache" / "ptc").string());
@@ -106,7 +113,7 @@ void CompileCache::store(const std::string& kind, const std::string& key, const 
   }
   if (!ec) fs::create_directories(dir.parent_path(), ec);
   if (!ec) fs::rename(tmp, dir, ec);  // fails harmlessly when another compile stored it first
-  if (ec && !fs::exists(dir)) spdlog::warn("compile cache: cannot store an entry in {}: {}", root_, ec.message());
+  if (ec && !fs::exists(dir, ec)) spdlog::warn("compile cache: cannot store an entry in {}: {}", root_, ec.message());
   fs::remove_all(tmp, ec);
 }
 
@@ -131,11 +138,20 @@ void CompileCache::trim(uint64_t max) const {
         total += bytes;
       }
   }
+  // Leftovers of compiles that died while storing (tmp/<pid>-...), once they are an hour old.
+  if (fs::is_directory(fs::path(root_) / "tmp", ec))
+    for (const auto& t : fs::directory_iterator(fs::path(root_) / "tmp", ec))
+      if (fs::file_time_type::clock::now() - t.last_write_time(ec) > std::chrono::hours(1)) fs::remove_all(t.path(), ec);
   if (total <= max) return;
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
   for (const auto& e : entries) {
     if (total <= max) break;
-    fs::remove_all(e.dir, ec);
+    // Renamed away first, so that an interrupted removal never leaves half an entry in place.
+    fs::path doomed = fs::path(root_) / "tmp" / ("evict-" + unique_suffix());
+    fs::create_directories(doomed.parent_path(), ec);
+    fs::rename(e.dir, doomed, ec);
+    if (ec) continue;  // another process's entry, or just evicted by one
+    fs::remove_all(doomed, ec);
     total -= e.bytes;
     spdlog::debug("compile cache: evicted {}", e.dir.string());
   }
@@ -145,14 +161,13 @@ const std::string& ptc_identity() {
   // The binary's path, size, inode and modification time stand for its bytes (hashing 70 MB on
   // every compile would cost more than a cache hit should): rebuilding or reinstalling ptc
   // changes them.
-  static const std::string id = [] {
-    std::string s = "ptc " PTC_VERSION;
+  static const std::string id = []() -> std::string {
     std::error_code ec;
     fs::path exe = fs::read_symlink("/proc/self/exe", ec);
     struct stat st {};
-    if (!ec && ::stat(exe.c_str(), &st) == 0)
-      s += "|" + exe.string() + "|" + std::to_string(st.st_size) + "|" + std::to_string(st.st_ino) + "|" +
-           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    if (ec || ::stat(exe.c_str(), &st) != 0) return {};  // unknown: the cache stays off
+    std::string s = "ptc " PTC_VERSION "|" + exe.string() + "|" + std::to_string(st.st_size) + "|" + std::to_string(st.st_ino) +
+                    "|" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
     return Sha256().update(s).hex();
   }();
   return id;

@@ -172,15 +172,20 @@ void compile_model(const CompileOptions& in) {
   if (!weights_path.empty()) outputs.emplace_back("model.weights", weights_path);
 
   std::string report_text, manifest_text;
-  if (cache.enabled() && cache.read("models", key, "report.json", report_text) &&
-      cache.read("models", key, "manifest.json", manifest_text) && cache.fetch("models", key, outputs)) {
-    json report = json::parse(report_text), manifest = json::parse(manifest_text);
+  json report_hit, manifest_hit;
+  auto parsed = [](const std::string& text, json& out) {  // a damaged entry is a miss, never an error
+    out = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    return out.is_object();
+  };
+  if (cache.enabled() && cache.read("models", key, "report.json", report_text) && parsed(report_text, report_hit) &&
+      report_hit.contains("kernels") && cache.read("models", key, "manifest.json", manifest_text) && parsed(manifest_text, manifest_hit) &&
+      cache.fetch("models", key, outputs)) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    report["cache"] = {{"hit", true}, {"key", key}, {"seconds", secs}};
-    if (!opts.report.empty()) write_report(opts.report, report);
-    if (!opts.package.empty()) write_package(opts.package, opts.output, weights_path, manifest);
+    report_hit["cache"] = {{"hit", true}, {"key", key}, {"seconds", secs}};
+    if (!opts.report.empty()) write_report(opts.report, report_hit);
+    if (!opts.package.empty()) write_package(opts.package, opts.output, weights_path, manifest_hit);
     spdlog::info("wrote {} from the compile cache in {:.2f} s ({} kernels)", in.output.empty() ? opts.package : opts.output, secs,
-                 report["kernels"].size());
+                 report_hit["kernels"].size());
     return;
   }
 
@@ -255,21 +260,39 @@ void compile_model(const CompileOptions& in) {
     src = cuda ? generate_cuda(prog, schedule, *g, weights, opts.cuda_graphs) : generate_cpu(prog, schedule, *g, weights);
     src.files.emplace_back("ptc_manifest.cpp", manifest_source(manifest));
   }
+  // The outputs are built under private names, stored in the cache from there (another compile
+  // writing the same -o at the same time cannot swap its library into this entry), then renamed
+  // into place.
+  const std::string stage = ".ptc-stage-" + std::to_string(getpid());
+  CompileCache::Files staged{{"library.so", opts.output + stage + ".so"}, {"model.h", header + stage}};
+  if (!weights_path.empty()) staged.emplace_back("model.weights", external_weights_path(staged[0].second));
+  struct StageGuard {
+    const CompileCache::Files& files;
+    ~StageGuard() {
+      std::error_code e;
+      for (const auto& f : files) fs::remove(f.second, e);  // nothing left once renamed
+    }
+  } stage_guard{staged};
   {
     Stage s("build");
     BuildOptions b = opts.build;
     b.device = opts.device;
     b.cache = &cache;
     b.progress = opts.progress;
+    b.soname = library_name;
     if (!opts.emit_dir.empty()) b.work_dir = opts.emit_dir;
-    build_library(src, weights, *g, opts.output, b);
+    build_library(src, weights, *g, staged[0].second, b);
   }
-  write_file(header, generate_model_header(prog, *g));
+  write_file(staged[1].second, generate_model_header(prog, *g));
   json report = make_report(*g, prog, schedule, weights, g_stage_seconds);
   report["manifest"] = manifest;
   if (cache.enabled()) {
-    cache.store("models", key, outputs, {{"report.json", report.dump()}, {"manifest.json", manifest.dump()}});
+    cache.store("models", key, staged, {{"report.json", report.dump()}, {"manifest.json", manifest.dump()}});
     cache.trim(cache.max_bytes());
+  }
+  for (size_t i = 0; i < staged.size(); ++i) {
+    fs::rename(staged[i].second, outputs[i].second, ec);
+    if (ec) user_error(outputs[i].second, ": cannot write: ", ec.message());
   }
   report["cache"] = {{"hit", false}, {"key", key},
                      {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()}};

@@ -23,6 +23,38 @@ json tensor_json(const std::string& name, const Type& t) {
   return j;
 }
 
+bool is_tensor_list(const json& a) {
+  if (!a.is_array()) return false;
+  for (const auto& t : a) {
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("dtype") || !t["dtype"].is_string() ||
+        !t.contains("sizes") || !t["sizes"].is_array())
+      return false;
+    for (const auto& d : t["sizes"])
+      if (!d.is_number_integer() && !d.is_string()) return false;
+  }
+  return true;
+}
+
+// The fields `ptc inspect` prints, with their types (what make_manifest writes).
+bool well_formed(const json& m) {
+  auto str = [&](const json& o, const char* k) { return o.is_object() && o.contains(k) && o[k].is_string(); };
+  if (!m.is_object() || !m.contains("manifest_version") || !m["manifest_version"].is_number_integer()) return false;
+  if (!str(m, "ptc_version") || !str(m, "device") || !str(m, "arch") || !m.contains("abi_version") || !m["abi_version"].is_number_integer())
+    return false;
+  if (!m.contains("model") || !str(m["model"], "name") || !str(m["model"], "file") || !str(m["model"], "sha256") ||
+      !str(m["model"], "format"))
+    return false;
+  if (!m.contains("inputs") || !is_tensor_list(m["inputs"]) || !m.contains("outputs") || !is_tensor_list(m["outputs"])) return false;
+  if (!m.contains("symbols") || !m["symbols"].is_object()) return false;
+  for (const auto& [name, r] : m["symbols"].items())
+    if (!r.is_array() || r.size() != 2 || !(r[0].is_null() || r[0].is_number_integer()) || !(r[1].is_null() || r[1].is_number_integer()))
+      return false;
+  if (!m.contains("weights") || !m["weights"].is_object() || !str(m["weights"], "mode") || !m["weights"].contains("bytes") ||
+      !m["weights"]["bytes"].is_number_unsigned())
+    return false;
+  return m.contains("flags") && m["flags"].is_object();
+}
+
 }  // namespace
 
 json make_manifest(const Graph& g, const WeightLayout& w, const ManifestOptions& o) {
@@ -98,8 +130,13 @@ json read_library_manifest(const std::string& path) {
     if (sh.sh_type == SHT_NOBITS || sh.sh_offset > size || sh.sh_size > size - sh.sh_offset) return bad("malformed manifest section");
     const char* text = reinterpret_cast<const char*>(base + sh.sh_offset);
     std::string s(text, strnlen(text, sh.sh_size));
-    json m = json::parse(s, nullptr, /*allow_exceptions=*/false);
-    if (m.is_discarded() || !m.is_object() || !m.contains("manifest_version")) return bad("the manifest is not valid JSON");
+    bool too_deep = false;  // a manifest is 4 levels deep; a hostile one must not exhaust the stack
+    json::parser_callback_t depth_limit = [&too_deep](int depth, json::parse_event_t, json&) {
+      if (depth > 16) too_deep = true;
+      return !too_deep;
+    };
+    json m = json::parse(s, depth_limit, /*allow_exceptions=*/false);
+    if (too_deep || m.is_discarded() || !well_formed(m)) return bad("the manifest is malformed");
     return m;
   }
   return bad("no .ptc_manifest section; built by another tool or by a ptc before 0.1.0's manifests");

@@ -111,6 +111,7 @@ void Sha256::block(const unsigned char* p) {
 }
 
 Sha256& Sha256::update(const void* data, size_t n) {
+  if (n == 0) return *this;  // (data may be null)
   const auto* p = static_cast<const unsigned char*>(data);
   total_ += n;
   if (used_ > 0) {

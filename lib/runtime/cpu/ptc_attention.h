@@ -117,9 +117,11 @@ inline void attention(const AttentionArgs& a) {
             pv.beta = 1.f;
             gemm(pv);
           }
+          if (a.Tk == 0) continue;  // no keys at all: zeros, as torch's matmul of empty operands
           for (int64_t r = 0; r < nq; ++r) {
-            const float inv = 1.f / l[r];  // l = 0 (all masked): 0 * inf = NaN, as torch
+            const float inv = 1.f / l[r];
             float* orow = o + r * a.Dv;
+            // l = 0: every key of the row masked; NaN, as torch's softmax over -inf gives.
 #pragma omp simd
             for (int64_t d = 0; d < a.Dv; ++d) orow[d] = l[r] == 0.f ? std::numeric_limits<float>::quiet_NaN() : orow[d] * inv;
           }
