@@ -290,3 +290,30 @@ TEST_CASE("the HTML report: --report FILE.html is one self-contained page with e
   for (size_t p = page.find("<rect"); p != std::string::npos; p = page.find("<rect", p + 1)) ++boxes;
   CHECK(boxes == rep["arena"]["buffers"].size());
 }
+
+TEST_CASE("deterministic builds: the same model and flags give byte-identical sources and library", "[package]") {
+  // Two compiles without the cache (so both really build), each keeping its sources.
+  std::string so = test::temp_dir() + "/det.so", e1 = test::temp_dir() + "/det_src1", e2 = test::temp_dir() + "/det_src2";
+  std::string first_lib, first_header;
+  for (const std::string& emit : {e1, e2}) {
+    auto r = test::run_ptc("compile -q --no-cache " + test::fixture("tfm_dyn.pt2") + " -o " + so + " --emit-dir " + emit);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    if (first_lib.empty()) {
+      first_lib = test::read_file(so);
+      first_header = test::read_file(test::temp_dir() + "/det.h");
+    } else {
+      CHECK(test::read_file(so) == first_lib);
+      CHECK(test::read_file(test::temp_dir() + "/det.h") == first_header);
+    }
+  }
+  size_t sources = 0;
+  for (const auto& f : fs::directory_iterator(e1)) {
+    const std::string name = f.path().filename().string();
+    if (name.size() < 4 || (name.compare(name.size() - 4, 4, ".cpp") != 0 && name.compare(name.size() - 2, 2, ".h") != 0)) continue;
+    INFO(name);
+    CHECK(test::read_file(f.path().string()) == test::read_file(e2 + "/" + name));
+    ++sources;
+  }
+  CHECK(sources >= 5);
+}
