@@ -31,6 +31,8 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
 // Where --weights external puts the weights next to a library: model.so -> model.weights (the
 // generated library looks there when ptc_open gets no path).
 std::string external_weights_path(const std::string& library_path);
+// The typed header `ptc compile` writes next to a library: model.so -> model.h.
+std::string library_header_path(const std::string& library_path);
 
 // The CUDA compiler: `opt` unless it is the default "nvcc", else nvcc on PATH, in $CUDA_HOME/bin
 // or /usr/local/cuda/bin. Throws UserError when there is none.
@@ -38,6 +40,8 @@ std::string find_nvcc(const std::string& opt);
 
 // Runs a shell command; returns its exit status, with stdout and stderr in `output`.
 int run_command(const std::string& cmd, std::string& output);
+// `s` as one single-quoted shell word.
+std::string shell_quote(const std::string& s);
 
 // The runtime helper files embedded into ptc (name -> contents).
 const std::map<std::string, std::string>& embedded_files();

@@ -36,6 +36,9 @@ std::string manifest_source(const nlohmann::ordered_json& manifest);
 // malformed, or has no (well-formed) ptc manifest.
 nlohmann::ordered_json read_library_manifest(const std::string& path);
 
+// One of a manifest's inputs or outputs as text: "x: float32[s77, 64]".
+std::string manifest_tensor_text(const nlohmann::ordered_json& tensor);
+
 // True when the file starts with the ELF magic (a compiled library rather than a model archive).
 bool is_elf_file(const std::string& path);
 

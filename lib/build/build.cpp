@@ -34,13 +34,20 @@ void write(const fs::path& p, const std::string& bytes) {
   if (!out) user_error(p.string(), ": cannot write");
 }
 
+// model.so -> model (a path without a trailing .so stays as it is).
+std::string without_so(std::string p) {
+  size_t dot = p.rfind(".so"), slash = p.find_last_of('/');
+  if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) p.resize(dot);
+  return p;
+}
+
+}  // namespace
+
 std::string shell_quote(const std::string& s) {
   std::string o = "'";
   for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return o + "'";
 }
-
-}  // namespace
 
 // Runs a command, returning its exit status and combined output.
 int run_command(const std::string& cmd, std::string& output) {
@@ -53,23 +60,15 @@ int run_command(const std::string& cmd, std::string& output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
-namespace {
-int run(const std::string& cmd, std::string& output) { return run_command(cmd, output); }
-}  // namespace
-
-std::string external_weights_path(const std::string& library_path) {
-  std::string p = library_path;
-  size_t dot = p.rfind(".so"), slash = p.find_last_of('/');
-  if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) p.resize(dot);
-  return p + ".weights";
-}
+std::string external_weights_path(const std::string& library_path) { return without_so(library_path) + ".weights"; }
+std::string library_header_path(const std::string& library_path) { return without_so(library_path) + ".h"; }
 
 // The CUDA compiler: --nvcc when given, else nvcc on PATH, $CUDA_HOME/bin/nvcc or
 // /usr/local/cuda/bin/nvcc.
 std::string find_nvcc(const std::string& opt) {
   if (opt != "nvcc") return opt;
   std::string out;
-  if (run("command -v nvcc", out) == 0) return "nvcc";
+  if (run_command("command -v nvcc", out) == 0) return "nvcc";
   for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
     if (const char* home = std::getenv(env); home && fs::exists(fs::path(home) / "bin" / "nvcc")) return (fs::path(home) / "bin" / "nvcc").string();
   if (fs::exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
@@ -129,8 +128,12 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
                  "] --expt-relaxed-constexpr -Xcompiler -fPIC,-fvisibility=hidden -w";
   }
   std::vector<std::string> cmds, outputs(units.size()), keys(units.size());
-  std::map<std::string, std::string> sources(src.files.begin(), src.files.end());
-  for (const auto& [name, text] : embedded_files()) sources.emplace(name, text);
+  const bool use_cache = opts.cache && opts.cache->enabled();
+  std::map<std::string, const std::string*> sources;  // unit -> its text, for the object cache's keys
+  if (use_cache) {
+    for (const auto& [name, text] : src.files) sources.emplace(name, &text);
+    for (const auto& [name, text] : embedded_files()) sources.emplace(name, &text);
+  }
   for (size_t i = 0; i < units.size(); ++i) {
     const std::string& u = units[i];
     bool cu = u.size() > 3 && u.compare(u.size() - 3, 3, ".cu") == 0;
@@ -139,13 +142,13 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
     // and -O1 compiles it in two thirds of the time (bert: 1.45 -> 0.98 s).
     if (u == "model.cpp") compiler += " -O1";
     cmds.push_back("cd " + shell_quote(dir.string()) + " && " + compiler + " -c " + u + " -o " + u + ".o");
-    if (opts.cache && opts.cache->enabled()) {
+    if (use_cache) {
       // The object's address: ptc itself (its embedded headers), the compiler and its flags, the
       // host CPU for -march=native, and the unit's source.
       Sha256 h;
       h.field("ptc-object-v1").field(ptc_identity()).field(tool_identity(cu ? nvcc : opts.cxx)).field(compiler).field(u);
       if (!cu && opts.cpu_arch == "native") h.field(host_cpu_identity());
-      keys[i] = h.field(sources.at(u)).hex();
+      keys[i] = h.field(*sources.at(u)).hex();
     }
   }
   if (!weights.external) {  // the weights blob through the host assembler, beside the other units (not cached)
@@ -171,7 +174,7 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
           cached[i] = 1;
         } else {
           spdlog::debug("building: {}", cmds[i]);
-          rcs[i] = run(cmds[i], outputs[i]);
+          rcs[i] = run_command(cmds[i], outputs[i]);
           if (rcs[i] == 0 && !keys[i].empty()) opts.cache->store("objects", keys[i], {{"unit.o", obj}});
         }
         std::lock_guard<std::mutex> lock(log_mu);
@@ -205,7 +208,7 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
     cmd += opts.cxx + " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : "");
   spdlog::debug("linking: {}", cmd);
   std::string output;
-  int rc = run(cmd, output);
+  int rc = run_command(cmd, output);
   spdlog::debug("host compiler took {:.2f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (rc != 0) {
     fs::remove(tmp_out, ec);

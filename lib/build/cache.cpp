@@ -7,13 +7,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 
+#include "ptc/build.h"
 #include "ptc/hash.h"
 
 namespace ptc {
@@ -113,8 +113,9 @@ void CompileCache::store(const std::string& kind, const std::string& key, const 
   }
   if (!ec) fs::create_directories(dir.parent_path(), ec);
   if (!ec) fs::rename(tmp, dir, ec);  // fails harmlessly when another compile stored it first
-  if (ec && !fs::exists(dir, ec)) spdlog::warn("compile cache: cannot store an entry in {}: {}", root_, ec.message());
-  fs::remove_all(tmp, ec);
+  std::error_code ignored;
+  if (ec && !fs::exists(dir, ignored)) spdlog::warn("compile cache: cannot store an entry in {}: {}", root_, ec.message());
+  fs::remove_all(tmp, ignored);
 }
 
 void CompileCache::trim(uint64_t max) const {
@@ -180,12 +181,7 @@ const std::string& tool_identity(const std::string& command) {
   auto it = ids.find(command);
   if (it != ids.end()) return it->second;
   std::string out;
-  if (FILE* p = popen((command + " --version 2>&1").c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    pclose(p);
-  }
+  run_command(command + " --version", out);
   return ids.emplace(command, command + "\n" + out).first->second;
 }
 

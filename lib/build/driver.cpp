@@ -46,19 +46,14 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string o = "'";
-  for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return o + "'";
-}
-
-// model.so -> model.h
-std::string header_path(const std::string& library) {
-  std::string header = library;
-  size_t dot = header.rfind(".so"), slash = header.find_last_of('/');
-  if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) header.resize(dot);
-  return header + ".h";
-}
+// Removes its paths (files or folders) when the compile ends, however it ends.
+struct RemoveOnExit {
+  std::vector<fs::path> paths;
+  ~RemoveOnExit() {
+    std::error_code e;
+    for (const auto& p : paths) fs::remove_all(p, e);  // a path already renamed away is simply gone
+  }
+};
 
 void write_file(const std::string& path, const std::string& text) {
   std::string tmp = path + ".tmp" + std::to_string(getpid());
@@ -99,7 +94,7 @@ void write_package(const std::string& package, const std::string& library, const
   fs::path dir = archive ? stage / name : fs::path(package);
   fs::create_directories(dir, ec);
   if (ec) user_error(dir.string(), ": cannot create the package folder: ", ec.message());
-  std::vector<std::string> files{library, header_path(library)};
+  std::vector<std::string> files{library, library_header_path(library)};
   if (!weights.empty()) files.push_back(weights);
   for (const auto& f : files) {
     fs::path dest = dir / fs::path(f).filename();
@@ -148,16 +143,11 @@ void compile_model(const CompileOptions& in) {
     std::string stem = fs::path(opts.model).stem().string();
     opts.output = (scratch / (stem + ".so")).string();
   }
-  struct ScratchGuard {
-    fs::path dir;
-    ~ScratchGuard() {
-      std::error_code e;
-      if (!dir.empty()) fs::remove_all(dir, e);
-    }
-  } guard{scratch};
+  RemoveOnExit scratch_guard;
+  if (!scratch.empty()) scratch_guard.paths.push_back(scratch);
 
   const std::string library_name = fs::path(opts.output).filename().string();
-  const std::string header = header_path(opts.output);
+  const std::string header = library_header_path(opts.output);
   const std::string weights_path = opts.weights == "external" ? external_weights_path(opts.output) : "";
   std::string model_sha;
   {
@@ -266,13 +256,8 @@ void compile_model(const CompileOptions& in) {
   const std::string stage = ".ptc-stage-" + std::to_string(getpid());
   CompileCache::Files staged{{"library.so", opts.output + stage + ".so"}, {"model.h", header + stage}};
   if (!weights_path.empty()) staged.emplace_back("model.weights", external_weights_path(staged[0].second));
-  struct StageGuard {
-    const CompileCache::Files& files;
-    ~StageGuard() {
-      std::error_code e;
-      for (const auto& f : files) fs::remove(f.second, e);  // nothing left once renamed
-    }
-  } stage_guard{staged};
+  RemoveOnExit stage_guard;
+  for (const auto& f : staged) stage_guard.paths.push_back(f.second);
   {
     Stage s("build");
     BuildOptions b = opts.build;

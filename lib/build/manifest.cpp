@@ -95,6 +95,16 @@ std::string manifest_source(const json& manifest) {
   return out;
 }
 
+std::string manifest_tensor_text(const json& t) {
+  std::string s = t.value("name", "?") + ": " + t.value("dtype", "?") + "[";
+  bool first = true;
+  for (const auto& d : t.value("sizes", json::array())) {
+    s += (first ? "" : ", ") + (d.is_string() ? d.get<std::string>() : d.dump());
+    first = false;
+  }
+  return s + "]";
+}
+
 bool is_elf_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   char magic[4] = {};

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "ptc/manifest.h"
 #include "ptc/report.h"
 
 namespace ptc {
@@ -26,13 +27,6 @@ std::string esc(const std::string& s) {
 }
 
 std::string str(const json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
-
-// float32[s77, 64]
-std::string tensor_text(const json& t) {
-  std::string s = str(t["name"]) + ": " + str(t["dtype"]) + "[";
-  for (size_t i = 0; i < t["sizes"].size(); ++i) s += (i ? ", " : "") + str(t["sizes"][i]);
-  return s + "]";
-}
 
 std::string bytes_text(double b) {
   char buf[64];
@@ -174,9 +168,9 @@ std::string render_report_html(const json& r) {
     os << "<tr><th>ptc</th><td>" << esc(str(m["ptc_version"])) << "</td></tr>\n<tr><th>device / arch</th><td>" << esc(str(m["device"]))
        << " / " << esc(str(m["arch"])) << "</td></tr>\n<tr><th>model SHA-256</th><td><code>" << esc(str(m["model"]["sha256"]))
        << "</code></td></tr>\n<tr><th>inputs</th><td>";
-    for (const auto& t : m["inputs"]) os << "<code>" << esc(tensor_text(t)) << "</code><br>";
+    for (const auto& t : m["inputs"]) os << "<code>" << esc(manifest_tensor_text(t)) << "</code><br>";
     os << "</td></tr>\n<tr><th>outputs</th><td>";
-    for (const auto& t : m["outputs"]) os << "<code>" << esc(tensor_text(t)) << "</code><br>";
+    for (const auto& t : m["outputs"]) os << "<code>" << esc(manifest_tensor_text(t)) << "</code><br>";
     os << "</td></tr>\n";
   }
   if (r.contains("symbols") && !r["symbols"].empty()) os << "<tr><th>symbols</th><td><code>" << esc(r["symbols"].dump()) << "</code></td></tr>\n";

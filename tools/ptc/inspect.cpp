@@ -184,16 +184,6 @@ void print_text(std::ostream& os, const std::string& path, const Graph& g, const
   }
 }
 
-std::string tensor_text(const json& t) {
-  std::string s = t.value("name", "?") + ": " + t.value("dtype", "?") + "[";
-  bool first = true;
-  for (const auto& d : t["sizes"]) {
-    s += (first ? "" : ", ") + (d.is_string() ? d.get<std::string>() : d.dump());
-    first = false;
-  }
-  return s + "]";
-}
-
 void print_manifest(std::ostream& os, const std::string& path, const json& m) {
   const json& model = m["model"];
   os << "library: " << path << " (built by ptc " << m.value("ptc_version", "?") << ", ABI " << m.value("abi_version", 0) << ")\n"
@@ -206,9 +196,9 @@ void print_manifest(std::ostream& os, const std::string& path, const json& m) {
       os << "  " << name << " in [" << (r[0].is_null() ? "-inf" : r[0].dump()) << ", " << (r[1].is_null() ? "inf" : r[1].dump()) << "]\n";
   }
   os << "inputs:\n";
-  for (const auto& t : m["inputs"]) os << "  " << tensor_text(t) << "\n";
+  for (const auto& t : m["inputs"]) os << "  " << manifest_tensor_text(t) << "\n";
   os << "outputs:\n";
-  for (const auto& t : m["outputs"]) os << "  " << tensor_text(t) << "\n";
+  for (const auto& t : m["outputs"]) os << "  " << manifest_tensor_text(t) << "\n";
   const json& w = m["weights"];
   os << "weights: " << with_commas(w.value("bytes", int64_t{0})) << " bytes, " << w.value("mode", "?") << "\n";
   os << "flags:   " << m["flags"].dump() << "\n";
