@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One command from a fresh machine to a built tree: Debian packages, the project venv with the
-# pinned torch (scripts/requirements.txt), then configure + build (build/, and build-asan/ for
-# the sanitizer job). Safe and fast to re-run.
+# pinned torch (scripts/requirements.txt), then configure + build (build/, and build-asan/ and
+# build-tsan/ for the sanitizer jobs). Safe and fast to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
-              libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 libminizip-dev zlib1g-dev)
+              libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 libminizip-dev zlib1g-dev
+              clang libclang-rt-dev libomp-dev)  # clang: fuzzing (scripts/fuzz.sh) and the TSan+OpenMP stress test
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -38,4 +39,9 @@ cmake --build build
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTC_WITH_TORCHSCRIPT=OFF \
       -DPTC_SANITIZE=address,undefined >/dev/null
 cmake --build build-asan
+# ThreadSanitizer build (clang, with LLVM's OpenMP runtime, whose Archer tool makes OpenMP's
+# synchronization visible to TSan): the suite again, generated libraries built with --sanitize thread.
+CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTC_WITH_TORCHSCRIPT=OFF \
+      -DPTC_SANITIZE=thread >/dev/null
+cmake --build build-tsan
 echo "setup: done (build/bin: build/ptc; tests: scripts/test.sh)"

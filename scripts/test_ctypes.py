@@ -225,6 +225,34 @@ def main():
             t.check("tfm_dyn seq below range raises",
                     lambda: expect_error(lambda: m(torch.randn(2, 1, 64)), RuntimeError))
 
+        # scaled_dot_product_attention with masks: rows whose keys are all masked give zeros
+        # (torch's safe softmax), through the fused kernel (rank 4) and the GEMM + softmax path
+        # (rank 5: not fused).
+        class Sdpa(torch.nn.Module):
+            def forward(self, q, k, v, mask):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+        for lead in ((2, 2), (2, 1, 2)):
+            def sdpa(lead=lead):
+                g = torch.Generator().manual_seed(3)
+                q, k, v = (torch.randn(*lead, 9, 16, generator=g) for _ in range(3))
+                mask = torch.rand(*lead[:-1], 1, 9, 9, generator=g) > 0.4
+                mask[0, ..., 4, :] = False  # a row with no key
+                fmask = torch.where(mask, 0.0, float("-inf"))
+                msgs = []
+                for m_in in (mask, fmask):
+                    ep = torch.export.export(Sdpa(), (q, k, v, m_in))
+                    name = f"sdpa_rank{len(lead) + 2}_{'bool' if m_in.dtype == torch.bool else 'float'}"
+                    torch.export.save(ep, str(work / f"{name}.pt2"))
+                    compile_model(ptc, work / f"{name}.pt2", work / f"{name}.so")
+                    with ptc_ctypes.PtcModel(str(work / f"{name}.so")) as lib:
+                        got = lib(q, k, v, m_in)[0]
+                    ref = Sdpa()(q, k, v, m_in)
+                    assert not ref[0, ..., 4, :].any(), "torch's fully masked row is not zeros"
+                    msgs.append(compare(got, ref))
+                return "; ".join(msgs)
+            t.check(f"scaled_dot_product_attention with a fully masked row (rank {len(lead) + 2})", sdpa)
+
         def close_all():
             for lib in libs.values():
                 lib.close()

@@ -1,8 +1,8 @@
 // The fused flash-style attention of generated CPU code (lib/runtime/cpu/ptc_attention.h)
 // against a double-precision softmax(q k^T * scale + mask) v: query and key blocks (Tq > 64,
 // Tk > 256), Tq != Tk, causal, bool masks (keep / drop where true), additive float masks,
-// broadcast (stride 0) masks, strided q / k / v, and rows whose keys are all masked (NaN, as
-// torch).
+// broadcast (stride 0) masks, strided q / k / v, and rows whose keys are all masked (zeros, as
+// torch's scaled_dot_product_attention gives, or NaN, as its fused multi-head attention gives).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -22,7 +22,7 @@ struct Problem {
 };
 
 // max |got - ref| / max |ref|; NaN where the reference is NaN must be NaN.
-double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false) {
+double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, bool masked_rows_zero = false) {
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   auto fill = [&](std::vector<float>& v, size_t n) {
     v.resize(n);
@@ -49,6 +49,7 @@ double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false) {
   a.scale = 1.f / std::sqrt(static_cast<float>(p.D));
   a.causal = p.causal;
   a.mask_kind = p.mask_kind;
+  a.masked_rows_zero = masked_rows_zero;
   // Masks are [B, 1, Tq, Tk] (broadcast over heads: stride 0).
   a.ms[0] = p.Tq * p.Tk; a.ms[1] = 0; a.ms[2] = p.Tk; a.ms[3] = 1;
   if (p.mask_kind == ptc_rt::kMaskAdd) {
@@ -88,8 +89,8 @@ double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false) {
           double ref = 0;
           for (int64_t j = 0; j < p.Tk; ++j) ref += s[static_cast<size_t>(j)] * v[b * a.vs[0] + h * a.vs[1] + j * a.vs[2] + d];
           const float got = o[static_cast<size_t>(((b * p.H + h) * p.Tq + i) * p.Dv + d)];
-          if (sum == 0) {
-            if (!std::isnan(got)) return INFINITY;  // torch gives NaN for a row with no key
+          if (sum == 0) {  // a row with no key: zeros (SDPA) or NaN (fused MHA)
+            if (masked_rows_zero ? got != 0.f : !std::isnan(got)) return INFINITY;
             continue;
           }
           ref /= sum;
@@ -119,7 +120,9 @@ TEST_CASE("fused attention matches softmax(q k^T * scale + mask) v", "[attention
                              << p.mask_kind << ", causal " << p.causal << ", strided " << p.strided);
     CHECK(run(p, rng) < 1e-5);
   }
-  // A row with every key masked is NaN (and the other rows are right).
+  // A row with every key masked is NaN or zeros (and the other rows are right).
   CHECK(run({1, 2, 5, 300, 8, 8, ptc_rt::kMaskKeep, false, false}, rng, true) < 1e-5);
   CHECK(run({1, 2, 5, 40, 8, 8, ptc_rt::kMaskDrop, false, false}, rng, true) < 1e-5);
+  CHECK(run({1, 2, 5, 300, 8, 8, ptc_rt::kMaskKeep, false, false}, rng, true, true) < 1e-5);
+  CHECK(run({1, 2, 5, 40, 8, 8, ptc_rt::kMaskDrop, false, false}, rng, true, true) < 1e-5);
 }

@@ -171,3 +171,82 @@ TEST_CASE("bad input: TorchScript-only shape options given for a .pt2", "[bad]")
   CHECK(r.exit_code == 1);
   CHECK(r.output.find("a torch.export archive carries its shapes") != std::string::npos);
 }
+
+// ---- hostile archives (fuzzing's explicit cases, docs/reliability.md) ------------------------
+
+namespace {
+
+// mlp.pt2 with its weights config passed through `edit`.
+std::string with_weights_config_edit(const std::string& name, const std::function<void(json&)>& edit) {
+  std::string out = tmp(name);
+  t::rewrite_zip(t::fixture("mlp.pt2"), out, [&](const std::string& entry, const std::string& bytes) -> std::optional<std::string> {
+    if (entry != "mlp/data/weights/model_weights_config.json") return bytes;
+    json j = json::parse(bytes);
+    edit(j["config"]["l1.weight"]["tensor_meta"]);
+    return j.dump();
+  });
+  return out;
+}
+
+json sizes_json(std::initializer_list<int64_t> v) {
+  json a = json::array();
+  for (int64_t x : v) a.push_back({{"as_int", x}});
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("bad input: a zip bomb (a deflated entry declaring more than deflate can produce)", "[bad]") {
+  std::string out = tmp("bomb.pt2");
+  t::write_file(out, t::make_zip({{"m/models/model.json", std::string(4096, ' '), true, int64_t(4000000000)},
+                                  {"m/archive_format", "pt2"}}));
+  expect_user_error(out, "declares 4000000000 bytes from");
+  expect_user_error(out, "more than deflate can produce (a zip bomb?)");
+}
+
+TEST_CASE("bad input: negative and absurd tensor shapes (element counts that overflow)", "[bad]") {
+  expect_user_error(with_json_edit("neg_shape.pt2", [](json& j) {
+                      j["graph_module"]["graph"]["tensor_values"]["x"]["sizes"][0] = {{"as_int", -5}};
+                    }),
+                    "tensor 'x' has negative size -5");
+  expect_user_error(with_json_edit("huge_shape.pt2", [](json& j) {
+                      j["graph_module"]["graph"]["tensor_values"]["x"]["sizes"] = sizes_json({int64_t(1) << 40, int64_t(1) << 40});
+                    }),
+                    "tensor 'x' has more than 2^48 elements");
+  expect_user_error(with_weights_config_edit("huge_weight.pt2", [](json& m) { m["sizes"] = sizes_json({int64_t(1) << 62, 64}); }),
+                    "weight 'l1.weight' has more than 2^48 elements");
+}
+
+TEST_CASE("bad input: weight storage out of range (offset, strides, dtype vs byte count)", "[bad]") {
+  expect_user_error(with_weights_config_edit("w_offset.pt2", [](json& m) { m["storage_offset"] = {{"as_int", int64_t(1) << 62}}; }),
+                    "weight 'l1.weight' has storage offset 4611686018427387904, outside [0, 2^48]");
+  expect_user_error(with_weights_config_edit("w_offset2.pt2", [](json& m) { m["storage_offset"] = {{"as_int", int64_t(1) << 40}}; }),
+                    "weight \"l1.weight\": elements reach past its 65536-byte storage");
+  expect_user_error(with_weights_config_edit("w_stride.pt2", [](json& m) { m["strides"] = sizes_json({-64, 1}); }),
+                    "weight \"l1.weight\": elements reach past its 65536-byte storage");
+  expect_user_error(with_weights_config_edit("w_stride2.pt2", [](json& m) { m["strides"] = sizes_json({int64_t(1) << 50, 1}); }),
+                    "weight 'l1.weight' has stride 1125899906842624, beyond 2^48");
+  expect_user_error(with_weights_config_edit("w_dtype.pt2", [](json& m) { m["dtype"] = 8; }),  // float64: twice the bytes
+                    "weight \"l1.weight\": elements reach past its 65536-byte storage");
+}
+
+TEST_CASE("bad input: a cyclic node reference (a node reading a later node's output)", "[bad]") {
+  expect_user_error(with_json_edit("cyclic.pt2", [](json& j) {
+                      auto& nodes = j["graph_module"]["graph"]["nodes"];
+                      nodes[0]["inputs"][0]["arg"]["as_tensor"]["name"] = nodes.back()["outputs"][0]["as_tensor"]["name"];
+                    }),
+                    "uses value 'layer_norm' before it is defined");
+}
+
+TEST_CASE("hostile names cannot reach the generated code: quoted in strings, masked in comments", "[bad]") {
+  // A node and a value named with a newline and C++ in it: the library still compiles and runs.
+  std::string out = with_json_edit("names.pt2", [](json& j) {
+    auto& g = j["graph_module"]["graph"];
+    g["nodes"][0]["name"] = "lin\n#error injected\n";
+    g["nodes"][0]["metadata"].erase("stack_trace");
+  });
+  std::string so = tmp("names.so");
+  auto r = t::run_ptc("compile -q --no-cache " + out + " -o " + so);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+}

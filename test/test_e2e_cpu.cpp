@@ -8,6 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <atomic>
 #include <thread>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <filesystem>
 
 #include "ptc/npy.h"
 #include "ptc/runtime.h"
@@ -45,9 +49,15 @@ struct Lib {
   }
 };
 
+// The sanitizer builds' tests load generated code built with the same sanitizers and compiler
+// (--sanitize, --cxx), so ASan/UBSan (or TSan) watch the kernels and input checks too, not only
+// ptc (PTC_TEST_SANITIZE and PTC_TEST_CXX come from CMake).
+const std::string kSanitize =
+    std::string(PTC_TEST_SANITIZE).empty() ? "" : std::string(" --sanitize ") + PTC_TEST_SANITIZE + " --cxx " + PTC_TEST_CXX;
+
 std::string compile(const std::string& file) {
   std::string out = test::temp_dir() + "/" + file + ".so";
-  auto r = test::run_ptc("compile -q " + test::fixture(file) + " -o " + out);
+  auto r = test::run_ptc("compile -q " + test::fixture(file) + " -o " + out + kSanitize);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   return out;
@@ -123,7 +133,7 @@ TEST_CASE("a compiled library links no libtorch, libc10 or Python", "[e2e]") {
   while (fgets(buf, sizeof buf, p)) out += buf;
   pclose(p);
   INFO(out);
-  CHECK(out.find("libgomp") != std::string::npos);
+  CHECK((out.find("libgomp") != std::string::npos || out.find("libomp") != std::string::npos));  // gcc / clang builds
   CHECK(out.find("torch") == std::string::npos);
   CHECK(out.find("libc10") == std::string::npos);
   CHECK(out.find("python") == std::string::npos);
@@ -164,19 +174,85 @@ TEST_CASE("bad run-time input gets an error code and a message", "[e2e]") {
   CHECK(lib.run(nullptr, 1, &in, 1, &out) == PTC_ERROR);
 }
 
-TEST_CASE("one model handle runs from 4 threads at once with correct results", "[e2e]") {
+// Data-dependent indices out of range (torch raises IndexError) fail the run with the node's
+// name; nothing is read outside the weights (the sanitizer build checks that too).
+TEST_CASE("an embedding id out of range fails the run with a message naming the node", "[e2e]") {
+  Lib lib(compile("index_ops.pt2"));
+  json expect = json::parse(test::read_file(test::fixture("index_ops.expect.json")));
+  const auto& c = expect["cases"][0];
+  NpyArray ids = read_npy(test::fixture(c["inputs"][0]["file"].get<std::string>()));
+  NpyArray ref = read_npy(test::fixture(c["outputs"][0]["file"].get<std::string>()));
+  std::vector<float> y(ref.data.size() / 4);
+  ptc_tensor ti = as_tensor(ids), to{y.data(), PTC_FLOAT32, static_cast<int32_t>(ref.shape.size()), ref.shape.data()};
+  REQUIRE(lib.run(lib.m, 1, &ti, 1, &to) == PTC_OK);
+  int64_t* data = reinterpret_cast<int64_t*>(ids.data.data());
+  for (int64_t bad : {int64_t(50), int64_t(-1), int64_t(1) << 62, std::numeric_limits<int64_t>::min()}) {
+    int64_t saved = data[1];
+    data[1] = bad;
+    CHECK(lib.run(lib.m, 1, &ti, 1, &to) == PTC_ERROR);
+    std::string err = lib.last_error();
+    INFO(err);
+    CHECK(err.find("node 'embedding': index " + std::to_string(bad) + " is out of range for a dimension of size 50") != std::string::npos);
+    data[1] = saved;
+  }
+  CHECK(lib.run(lib.m, 1, &ti, 1, &to) == PTC_OK);  // the handle still works
+}
+
+// An unbounded symbol lets the caller pick any size: sizes whose byte counts would overflow (or
+// exceed 2^47) are refused before anything is allocated or indexed.
+TEST_CASE("sizes whose products overflow are refused for an unbounded symbol", "[e2e]") {
+  std::string pt2 = test::temp_dir() + "/mlp_unbounded.pt2";
+  test::rewrite_zip(test::fixture("mlp_dyn.pt2"), pt2, [](const std::string& e, const std::string& b) -> std::optional<std::string> {
+    if (e != "mlp_dyn/models/model.json") return b;
+    json j = json::parse(b);
+    j["range_constraints"]["s77"]["max_val"] = "int_oo";
+    return j.dump();
+  });
+  std::string so = test::temp_dir() + "/mlp_unbounded.so";
+  auto r = test::run_ptc("compile -q " + pt2 + " -o " + so + kSanitize);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  Lib lib(so);
+  std::vector<float> x(4 * 64, 0.5f), y(4 * 64);
+  int64_t ok[2] = {4, 64};
+  ptc_tensor in{x.data(), PTC_FLOAT32, 2, ok}, out{y.data(), PTC_FLOAT32, 2, ok};
+  REQUIRE(lib.run(lib.m, 1, &in, 1, &out) == PTC_OK);
+  for (int64_t huge : {int64_t(1) << 40, int64_t(1) << 55, std::numeric_limits<int64_t>::max()}) {
+    int64_t sizes[2] = {huge, 64};
+    in.sizes = sizes;
+    out.sizes = sizes;
+    int64_t shape[2];
+    CHECK(lib.output_shape(lib.m, 1, &in, 0, shape) == PTC_ERROR);
+    CHECK(lib.run(lib.m, 1, &in, 1, &out) == PTC_ERROR);
+    std::string err = lib.last_error();
+    INFO(err);
+    CHECK((err.find("more than 2^47") != std::string::npos || err.find("is too large") != std::string::npos));
+  }
+}
+
+// Stress: one handle shared by 8 threads for PTC_STRESS_SECONDS (default 2; e.g. 10 by hand),
+// each thread cycling through both recorded sizes (different arena plans per run) and checking
+// every result. Under TSan (the sanitizer builds in scripts/test.sh) this is the race check.
+TEST_CASE("one model handle runs from 8 threads at once for a bounded time with correct results", "[e2e][stress]") {
   Lib lib(compile("tfm_dyn.pt2"));
-  NpyArray in0 = read_npy(test::fixture("ref/tfm_dyn.case0.in0.npy")), out0 = read_npy(test::fixture("ref/tfm_dyn.case0.out0.npy"));
-  NpyArray in1 = read_npy(test::fixture("ref/tfm_dyn.case1.in0.npy")), out1 = read_npy(test::fixture("ref/tfm_dyn.case1.out0.npy"));
+  std::vector<NpyArray> ins, refs;
+  for (int c = 0; c < 2; ++c) {
+    ins.push_back(read_npy(test::fixture("ref/tfm_dyn.case" + std::to_string(c) + ".in0.npy")));
+    refs.push_back(read_npy(test::fixture("ref/tfm_dyn.case" + std::to_string(c) + ".out0.npy")));
+  }
+  double seconds = 2;
+  if (const char* s = std::getenv("PTC_STRESS_SECONDS")) seconds = std::atof(s);
+  const auto stop = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   std::atomic<int> failures{0};
+  std::atomic<long> runs{0};
   std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
+  for (int t = 0; t < 8; ++t)
     threads.emplace_back([&, t] {
-      NpyArray& in = t % 2 ? in1 : in0;
-      NpyArray& ref = t % 2 ? out1 : out0;
-      std::vector<float> y(ref.data.size() / 4), want(y.size());
-      std::memcpy(want.data(), ref.data.data(), ref.data.size());
-      for (int rep = 0; rep < 20; ++rep) {
+      for (int rep = t; std::chrono::steady_clock::now() < stop || rep < t + 2; ++rep) {
+        NpyArray& in = ins[rep % 2];
+        NpyArray& ref = refs[rep % 2];
+        std::vector<float> y(ref.data.size() / 4, -1.f), want(y.size());
+        std::memcpy(want.data(), ref.data.data(), ref.data.size());
         ptc_tensor ti = as_tensor(in);
         ptc_tensor to{y.data(), PTC_FLOAT32, 3, ref.shape.data()};
         if (lib.run(lib.m, 1, &ti, 1, &to) != PTC_OK) ++failures;
@@ -185,10 +261,60 @@ TEST_CASE("one model handle runs from 4 threads at once with correct results", "
             ++failures;
             break;
           }
+        ++runs;
       }
     });
   for (auto& t : threads) t.join();
+  INFO(runs << " runs in " << seconds << " s");
+  CHECK(runs >= 16);
   CHECK(failures == 0);
+}
+
+// --sanitize builds instrumented generated code: the library needs the sanitizer runtime (in a
+// sanitizer build, ptc has it; else it is preloaded into `ptc run`), and runs the fixture to the
+// same numbers.
+TEST_CASE("a library compiled with --sanitize is instrumented and runs correctly", "[e2e][sanitize]") {
+  std::string so = test::temp_dir() + "/sanitized_mlp_dyn.so", outdir = test::temp_dir() + "/sanitized_out";
+  const std::string sanitize = std::string(PTC_TEST_SANITIZE).empty() ? "address,undefined" : PTC_TEST_SANITIZE;
+  auto r = test::run_ptc("compile -q " + test::fixture("mlp_dyn.pt2") + " -o " + so + " --sanitize " + sanitize + " --cxx " +
+                         PTC_TEST_CXX);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::string syms;
+  REQUIRE(test::run_shell("nm -D " + so, syms) == 0);
+  for (const char* s : {"address", "undefined", "thread"})
+    if (sanitize.find(s) != std::string::npos) {
+      INFO(s);
+      CHECK(syms.find(std::string("__") + (s[0] == 'a' ? "asan" : s[0] == 'u' ? "ubsan" : "tsan") + "_") != std::string::npos);
+    }
+  std::string preload;
+  if (std::string(PTC_TEST_SANITIZE).empty()) {
+    REQUIRE(test::run_shell("c++ -print-file-name=libasan.so", preload) == 0);
+    while (!preload.empty() && std::isspace(static_cast<unsigned char>(preload.back()))) preload.pop_back();
+    preload = "LD_PRELOAD=" + preload + " ";
+  }
+  json expect = json::parse(test::read_file(test::fixture("mlp_dyn.expect.json")));
+  for (const auto& c : expect["cases"]) {
+    std::filesystem::remove_all(outdir);
+    r = test::run_ptc_env(preload + "ASAN_OPTIONS=detect_leaks=1:exitcode=86 ",
+                          "run " + so + " --inputs " + test::fixture(c["inputs"][0]["file"].get<std::string>()) + " --outputs " + outdir);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    NpyArray got = read_npy(outdir + "/out0.npy"), want = read_npy(test::fixture(c["outputs"][0]["file"].get<std::string>()));
+    REQUIRE(got.shape == want.shape);
+    double worst = 0;
+    for (size_t j = 0; j < got.data.size() / 4; ++j)
+      worst = std::max(worst, std::fabs(double(reinterpret_cast<float*>(got.data.data())[j]) - reinterpret_cast<float*>(want.data.data())[j]));
+    CHECK(worst < 1e-4);
+  }
+  r = test::run_ptc("compile -q " + test::fixture("mlp_dyn.pt2") + " -o " + so + " --sanitize memory");
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("unknown sanitizer 'memory'") != std::string::npos);
+  r = test::run_ptc("compile -q " + test::fixture("mlp_dyn.pt2") + " -o " + so + " --sanitize 'address;rm -rf /'");
+  CHECK(r.exit_code == 1);
+  r = test::run_ptc("compile -q " + test::fixture("mlp_dyn.pt2") + " -o " + so + " --sanitize thread,address");
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("thread cannot be combined") != std::string::npos);
 }
 
 TEST_CASE("the report shows layer norm and softmax as one kernel each, GEMM+bias+GELU and conv+ReLU fused", "[e2e][schedule]") {

@@ -44,16 +44,20 @@ void write_file(const std::string& path, const std::string& bytes) {
 
 RunResult run_ptc(const std::string& args) { return run_ptc_env("", args); }
 
-RunResult run_ptc_env(const std::string& env, const std::string& args) {
-  std::string cmd = env + std::string(PTC_BINARY) + " " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
+int run_shell(const std::string& cmd, std::string& output) {
+  output.clear();
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (!p) throw std::runtime_error("popen failed");
   char buf[4096];
   size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
   int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+RunResult run_ptc_env(const std::string& env, const std::string& args) {
+  RunResult r;
+  r.exit_code = run_shell(env + std::string(PTC_BINARY) + " " + args, r.output);
   return r;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ptc/graph.h"
+#include "zip_writer.h"
 
 namespace ptc::test {
 
@@ -25,6 +26,10 @@ struct RunResult {
 RunResult run_ptc(const std::string& args);
 // The same with environment assignments first, e.g. run_ptc_env("PTC_CACHE_DIR=/tmp/c ", "compile ...").
 RunResult run_ptc_env(const std::string& env, const std::string& args);
+
+// Runs a shell command; returns its exit status (128 + signal when killed), with stdout and
+// stderr together in `output`.
+int run_shell(const std::string& cmd, std::string& output);
 
 // Copies a zip archive entry by entry; `edit(name, bytes)` may change an entry's bytes or
 // return nullopt to drop it. Entries are written stored (uncompressed). `extra` entries are

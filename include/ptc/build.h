@@ -21,6 +21,7 @@ struct BuildOptions {
   const class CompileCache* cache = nullptr;  // object files by content (null or disabled: none)
   bool progress = false;           // log each translation unit as it finishes (info level)
   std::string soname;              // the library's soname (empty: its file name)
+  std::string sanitize;            // -fsanitize= list for the generated code, e.g. address,undefined (cpu)
 };
 
 // Writes and compiles; the library appears at `out_path` atomically (temp file + rename).

@@ -36,6 +36,8 @@ enum class Op : uint8_t {
   Cast,      // to `dtype`
   // binary
   Add, Sub, Mul, Div, Pow, Max, Min, FloorDiv, Mod,  // FloorDiv/Mod: Python semantics
+  CheckIndex,  // args: i, n (int64): i when 0 <= i < n; else 0, and the run fails with an
+               // "index out of range" error naming the node (embedding / gather / index ids)
   Eq, Ne, Lt, Le, Gt, Ge, And, Or,
   // ternary
   Where,     // args: cond, a, b — only the chosen branch is evaluated (guards out-of-range loads)
@@ -80,6 +82,8 @@ ExprRef index_value(sym::Expr index, DType dt = DType::Int64);
 ExprRef unary(Op op, ExprRef a);
 ExprRef cast(ExprRef a, DType dt);
 ExprRef binary(Op op, ExprRef a, ExprRef b);  // result dtype: bool for comparisons, else a's
+// A data-dependent index `i` checked against its dimension's size `n` (Op::CheckIndex).
+ExprRef check_index(ExprRef i, sym::Expr n);
 ExprRef where(ExprRef c, ExprRef a, ExprRef b);   // lazy: for padding, cat, pooling windows
 ExprRef select(ExprRef c, ExprRef a, ExprRef b);  // eager: for value masks (where.self, causal)
 

@@ -16,8 +16,13 @@ namespace ptc {
 
 struct LowerOptions {
   // Attention (scaled_dot_product_attention, the fused multi-head attention) as one fused
-  // flash-style extern (the CPU backend); false: GEMMs around a softmax (the CUDA backend).
+  // flash-style extern; false: GEMMs around a softmax.
   bool fused_attention = true;
+  // The largest head size (of q/k and of v) the fused kernel takes; 0: any. Larger or symbolic
+  // head sizes lower as GEMMs around a softmax.
+  int64_t max_fused_head = 0;
+  // The options of a backend: "cpu" or "cuda" (whose attention kernel takes heads up to 256).
+  static LowerOptions for_device(const std::string& device);
 };
 loop::Program lower_to_loops(const Graph& g, const LowerOptions& opts = {});
 

@@ -3,6 +3,7 @@
 // The input graph is never modified; every pass returns a new graph.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -130,5 +131,18 @@ std::unique_ptr<Graph> fold_constants(const Graph& g);
 // Post: verify_graph is empty; the old weights stay as inputs (unused; see
 //       prune_unused_weights); other nodes are unchanged.
 std::unique_ptr<Graph> fold_batch_norm(const Graph& g);
+
+}  // namespace ptc
+
+namespace ptc {
+
+// ---- the pass pipeline (lib/passes/pipeline.cpp) ------------------------------------------------
+//
+// The graph passes of `ptc compile`, in order: fold_batch_norm, fold_constants, cse, dce,
+// prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
+// a ptc bug); `after(name, graph)`, when given, sees each pass's result (--dump-after).
+// Pre:  verify_graph(g) is empty; every value has its type (read or shape-propagated).
+std::unique_ptr<Graph> run_graph_passes(const Graph& g,
+                                        const std::function<void(const char* pass, const Graph&)>& after = {});
 
 }  // namespace ptc

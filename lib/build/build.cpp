@@ -119,6 +119,10 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   std::string flags = "-std=c++17 -O3 -march=" + opts.cpu_arch +
                       " -fopenmp -fno-trapping-math -fno-math-errno -fPIC -fvisibility=hidden -Wno-unused" +
                       (opts.profile ? " -DPTC_PROFILE" : "");
+  // --sanitize: instrumented code, readable reports, and the first error fails the run.
+  const std::string sanitize =
+      opts.sanitize.empty() ? "" : " -fsanitize=" + opts.sanitize + " -fno-sanitize-recover=all -fno-omit-frame-pointer";
+  flags += sanitize + (opts.sanitize.empty() ? "" : " -g1");
   std::string nvcc_flags, nvcc;
   if (cuda) {
     nvcc = find_nvcc(opts.nvcc);
@@ -205,7 +209,7 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   if (cuda)  // nvcc links the CUDA runtime statically (libcudart_static) by default
     cmd += nvcc + " -shared -Xlinker -soname=" + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + " -lcublasLt" + (weights.external ? " -ldl" : "");
   else
-    cmd += opts.cxx + " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : "");
+    cmd += opts.cxx + sanitize + " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : "");
   spdlog::debug("linking: {}", cmd);
   std::string output;
   int rc = run_command(cmd, output);

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
+#include <sstream>
 
 #include "ptc/cache.h"
 #include "ptc/codegen.h"
@@ -70,6 +72,35 @@ void write_report(const std::string& path, const json& report) {
   write_file(path, ends_with(path, ".html") || ends_with(path, ".htm") ? render_report_html(report) : report.dump(2) + "\n");
 }
 
+// Runs a stage after the reader; a user error from it (an unsupported dtype, a shape the
+// backend cannot take) gets the model's file name in front, as the reader's errors have.
+template <class F>
+void for_model(const std::string& model, F&& stage) {
+  try {
+    stage();
+  } catch (const UserError& e) {
+    if (std::string(e.what()).rfind(model, 0) == 0) throw;
+    user_error(model, ": ", e.what());
+  }
+}
+
+// --sanitize: a comma-separated list of the sanitizers both GCC and Clang know, in a combination
+// they accept (ThreadSanitizer excludes the address and leak ones), plus Clang's
+// fuzzer-no-link (coverage for libFuzzer, scripts/fuzz.sh).
+void check_sanitize_list(const std::string& list) {
+  if (list.empty()) return;
+  static const std::set<std::string> known{"address", "undefined", "thread", "leak", "fuzzer-no-link"};
+  std::set<std::string> names;
+  std::stringstream ss(list);
+  for (std::string name; std::getline(ss, name, ',');) {
+    if (!known.count(name))
+      user_error("--sanitize ", list, ": unknown sanitizer '", name, "' (expected address, undefined, thread, leak or fuzzer-no-link, comma-separated)");
+    names.insert(name);
+  }
+  if (names.count("thread") && (names.count("address") || names.count("leak")))
+    user_error("--sanitize ", list, ": thread cannot be combined with address or leak");
+}
+
 // The cache key of a whole compile: everything that changes the outputs' bytes.
 std::string compile_key(const CompileOptions& o, const std::string& model_sha, const std::string& library_name) {
   const bool cuda = o.device == "cuda";
@@ -78,6 +109,7 @@ std::string compile_key(const CompileOptions& o, const std::string& model_sha, c
   if (cuda) h.field(tool_identity(find_nvcc(o.build.nvcc)));
   if (!cuda && o.build.cpu_arch == "native") h.field(host_cpu_identity());
   h.field(o.device).field(o.weights).field(o.cuda_graphs ? "graphs" : "-").field(o.build.profile ? "profile" : "-");
+  h.field("sanitize").field(o.build.sanitize);
   h.field(o.build.cpu_arch).field(o.build.cuda_arch).field(o.build.cxx).field(library_name).field(fs::path(o.model).filename().string());
   for (const auto& v : o.load.input_shapes) h.field("shape").field(v);
   for (const auto& v : o.load.symbol_ranges) h.field("symbol").field(v);
@@ -125,6 +157,9 @@ void compile_model(const CompileOptions& in) {
   if (opts.device != "cpu" && !cuda) user_error("--device ", opts.device, ": expected cpu or cuda");
   if (!cuda && opts.cuda_graphs) user_error("--cuda-graphs needs --device cuda");
   if (cuda && opts.build.profile) user_error("--profile is not supported for --device cuda yet (use Nsight Compute)");
+  if (cuda && !opts.build.sanitize.empty())
+    user_error("--sanitize is for --device cpu; check CUDA libraries with compute-sanitizer instead");
+  check_sanitize_list(opts.build.sanitize);
   if (opts.output.empty() && opts.package.empty()) user_error("nothing to write: give -o LIB.so, --package DIR or both");
   std::error_code ec;
   if (!opts.output.empty()) {
@@ -194,27 +229,16 @@ void compile_model(const CompileOptions& in) {
   {
     // Graph passes; the verifier checks the IR after each (a failure is a ptc bug).
     Stage s("passes");
-    using Pass = std::unique_ptr<Graph> (*)(const Graph&);
-    const std::pair<const char*, Pass> passes[] = {
-        {"fold_batch_norm", fold_batch_norm},
-        {"fold_constants", fold_constants},
-        {"cse", common_subexpression_elimination},
-        {"dce", dead_code_elimination},
-        {"prune_unused_weights", prune_unused_weights},
-    };
-    for (const auto& [name, pass] : passes) {
-      g = pass(*g);
-      std::vector<std::string> problems = verify_graph(*g);
-      PTC_CHECK(problems.empty(), "the graph is malformed after ", name, ": ", problems.front());
-      if (opts.dump_after == name || opts.dump_after == "all") std::cout << "# after " << name << "\n" << print_graph(*g);
-    }
+    for_model(opts.model, [&] {
+      g = run_graph_passes(*g, [&](const char* name, const Graph& after) {
+        if (opts.dump_after == name || opts.dump_after == "all") std::cout << "# after " << name << "\n" << print_graph(after);
+      });
+    });
   }
   loop::Program prog;
   {
     Stage s("lower");
-    LowerOptions lo;
-    lo.fused_attention = !cuda;  // the CUDA backend has no fused attention kernel yet
-    prog = lower_to_loops(*g, lo);
+    for_model(opts.model, [&] { prog = lower_to_loops(*g, LowerOptions::for_device(opts.device)); });
   }
   if (!opts.dump_loops.empty()) {
     std::string text = loop::print_program(prog);
@@ -226,9 +250,16 @@ void compile_model(const CompileOptions& in) {
     Stage s("schedule");
     sched::ScheduleOptions so;
     so.extern_epilogues = !cuda;  // the CUDA library calls (cuBLASLt, convolution) take no fused epilogue yet
-    schedule = sched::schedule(prog, so);
+    for_model(opts.model, [&] { schedule = sched::schedule(prog, so); });
   }
-  WeightLayout weights = layout_weights(prog, *g, opts.weights == "external");
+  WeightLayout weights;
+  for_model(opts.model, [&] { weights = layout_weights(prog, *g, opts.weights == "external"); });
+  // Code reaches embedded weights through 32-bit PC-relative addresses (x86-64's small code
+  // model): the whole library must stay under 2 GiB.
+  constexpr uint64_t kMaxEmbedded = uint64_t(7) << 28;  // 1.75 GiB
+  if (opts.weights != "external" && weights.total_bytes > kMaxEmbedded)
+    user_error(opts.model, ": the weights take ", weights.total_bytes >> 20,
+               " MiB, more than a library can embed (1792 MiB); compile with --weights external");
   ManifestOptions mo;
   mo.device = opts.device;
   mo.arch = cuda ? opts.build.cuda_arch : opts.build.cpu_arch;
@@ -237,6 +268,7 @@ void compile_model(const CompileOptions& in) {
   mo.model_file = fs::path(opts.model).filename().string();
   mo.model_sha256 = model_sha;
   mo.flags = {{"cuda_graphs", opts.cuda_graphs}, {"profile", opts.build.profile}};
+  if (!opts.build.sanitize.empty()) mo.flags["sanitize"] = opts.build.sanitize;
   if (!cuda && opts.build.cpu_arch == "native") {
     std::string cpu = host_cpu_identity().substr(0, host_cpu_identity().find('\n'));
     mo.flags["host_cpu"] = cpu.substr(cpu.find(':') == std::string::npos ? 0 : cpu.find(':') + 2);
@@ -247,7 +279,9 @@ void compile_model(const CompileOptions& in) {
   LibrarySource src;
   {
     Stage s("codegen");
-    src = cuda ? generate_cuda(prog, schedule, *g, weights, opts.cuda_graphs) : generate_cpu(prog, schedule, *g, weights);
+    for_model(opts.model, [&] {
+      src = cuda ? generate_cuda(prog, schedule, *g, weights, opts.cuda_graphs) : generate_cpu(prog, schedule, *g, weights);
+    });
     src.files.emplace_back("ptc_manifest.cpp", manifest_source(manifest));
   }
   // The outputs are built under private names, stored in the cache from there (another compile

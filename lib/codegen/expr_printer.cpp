@@ -7,6 +7,7 @@
 
 #include "ptc/codegen.h"
 #include "ptc/error.h"
+#include "wrapper/abi_common.h"
 
 namespace ptc::codegen {
 
@@ -192,6 +193,9 @@ std::string ExprPrinter::inline_text(const ExprRef& e) {
     case Op::FloorDiv:
       return dtype_is_float(e->dtype) ? "std::floor(" + a(0) + " / " + a(1) + ")"
                                       : "static_cast<" + T + ">(ptc_rt::floordiv(" + a(0) + ", " + a(1) + "))";
+    case Op::CheckIndex:
+      if (dialect_ == Dialect::Cuda) return "ptc_rt::index_in_range(" + a(0) + ", " + a(1) + ")";
+      return "ptc_ix(" + a(0) + ", " + a(1) + ", " + wrapper::quote(e->origin) + ")";
     case Op::Mod:
       return dtype_is_float(e->dtype) ? "ptc_rt::fmod_py(" + a(0) + ", " + a(1) + ")"
                                       : "static_cast<" + T + ">(ptc_rt::pymod(" + a(0) + ", " + a(1) + "))";

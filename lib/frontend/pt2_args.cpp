@@ -88,15 +88,31 @@ Type Context::tensor_meta(const json& meta, const std::string& what) {
   if (sizes.size() != strides.size())
     fail(what, " has ", sizes.size(), " sizes but ", strides.size(), " strides");
   if (sizes.size() > 64) fail(what, " has rank ", sizes.size(), "; ptc supports at most 64");
+  // Known sizes, strides and offsets stay within 2^48 (and so do their element counts): beyond
+  // that no machine holds the tensor, and size arithmetic could overflow 64-bit integers.
+  constexpr int64_t kLimit = int64_t(1) << 48;
   std::vector<sym::Expr> sz, st;
+  __int128 numel = 1;
   for (const auto& s : sizes) {
     sym::Expr e = sym_int(s, w);
     if (sym::prove_lt(e, 0)) fail(what, " has negative size ", e.str());
+    if (auto c = e.as_const()) {
+      numel = std::min<__int128>(numel * *c, __int128(kLimit) + 1);
+      if (*c > kLimit || numel > kLimit) fail(what, " has more than 2^48 elements (a size of ", e.str(), "); ptc refuses it");
+    }
     sz.push_back(e);
   }
-  for (const auto& s : strides) st.push_back(sym_int(s, w));
+  for (const auto& s : strides) {
+    st.push_back(sym_int(s, w));
+    if (auto c = st.back().as_const(); c && (*c > kLimit || *c < -kLimit))
+      fail(what, " has stride ", *c, ", beyond 2^48; ptc refuses it");
+  }
   Type t = Type::tensor(*dt, sz, st);
-  if (auto off = member_opt(meta, "storage_offset")) t.storage_offset = sym_int(*off, w);
+  if (auto off = member_opt(meta, "storage_offset")) {
+    t.storage_offset = sym_int(*off, w);
+    if (auto c = t.storage_offset.as_const(); c && (*c < 0 || *c > kLimit))
+      fail(what, " has storage offset ", *c, ", outside [0, 2^48]");
+  }
   if (auto rg = member_opt(meta, "requires_grad")) t.requires_grad = rg->is_boolean() && rg->get<bool>();
   if (auto dev = member_opt(meta, "device")) {
     const std::string& ty = as_string(member(*dev, "type", w), w);

@@ -75,7 +75,9 @@ void read_ranges(Context& ctx, const json& model) {
   const json* rc = ctx.member_opt(model, "range_constraints");
   if (!rc) return;
   if (!rc->is_object()) ctx.fail("range_constraints must be an object");
-  for (const auto& [name, r] : rc->items()) {
+  for (const auto& item : rc->items()) {
+    const std::string& name = item.key();
+    const json& r = item.value();
     auto bound = [&](const char* key, int64_t unbounded) {
       const json* b = ctx.member_opt(r, key);
       if (!b || b->is_string()) return unbounded;  // null, "Infinity", "int_oo"

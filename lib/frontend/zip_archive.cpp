@@ -102,6 +102,10 @@ ZipArchive::ZipArchive(std::shared_ptr<const MappedFile> file) : file_(std::move
       user_error(path, ": zip entry '", e.name, "' extends past the end of the file (truncated archive?)");
     if (e.stored && e.size != e.compressed_size)
       user_error(path, ": stored zip entry '", e.name, "' declares ", e.size, " bytes but holds ", e.compressed_size);
+    // Deflate expands at most ~1032:1; an entry that declares more is a zip bomb or a lie.
+    if (!e.stored && e.size / 1032 > e.compressed_size + 1)
+      user_error(path, ": zip entry '", e.name, "' declares ", e.size, " bytes from ", e.compressed_size,
+                 " compressed bytes, more than deflate can produce (a zip bomb?)");
     if (by_name_.count(e.name)) user_error(path, ": zip entry '", e.name, "' appears twice");
     by_name_[e.name] = entries_.size();
     entries_.push_back(std::move(e));

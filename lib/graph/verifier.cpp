@@ -116,20 +116,23 @@ std::vector<std::string> verify_graph(const Graph& g) {
     if (!defined.count(v)) out.push_back("graph output %" + v->name + " is never defined");
   for (const auto& [name, w] : g.weights) {
     if (w.type.kind != Type::Kind::Tensor) continue;
-    // Furthest element reachable through sizes/strides/offset must lie inside the storage.
-    int64_t last = 0;
+    // Every element reachable through sizes/strides/offset must lie inside the storage: the
+    // lowest at or above 0, the highest below its end (in 128-bit arithmetic, saturated, so that
+    // no product of absurd sizes wraps around).
+    constexpr __int128 kHuge = __int128(1) << 100;
+    __int128 lo = 0, hi = 0;
     bool known = true, empty = false;
     auto off = w.type.storage_offset.as_const();
-    if (!off) known = false; else last = *off;
+    if (!off) known = false; else lo = hi = *off;
     for (size_t i = 0; known && i < w.type.sizes.size(); ++i) {
       auto s = w.type.sizes[i].as_const();
       auto st = w.type.strides[i].as_const();
       if (!s || !st) { known = false; break; }
-      if (*s == 0) empty = true;
-      else last += (*s - 1) * *st;
+      if (*s == 0) { empty = true; continue; }
+      __int128 span = static_cast<__int128>(*s - 1) * *st;
+      if (span < 0) lo = std::max(lo + span, -kHuge); else hi = std::min(hi + span, kHuge);
     }
-    if (known && !empty &&
-        static_cast<uint64_t>(last + 1) * dtype_size(w.type.dtype) > w.storage_bytes)
+    if (known && !empty && (lo < 0 || (hi + 1) * static_cast<__int128>(dtype_size(w.type.dtype)) > static_cast<__int128>(w.storage_bytes)))
       out.push_back("weight \"" + name + "\": elements reach past its " +
                     std::to_string(w.storage_bytes) + "-byte storage");
   }

@@ -47,6 +47,7 @@ const char* op_name(Op op) {
     case Op::Min: return "min";
     case Op::FloorDiv: return "floordiv";
     case Op::Mod: return "mod";
+    case Op::CheckIndex: return "check_index";
     case Op::Eq: return "eq";
     case Op::Ne: return "ne";
     case Op::Lt: return "lt";
@@ -140,6 +141,11 @@ ExprRef binary(Op op, ExprRef a, ExprRef b) {
   if (op == Op::Mul && is_const(a, 1)) return b;
   DType dt = is_comparison(op) || op == Op::And || op == Op::Or ? DType::Bool : a->dtype;
   return make(Expr{op, dt, {std::move(a), std::move(b)}, -1, sym::Expr(), 0, {}});
+}
+
+ExprRef check_index(ExprRef i, sym::Expr n) {
+  if (i->dtype != DType::Int64) i = cast(i, DType::Int64);
+  return make(Expr{Op::CheckIndex, DType::Int64, {std::move(i), index_value(n)}, -1, sym::Expr(), 0, {}});
 }
 
 ExprRef where(ExprRef c, ExprRef a, ExprRef b) {

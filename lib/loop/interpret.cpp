@@ -148,6 +148,11 @@ class Interp {
       case Op::Min: return (std::isnan(a) || a < b) ? a : b;
       case Op::FloorDiv: return std::floor(a / b);
       case Op::Mod: return a - b * std::floor(a / b);
+      case Op::CheckIndex:
+        if (!(a >= 0 && a < b))
+          user_error("node '", e->origin, "': index ", static_cast<int64_t>(a), " is out of range for a dimension of size ",
+                     static_cast<int64_t>(b));
+        return a;
       case Op::Eq: return a == b;
       case Op::Ne: return a != b;
       case Op::Lt: return a < b;
@@ -292,7 +297,7 @@ class Interp {
         }
         double sum = 0;
         for (double& e : prob) sum += (e = mx == -INFINITY ? 0 : std::exp(e - mx));
-        for (double& e : prob) e = sum == 0 ? NAN : e / sum;
+        for (double& e : prob) e = sum == 0 ? (c.params.size() > 3 && c.params[3] ? 0.0 : NAN) : e / sum;
       }
       double acc = 0;
       std::vector<int64_t> iv = idx;

@@ -65,7 +65,9 @@ TensorRef emit_extern(Lowering& L, ExternKind kind, DType dt, const Index& out, 
 
 // softmax(q k^T * scale + mask) v over the last two dimensions. A bool mask keeps the positions
 // where it is true (bool_mask_keeps, as scaled_dot_product_attention) or where it is false (the
-// fused multi-head attention's convention); a float mask is added to the scores.
+// fused multi-head attention's convention); a float mask is added to the scores. A query row
+// whose keys are all masked gives zeros when masked_rows_zero (scaled_dot_product_attention's
+// "safe softmax" since torch 2.5), else NaN (the fused multi-head attention, a plain softmax).
 // With need_probs false and LowerOptions::fused_attention, one fused attention extern (probs
 // is then empty); otherwise GEMMs around a softmax.
 struct Attention {
@@ -73,7 +75,8 @@ struct Attention {
   std::optional<TensorRef> probs;
 };
 Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const TensorRef& v, std::optional<TensorRef> mask,
-                    bool bool_mask_keeps, bool causal, double scale, DType compute, bool need_probs = false);
+                    bool bool_mask_keeps, bool causal, double scale, DType compute, bool masked_rows_zero,
+                    bool need_probs = false);
 
 }  // namespace
 
@@ -91,9 +94,15 @@ TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
 
 namespace {
 
-// The fused extern applies to float32 q, k, v of rank 2..4 with equal leading dims.
-bool fusable(const TensorRef& q, const TensorRef& k, const TensorRef& v, DType compute) {
+// The fused extern applies to float32 q, k, v of rank 2..4 with equal leading dims (and head
+// sizes up to max_head when that is set).
+bool fusable(const TensorRef& q, const TensorRef& k, const TensorRef& v, DType compute, int64_t max_head) {
   if (compute != DType::Float32 || q.rank() < 2 || q.rank() > 4 || k.rank() != q.rank() || v.rank() != q.rank()) return false;
+  if (max_head > 0)
+    for (const TensorRef* t : {&q, &v}) {
+      auto head = t->sizes.back().as_const();
+      if (!head || *head > max_head) return false;
+    }
   for (const TensorRef* t : {&q, &k, &v})
     if (t->dtype != DType::Float32) return false;
   for (size_t d = 0; d + 2 < q.rank(); ++d)
@@ -102,9 +111,9 @@ bool fusable(const TensorRef& q, const TensorRef& k, const TensorRef& v, DType c
 }
 
 Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const TensorRef& v, std::optional<TensorRef> mask,
-                    bool bool_mask_keeps, bool causal, double scale, DType compute, bool need_probs) {
+                    bool bool_mask_keeps, bool causal, double scale, DType compute, bool masked_rows_zero, bool need_probs) {
   const size_t r = q.rank();
-  if (L.options.fused_attention && !need_probs && fusable(q, k, v, compute)) {
+  if (L.options.fused_attention && !need_probs && fusable(q, k, v, compute, L.options.max_fused_head)) {
     std::vector<View> ops{L.as_view(q, L.origin()), L.as_view(k, L.origin()), L.as_view(v, L.origin())};
     int64_t kind = 0;  // ptc_rt::kMaskNone / Keep / Drop / Add
     if (mask) {
@@ -123,7 +132,9 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
     out.push_back(v.sizes[r - 1]);
     int64_t scale_bits;
     std::memcpy(&scale_bits, &scale, sizeof scale);
-    return {emit_extern(L, ExternKind::Attention, DType::Float32, out, std::move(ops), {kind, causal ? 1 : 0, scale_bits}), std::nullopt};
+    return {emit_extern(L, ExternKind::Attention, DType::Float32, out, std::move(ops),
+                        {kind, causal ? 1 : 0, scale_bits, masked_rows_zero ? 1 : 0}),
+            std::nullopt};
   }
   TensorRef s = gemm(L, q, transpose_last(L, k), compute);
   if (mask) mask = L.broadcast_to(*mask, s.sizes);
@@ -142,6 +153,15 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
     return e;
   });
   TensorRef p = softmax(L, scores, static_cast<int64_t>(r - 1), false, compute);
+  if (masked_rows_zero) {  // rows whose scores are all -inf: zeros instead of softmax's NaN
+    TensorRef mx = L.reduce(scores, {static_cast<int64_t>(r - 1)}, true, ReduceOp::Max, compute, L.origin());
+    TensorRef soft = p;
+    p = L.pointwise(compute, soft.sizes, [=](const Index& idx) {
+      Index row = idx;
+      row[r - 1] = sym::Expr(0);
+      return select(binary(Op::Eq, mx.at(row), constant(ninf, compute)), constant(0, compute), soft.at(idx));
+    });
+  }
   return {gemm(L, p, v, compute), p};
 }
 
@@ -197,7 +217,8 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       if (a.is_none("scale") && !q.sizes.back().as_const()) L.fail("attention with a symbolic head size needs an explicit scale");
       std::optional<TensorRef> mask;
       if (!a.is_none("attn_mask")) mask = a.tensor("attn_mask");
-      TensorRef out = attention(L, q, k, v, mask, /*bool_mask_keeps=*/true, a.b("is_causal"), scale, compute).out;
+      TensorRef out =
+          attention(L, q, k, v, mask, /*bool_mask_keeps=*/true, a.b("is_causal"), scale, compute, /*masked_rows_zero=*/true).out;
       if (compute != dt) out = map1(L, out, dt, [dt](ExprRef e) { return cast(e, dt); });
       if (n.outputs.size() == 1) return one(out);
       Lowering* lp = &L;
@@ -233,7 +254,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       }
       const bool need_weights = a.b("need_weights");
       Attention att = attention(L, project(q, 0), project(k, 1), project(v, 2), mask, /*bool_mask_keeps=*/false, false,
-                                1.0 / std::sqrt(static_cast<double>(d)), compute, need_weights);
+                                1.0 / std::sqrt(static_cast<double>(d)), compute, /*masked_rows_zero=*/false, need_weights);
       TensorRef merged = reshape(L, permute(L, att.out, {0, 2, 1, 3}), {q.sizes[0] * q.sizes[1], e});
       TensorRef out = add_bias(L, gemm(L, merged, transpose_last(L, a.tensor("proj_weight")), compute), a.tensor("proj_bias"), compute);
       out = reshape(L, out, {q.sizes[0], q.sizes[1], e});

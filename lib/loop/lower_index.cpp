@@ -15,18 +15,20 @@ sym::Expr last_index(const View& v) {
   return last;
 }
 
-// Python-style index: negative counts from the end.
+// Python-style index (advanced indexing): negative counts from the end.
 ExprRef wrap_index(ExprRef i, const sym::Expr& size) {
   i = cast(i, DType::Int64);
   return select(binary(Op::Lt, i, constant(0, DType::Int64)), binary(Op::Add, i, index_value(size)), i);
 }
 
-// self[..., idx, ...] along `dim` of the view `v`, with the other coordinates from `at`.
+// self[..., idx, ...] along `dim` of the view `v`, with the other coordinates from `at`. As in
+// torch (embedding, gather, index_select), idx must lie in [0, size): a negative or too large one
+// fails the run (Op::CheckIndex).
 ExprRef pick(const View& v, DType dt, const Index& at, size_t dim, ExprRef idx) {
   sym::Expr base = v.offset;
   for (size_t d = 0; d < at.size(); ++d)
     if (d != dim) base = base + at[d] * v.strides[d];
-  ExprRef off = binary(Op::Mul, wrap_index(idx, v.sizes[dim]), index_value(v.strides[dim]));
+  ExprRef off = binary(Op::Mul, check_index(idx, v.sizes[dim]), index_value(v.strides[dim]));
   return load_at(v.buffer, dt, base, off, last_index(v));
 }
 
@@ -153,7 +155,9 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
         for (size_t d = first + count; d < xv.sizes.size(); ++d) base = base + o[d - count + nb] * xv.strides[d];
         ExprRef off = constant(0, DType::Int64);
         for (size_t k = 0; k < count; ++k)
-          off = binary(Op::Add, off, binary(Op::Mul, wrap_index(bidx[k].at(bi), xv.sizes[first + k]), index_value(xv.strides[first + k])));
+          off = binary(Op::Add, off,
+                       binary(Op::Mul, check_index(wrap_index(bidx[k].at(bi), xv.sizes[first + k]), xv.sizes[first + k]),
+                              index_value(xv.strides[first + k])));
         return load_at(xv.buffer, dt, base, off, last_index(xv));
       }));
     }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define PTC_SHA_NI 1
 #endif
@@ -63,8 +64,14 @@ __attribute__((target("sha,sse4.1"))) void blocks_sha_ni(uint32_t h[8], const un
   _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 4), _mm_shuffle_epi32(_mm_unpacklo_epi64(cdgh, abef), 0x1B));
 }
 
+// CPUID: SHA extensions (leaf 7, EBX bit 29) and SSE4.1 (leaf 1, ECX bit 19). (Clang 14's
+// __builtin_cpu_supports does not know "sha".)
 bool have_sha_ni() {
-  static const bool yes = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+  static const bool yes = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 19))) return false;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29));
+  }();
   return yes;
 }
 

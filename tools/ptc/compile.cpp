@@ -35,6 +35,9 @@ std::function<int()> add_compile(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--cpu-arch", opts->build.cpu_arch, "The -march of the generated code (default: native)");
   cmd->add_option("--cxx", opts->build.cxx, "The host C++ compiler (default: c++)");
+  cmd->add_option("--sanitize", opts->build.sanitize,
+                  "Build the generated code with these sanitizers (cpu), e.g. address,undefined or thread; load the "
+                  "library into a process that has the same sanitizer runtime (built with it, or LD_PRELOAD)");
   cmd->add_option("--input-shape", opts->load.input_shapes, "TorchScript only: shape of each input, e.g. 1x3x224x224");
   cmd->add_option("--symbol", opts->load.symbol_ranges, "TorchScript only: a symbol's range, e.g. s0=1..1024");
   return [opts]() {

@@ -56,6 +56,12 @@ int main(int argc, char** argv) {
   } catch (const ptc::UserError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
+  } catch (const std::overflow_error& e) {  // sizes so large that their arithmetic overflows
+    std::cerr << "error: the model's sizes are too large: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory (the model or its sizes need more memory than this machine has)\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "internal error: " << e.what() << "\n";
     return 2;

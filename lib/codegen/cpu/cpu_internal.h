@@ -15,12 +15,16 @@ const char* ctype(DType t);
 // and loop variables are int64_t locals named as in the IR). prepared: the expression of the
 // kernel's prepared constants (see kernel_prepares), or empty.
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& prepared = "");
-// Prints kernel `index` of the schedule as a function `void <kernel_function_name(index)>(const
-// int64_t* sym, void* const* buf)`: the symbols' values in `sym_names` order, and every buffer's
-// pointer at buf[<buffer id>].
+// Prints kernel `index` of the schedule as a function `const char* <kernel_function_name(index)>(
+// const int64_t* sym, void* const* buf)`: the symbols' values in `sym_names` order, and every
+// buffer's pointer at buf[<buffer id>]. It returns nullptr, or for a kernel that
+// kernel_checks_indices, the message of an index out of range (the run must fail).
 void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index,
                           const std::vector<std::string>& sym_names);
 std::string kernel_function_name(size_t index);
+// Whether the kernel reads at data-dependent indices it checks (Op::CheckIndex): its body uses
+// an `ptc_rt::IndexCheck ptc_ix` and its function can fail.
+bool kernel_checks_indices(const loop::Program& p, const sched::Kernel& k);
 
 // Prepared constants: a kernel whose constant operands are worth transforming once, when the
 // model is opened (a 3x3 convolution's Winograd weights), gets `void* <prepare_function_name(

@@ -11,6 +11,7 @@
 
 #include "cpu_internal.h"
 #include "../expr_printer.h"
+#include "../wrapper/abi_common.h"
 #include "ptc/error.h"
 
 namespace ptc::cpu {
@@ -333,33 +334,9 @@ void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k
 void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
   const Computation& c = p.comps[k.comps.front()];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU attention supports float32 only so far (", c.origin, ")");
-  const size_t r = c.domain.size(), lead = r - 2;
-  PTC_CHECK(r >= 2 && lead <= 2 && c.params.size() == 3, "malformed attention extern (", c.origin, ")");
-  auto strides = [&](const loop::View& v, const char* field) {
-    std::string s[4] = {"0", "0", cpp_index(v.strides[r - 2]), cpp_index(v.strides[r - 1])};
-    for (size_t d = 0; d < lead; ++d) s[2 - lead + d] = cpp_index(v.strides[d]);
-    os << indent << "  { const int64_t s[4] = {" << s[0] << ", " << s[1] << ", " << s[2] << ", " << s[3] << "}; std::memcpy(a."
-       << field << ", s, sizeof s); }\n";
-  };
-  const char* names[] = {"q", "k", "v", "mask"};
-  const char* fields[] = {"qs", "ks", "vs", "ms"};
   os << indent << "{\n" << indent << "  ptc_rt::AttentionArgs a{};\n";
-  for (size_t i = 0; i < c.operands.size(); ++i) {
-    const loop::View& v = c.operands[i];
-    os << indent << "  a." << names[i] << " = b" << v.buffer << " + " << cpp_index(v.offset) << ";\n";
-    strides(v, fields[i]);
-  }
-  std::string dims[2] = {"1", "1"};
-  for (size_t d = 0; d < lead; ++d) dims[2 - lead + d] = cpp_index(c.domain[d]);
-  double scale;
-  std::memcpy(&scale, &c.params[2], sizeof scale);
-  char scale_text[64];
-  std::snprintf(scale_text, sizeof scale_text, "%.9g", scale);
-  os << indent << "  a.mask_kind = " << c.params[0] << "; a.causal = " << (c.params[1] ? "true" : "false") << "; a.scale = "
-     << scale_text << "f;\n";
-  os << indent << "  a.o = b" << c.out << "; a.B = " << dims[0] << "; a.H = " << dims[1] << "; a.Tq = " << cpp_index(c.domain[r - 2])
-     << "; a.Tk = " << cpp_index(c.operands[1].sizes[r - 2]) << "; a.D = " << cpp_index(c.operands[0].sizes[r - 1])
-     << "; a.Dv = " << cpp_index(c.domain[r - 1]) << ";\n";
+  os << wrapper::attention_fields(c, indent + "  ", [](size_t, const loop::View& v) { return "b" + std::to_string(v.buffer); });
+  os << indent << "  a.o = b" << c.out << ";\n";
   os << indent << "  ptc_rt::attention_call(a);\n" << indent << "}\n";
 }
 
@@ -491,6 +468,20 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
 
 std::string kernel_function_name(size_t index) { return "ptc_kernel_" + std::to_string(index); }
 
+bool kernel_checks_indices(const loop::Program& p, const sched::Kernel& k) {
+  std::set<const loop::Expr*> seen;
+  std::function<bool(const loop::ExprRef&)> has = [&](const loop::ExprRef& e) {
+    if (!e || !seen.insert(e.get()).second) return false;
+    if (e->op == loop::Op::CheckIndex) return true;
+    for (const auto& a : e->args)
+      if (has(a)) return true;
+    return false;
+  };
+  for (int ci : k.comps)
+    if (has(p.comps[ci].body)) return true;
+  return false;
+}
+
 std::string prepare_function_name(size_t index) { return "ptc_prepare_" + std::to_string(index); }
 
 bool kernel_prepares(const loop::Program& p, const sched::Kernel& k) {
@@ -523,7 +514,9 @@ void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched:
                           const std::vector<std::string>& sym_names) {
   const sched::Kernel& k = s.kernels[index];
   std::vector<int> bufs = sched::kernel_buffers(p, s, k);
-  os << "void " << kernel_function_name(index) << "(const int64_t* sym, void* const* buf) {\n";
+  const bool checks = kernel_checks_indices(p, k);
+  os << "const char* " << kernel_function_name(index) << "(const int64_t* sym, void* const* buf) {\n";
+  if (checks) os << "  ptc_rt::IndexCheck ptc_ix;\n";
   for (size_t i = 0; i < sym_names.size(); ++i) os << "  const int64_t " << sym_names[i] << " = sym[" << i << "]; (void)" << sym_names[i] << ";\n";
   for (int b : bufs) {  // (an epilogue's GEMM result is elided: read through the tile pointer)
     const loop::Buffer& bb = p.buffers[b];
@@ -534,18 +527,12 @@ void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched:
   std::string prepared;
   if (kernel_prepares(p, k)) prepared = "buf[" + std::to_string(p.buffers.size() + index) + "]";
   emit_kernel(os, p, k, prepared);
-  os << "}\n\n";
+  os << (checks ? "  return ptc_ix.error();\n" : "  return nullptr;\n") << "}\n\n";
   if (!prepared.empty()) emit_prepare_function(os, p, s, index);
 }
 
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& prepared) {
-  os << "  { // " << k.name << ":";
-  for (int ci : k.comps) os << " " << p.buffers[p.comps[ci].out].name;
-  if (!k.origins.empty()) {
-    os << " <-";
-    for (const auto& o : k.origins) os << " " << o;
-  }
-  os << "\n";
+  os << "  { // " << wrapper::kernel_summary(p, k) << "\n";
   switch (k.kind) {
     case sched::Kernel::Kind::Loop: emit_pointwise(os, p, k, "    "); break;
     case sched::Kernel::Kind::RowGroup:

@@ -8,12 +8,16 @@
 //     reductions (warp shuffles, then one value per warp in shared memory), pointwise members
 //     loop over their inner elements with the block's threads, __syncthreads() between members;
 //     rows whose reductions are small constant windows (pooling) take one thread per row instead;
-//   * GEMM: cuBLASLt (ptc_cuda_rt.h); convolution: the runtime's direct kernel.
+//   * GEMM: cuBLASLt (ptc_cuda_rt.h); convolution: the runtime's direct kernel; attention: the
+//     runtime's fused flash-style kernel.
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <set>
 #include <sstream>
 
 #include "../expr_printer.h"
+#include "../wrapper/abi_common.h"
 #include "cuda_internal.h"
 #include "ptc/codegen.h"
 #include "ptc/error.h"
@@ -321,17 +325,27 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   os << "\n  return ptc_cuda::conv2d(a, stream);\n}\n\n";
 }
 
+// Fused attention (ptc_cuda::attention): q, k, v (and the mask) as strided views whose up to two
+// leading dimensions are batch and heads.
+void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
+  const Computation& c = p.comps[k.comps.front()];
+  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA attention supports float32 only so far (", c.origin, ")");
+  os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
+  emit_sym_locals(os, syms, "  ");
+  os << "  ptc_cuda::Attention a{};\n";
+  os << wrapper::attention_fields(c, "  ", [&](size_t i, const loop::View& v) {
+    const bool bytes = i == 3 && p.buffers[v.buffer].dtype != DType::Float32;  // a bool mask
+    return std::string("static_cast<const ") + (bytes ? "unsigned char" : "float") + "*>(buf[" + std::to_string(v.buffer) + "])";
+  });
+  os << "  a.o = static_cast<float*>(buf[" << c.out << "]);\n";
+  os << "  return ptc_cuda::attention(a, stream);\n}\n\n";
+}
+
 }  // namespace
 
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index, const std::vector<std::string>& syms) {
   const sched::Kernel& k = s.kernels[index];
-  os << "// " << k.name << ":";
-  for (int ci : k.comps) os << " " << p.buffers[p.comps[ci].out].name;
-  if (!k.origins.empty()) {
-    os << " <-";
-    for (const auto& o : k.origins) os << " " << o;
-  }
-  os << "\n";
+  os << "// " << wrapper::kernel_summary(p, k) << "\n";
   PTC_CHECK(k.epilogue < 0, "the CUDA backend schedules without extern epilogues");
   switch (k.kind) {
     case sched::Kernel::Kind::Loop: emit_elementwise(os, p, k, index, syms, sched::kernel_buffers(p, s, k)); break;
@@ -343,8 +357,7 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule
       break;
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, index, syms); break;
     case sched::Kernel::Kind::Conv: emit_conv(os, p, k, index, syms); break;
-    case sched::Kernel::Kind::Attention:  // lowered as GEMMs around a softmax for CUDA (LowerOptions)
-      PTC_CHECK(false, "the CUDA backend has no fused attention kernel (", k.name, ")");
+    case sched::Kernel::Kind::Attention: emit_attention(os, p, k, index, syms); break;
   }
 }
 

@@ -4,6 +4,8 @@
 #include "abi_common.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -18,10 +20,62 @@ using loop::Buffer;
 std::string quote(const std::string& s) {
   std::string o = "\"";
   for (char c : s) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) {  // control and non-ASCII bytes as 3-digit octal escapes
+      const char oct[] = {'\\', char('0' + (u >> 6)), char('0' + ((u >> 3) & 7)), char('0' + (u & 7)), 0};
+      o += oct;
+      continue;
+    }
     if (c == '"' || c == '\\') o += '\\';
     o += c;
   }
   return o + "\"";
+}
+
+std::string comment_text(const std::string& s) {
+  std::string o = s;
+  for (char& c : o)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  return o;
+}
+
+std::string attention_fields(const loop::Computation& c, const std::string& indent,
+                             const std::function<std::string(size_t, const loop::View&)>& base) {
+  const size_t r = c.domain.size(), lead = r - 2;
+  PTC_CHECK(r >= 2 && lead <= 2 && c.params.size() == 4, "malformed attention extern (", c.origin, ")");
+  std::ostringstream os;
+  const char* names[] = {"q", "k", "v", "mask"};
+  const char* fields[] = {"qs", "ks", "vs", "ms"};
+  for (size_t i = 0; i < c.operands.size(); ++i) {  // up to two leading dims: batch and heads
+    const loop::View& v = c.operands[i];
+    std::string s[4] = {"0", "0", cpp_index(v.strides[r - 2]), cpp_index(v.strides[r - 1])};
+    for (size_t d = 0; d < lead; ++d) s[2 - lead + d] = cpp_index(v.strides[d]);
+    os << indent << "a." << names[i] << " = " << base(i, v) << " + " << cpp_index(v.offset) << ";";
+    for (int d = 0; d < 4; ++d) os << " a." << fields[i] << "[" << d << "] = " << s[d] << ";";
+    os << "\n";
+  }
+  std::string dims[2] = {"1", "1"};
+  for (size_t d = 0; d < lead; ++d) dims[2 - lead + d] = cpp_index(c.domain[d]);
+  double scale;
+  std::memcpy(&scale, &c.params[2], sizeof scale);
+  char scale_text[64];
+  std::snprintf(scale_text, sizeof scale_text, "%.9g", scale);
+  os << indent << "a.mask_kind = " << c.params[0] << "; a.causal = " << (c.params[1] ? "true" : "false") << "; a.scale = " << scale_text
+     << "f; a.masked_rows_zero = " << (c.params[3] ? "true" : "false") << ";\n";
+  os << indent << "a.B = " << dims[0] << "; a.H = " << dims[1] << "; a.Tq = " << cpp_index(c.domain[r - 2])
+     << "; a.Tk = " << cpp_index(c.operands[1].sizes[r - 2]) << "; a.D = " << cpp_index(c.operands[0].sizes[r - 1])
+     << "; a.Dv = " << cpp_index(c.domain[r - 1]) << ";\n";
+  return os.str();
+}
+
+std::string kernel_summary(const loop::Program& p, const sched::Kernel& k) {
+  std::string s = k.name + ":";
+  for (int ci : k.comps) s += " " + p.buffers[p.comps[ci].out].name;
+  if (!k.origins.empty()) {
+    s += " <-";
+    for (const auto& o : k.origins) s += " " + o;
+  }
+  return comment_text(s);
 }
 
 int dtype_code(DType t) {
@@ -168,6 +222,27 @@ void emit_metadata(std::ostream& os, const loop::Program& p, const sched::Schedu
   }
   for (size_t k = 0; k < sym_names.size(); ++k) os << "    (void)" << sym_names[k] << ";\n";
   os << "  }\n";
+  // Every tensor the sizes make (inputs, outputs, temporaries), counted in saturating integers
+  // (ptc_rt::SatInt) so that no product overflows: more than 2^47 bytes (128 TiB) is refused
+  // before anything is sized in 64-bit integers (unbounded symbols are the caller's to choose).
+  if (!sym_names.empty()) {
+    os << "  for (int k = 0; k < kNumSyms; ++k)\n"
+       << "    if (sym[k] > (int64_t(1) << 62)) return fail(std::string(\"size \") + kSymNames[k] + \" = \" + std::to_string(sym[k]) + \" is too large\");\n";
+    os << "  {\n";
+    for (size_t k = 0; k < sym_names.size(); ++k)
+      os << "    const ptc_rt::SatInt " << sym_names[k] << "(sym[" << k << "]); (void)" << sym_names[k] << ";\n";
+    std::set<std::string> seen;
+    for (size_t id = 0; id < p.buffers.size(); ++id) {
+      const Buffer& b = p.buffers[id];
+      sym::Expr numel = b.numel();
+      if (numel.as_const()) continue;
+      std::string bytes = "(" + cpp_index(numel) + ") * " + std::to_string(dtype_size(b.dtype));
+      if (!seen.insert(bytes).second) continue;
+      os << "    if (" << bytes << " > 140737488355328LL) return fail(" << quote("the input sizes make tensor '" + b.name + "' ")
+         << " + std::to_string((" << bytes << ").v) + \" bytes, more than 2^47\");\n";
+    }
+    os << "  }\n";
+  }
   os << "  for (int i = 0; i < n; ++i) {\n    int64_t numel = 1;\n"
      << "    for (int d = 0; d < in[i].rank; ++d) numel *= in[i].sizes[d];\n"
      << "    if (numel > 0 && !in[i].data) return fail(std::string(\"input \") + kInputs[i].name + \": data pointer is null\");\n  }\n"

@@ -14,6 +14,7 @@
 //   5. emit_abi_functions: every other C ABI function (ptc_run = ptc_run_async + finish).
 #pragma once
 
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -46,6 +47,16 @@ void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Sc
 void emit_weight_table(std::ostream& os, const loop::Program& p, const WeightLayout& weights, const std::string& weights_var);
 
 std::string quote(const std::string& s);  // a C string literal
+// `s` for a // comment in generated code: bytes outside printable ASCII become '?', so no name
+// read from a model can end the comment (a newline) and inject code.
+std::string comment_text(const std::string& s);
+// The fields of an attention extern's argument struct `a` (ptc_rt::AttentionArgs on the CPU,
+// ptc_cuda::Attention on CUDA: the same names), one statement per line after `indent`; `base`
+// prints the pointer expression of operand i (q, k, v, mask) without its view's offset.
+std::string attention_fields(const loop::Computation& c, const std::string& indent,
+                             const std::function<std::string(size_t operand, const loop::View& v)>& base);
+// A kernel's one-line summary for the comment above it: "k3: buf7 buf8 <- linear gelu".
+std::string kernel_summary(const loop::Program& p, const sched::Kernel& k);
 int dtype_code(DType t);                  // runtime.h's PTC_* numbering
 
 }  // namespace ptc::wrapper

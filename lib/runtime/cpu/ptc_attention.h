@@ -8,7 +8,7 @@
 // P V added into the output rows (a serial GEMM with beta = 1). Memory beyond q, k, v and o is
 // one BQ x BK block per thread: no Tq x Tk score matrix, whatever the sequence length. Causal
 // attention skips the key blocks wholly above the diagonal. A row whose keys are all masked is
-// NaN, as torch's math path gives.
+// zeros (masked_rows_zero: scaled_dot_product_attention) or NaN (the fused multi-head attention).
 #pragma once
 
 #include <algorithm>
@@ -121,9 +121,10 @@ inline void attention(const AttentionArgs& a) {
           for (int64_t r = 0; r < nq; ++r) {
             const float inv = 1.f / l[r];
             float* orow = o + r * a.Dv;
-            // l = 0: every key of the row masked; NaN, as torch's softmax over -inf gives.
+            // l = 0: every key of the row masked: zeros (SDPA's safe softmax) or NaN (a plain softmax).
+            const float empty = a.masked_rows_zero ? 0.f : std::numeric_limits<float>::quiet_NaN();
 #pragma omp simd
-            for (int64_t d = 0; d < a.Dv; ++d) orow[d] = l[r] == 0.f ? std::numeric_limits<float>::quiet_NaN() : orow[d] * inv;
+            for (int64_t d = 0; d < a.Dv; ++d) orow[d] = l[r] == 0.f ? empty : orow[d] * inv;
           }
         }
   }

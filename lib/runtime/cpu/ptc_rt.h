@@ -52,6 +52,7 @@ struct AttentionArgs {
   int64_t B, H, Tq, Tk, D, Dv;
   float scale;
   bool causal = false;
+  bool masked_rows_zero = false;  // a row with every key masked: zeros (SDPA) or NaN (fused MHA)
 };
 void attention_call(const AttentionArgs& a);
 

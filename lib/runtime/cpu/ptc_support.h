@@ -36,6 +36,62 @@ PTC_HD inline int64_t pymod(int64_t a, int64_t b) {
 }
 template <class T> PTC_HD inline T fmod_py(T a, T b) { return a - b * std::floor(a / b); }
 
+// A data-dependent index (Op::CheckIndex: embedding ids, gather / index_select / advanced
+// indexing indices): `i` when 0 <= i < n, else 0 — a row that exists, so nothing reads outside
+// its buffer. CUDA kernels stop there (the bad index reads row 0; not reported yet).
+PTC_HD inline int64_t index_in_range(int64_t i, int64_t n) {
+  return static_cast<uint64_t>(i) < static_cast<uint64_t>(n) ? i : 0;
+}
+
+// An integer that saturates at +-2^62 instead of overflowing: the wrappers evaluate every
+// tensor's size expression with it to refuse sizes whose products would overflow int64.
+struct SatInt {  // host code (the wrappers; nvcc compiles the CUDA one)
+  static constexpr int64_t kMax = int64_t(1) << 62;
+  int64_t v;
+  SatInt(long long x) : v(clamp(x)) {}  // NOLINT: implicit, so that literals mix in
+  static int64_t clamp(__int128 x) { return x > kMax ? kMax : x < -kMax ? -kMax : static_cast<int64_t>(x); }
+  friend SatInt operator+(SatInt a, SatInt b) { return SatInt(clamp(static_cast<__int128>(a.v) + b.v)); }
+  friend SatInt operator-(SatInt a, SatInt b) { return SatInt(clamp(static_cast<__int128>(a.v) - b.v)); }
+  friend SatInt operator*(SatInt a, SatInt b) { return SatInt(clamp(static_cast<__int128>(a.v) * b.v)); }
+  friend SatInt operator/(SatInt a, SatInt b) { return SatInt(b.v ? a.v / b.v : 0); }
+  friend SatInt operator%(SatInt a, SatInt b) { return SatInt(b.v ? a.v % b.v : 0); }
+  friend bool operator>(SatInt a, SatInt b) { return a.v > b.v; }
+};
+inline SatInt floordiv(SatInt a, SatInt b) { return SatInt(b.v ? floordiv(a.v, b.v) : 0); }
+inline SatInt pymod(SatInt a, SatInt b) { return SatInt(b.v ? pymod(a.v, b.v) : 0); }
+
+#ifndef __CUDACC__
+// CPU kernels also record the first bad index of a run, and the run fails with its message.
+// One per kernel call, shared by the kernel's OpenMP threads.
+class IndexCheck {
+ public:
+  int64_t operator()(int64_t i, int64_t n, const char* node) {
+    if (static_cast<uint64_t>(i) < static_cast<uint64_t>(n)) return i;
+    fail(i, n, node);
+    return 0;
+  }
+  // nullptr when every index was in range; else the message (kept per thread until its next run).
+  const char* error() const {
+    if (!failed_.load(std::memory_order_acquire)) return nullptr;
+    thread_local std::string msg;
+    msg = std::string("node '") + node_ + "': index " + std::to_string(index_) + " is out of range for a dimension of size " +
+          std::to_string(size_);
+    return msg.c_str();
+  }
+
+ private:
+  __attribute__((noinline, cold)) void fail(int64_t i, int64_t n, const char* node) {
+    bool expected = false;
+    if (!claimed_.compare_exchange_strong(expected, true)) return;  // the first one is reported
+    index_ = i, size_ = n, node_ = node;
+    failed_.store(true, std::memory_order_release);
+  }
+  std::atomic<bool> claimed_{false}, failed_{false};
+  int64_t index_ = 0, size_ = 0;
+  const char* node_ = "";
+};
+#endif
+
 // float math the compiler can vectorize (straight-line arithmetic, no libm calls), accurate to
 // a few ulp (exp) / ~1e-7 absolute (erf, tanh): the generated kernels use them for float32.
 PTC_HD inline float exp_f(float x) {

@@ -49,4 +49,25 @@ struct Conv2d {
 };
 const char* conv2d(const Conv2d& a, cudaStream_t stream);
 
+// Fused scaled-dot-product attention, flash-style (tiled, online softmax, no Tq x Tk buffer):
+//   o[b, h, i, :] = sum_j softmax_j(scale * q[b, h, i, :] . k[b, h, j, :] + mask) v[b, h, j, :]
+// Exact fp32. Head sizes D, Dv up to kAttentionMaxHead. A row whose keys are all masked is zeros
+// (masked_rows_zero: scaled_dot_product_attention) or NaN (the fused multi-head attention); Tk = 0
+// gives zeros.
+enum { kMaskNone = 0, kMaskKeep = 1, kMaskDrop = 2, kMaskAdd = 3 };  // bool keep / drop where true; float added
+constexpr int64_t kAttentionMaxHead = 256;
+struct Attention {
+  const float* q; int64_t qs[4];  // [B, H, Tq, D] with strides
+  const float* k; int64_t ks[4];  // [B, H, Tk, D]
+  const float* v; int64_t vs[4];  // [B, H, Tk, Dv]
+  const void* mask = nullptr; int64_t ms[4] = {0, 0, 0, 0};  // [B, H, Tq, Tk] (broadcast strides 0)
+  int mask_kind = kMaskNone;
+  float* o;                       // [B, H, Tq, Dv], contiguous
+  int64_t B, H, Tq, Tk, D, Dv;
+  float scale;
+  bool causal = false;            // key j allowed for query i when j <= i
+  bool masked_rows_zero = false;
+};
+const char* attention(const Attention& a, cudaStream_t stream);
+
 }  // namespace ptc_cuda

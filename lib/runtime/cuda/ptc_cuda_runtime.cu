@@ -1,4 +1,5 @@
 // ptc_cuda_runtime.cu — see ptc_cuda_rt.h.
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <map>
@@ -251,7 +252,153 @@ __global__ void conv2d_direct(Conv2d a) {
   }
 }
 
+// ---- attention ------------------------------------------------------------------------------
+// One block per (b, h, tile of kAttnBQ query rows); 4 warps, each owning 8 of the rows. The
+// block stages its Q rows once and then each tile of kAttnBK keys (K padded against bank
+// conflicts, and V) in shared memory. Per row, lane c scores key c, the warp reduces the row
+// maximum and sum (online softmax: running max m and sum l, earlier output rescaled by
+// exp(m_old - m_new)), and each lane accumulates output columns lane, lane + 32, ... from the
+// probabilities broadcast with shuffles.
+constexpr int kAttnBQ = 32, kAttnBK = 32, kAttnWarps = 4, kAttnRows = kAttnBQ / kAttnWarps;
+
+__device__ inline float maxnan_f(float a, float b) { return (a != a || a > b) ? a : b; }
+
+template <int DV_LANE>  // output columns per lane: Dv <= 32 * DV_LANE
+__global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(Attention a) {
+  extern __shared__ float smem[];
+  const int D = static_cast<int>(a.D), Dv = static_cast<int>(a.Dv), ldk = D + 1;
+  float* sq = smem;                 // [kAttnBQ][D]
+  float* sk = sq + kAttnBQ * D;     // [kAttnBK][D + 1]
+  float* sv = sk + kAttnBK * ldk;   // [kAttnBK][Dv]
+  const float ninf = -INFINITY;
+  const int64_t nqb = (a.Tq + kAttnBQ - 1) / kAttnBQ;
+  int64_t blk = blockIdx.x;
+  const int64_t qb = blk % nqb;
+  blk /= nqb;
+  const int64_t h = blk % a.H, b = blk / a.H;
+  const int64_t i0 = qb * kAttnBQ;
+  const int nq = static_cast<int>(std::min<int64_t>(kAttnBQ, a.Tq - i0));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float* qbase = a.q + b * a.qs[0] + h * a.qs[1];
+  const float* kbase = a.k + b * a.ks[0] + h * a.ks[1];
+  const float* vbase = a.v + b * a.vs[0] + h * a.vs[1];
+  for (int idx = threadIdx.x; idx < nq * D; idx += blockDim.x) {
+    const int r = idx / D, d = idx % D;
+    sq[r * D + d] = qbase[(i0 + r) * a.qs[2] + d * a.qs[3]];
+  }
+  float m[kAttnRows], l[kAttnRows], acc[kAttnRows][DV_LANE];
+#pragma unroll
+  for (int rr = 0; rr < kAttnRows; ++rr) {
+    m[rr] = ninf, l[rr] = 0.f;
+#pragma unroll
+    for (int dd = 0; dd < DV_LANE; ++dd) acc[rr][dd] = 0.f;
+  }
+  const int64_t kend = a.causal ? std::min<int64_t>(a.Tk, i0 + nq) : a.Tk;  // causal: later keys add nothing
+  for (int64_t j0 = 0; j0 < kend; j0 += kAttnBK) {
+    const int nk = static_cast<int>(std::min<int64_t>(kAttnBK, kend - j0));
+    __syncthreads();  // the previous tile is consumed (and Q is staged)
+    for (int idx = threadIdx.x; idx < nk * D; idx += blockDim.x) {
+      const int c = idx / D, d = idx % D;
+      sk[c * ldk + d] = kbase[(j0 + c) * a.ks[2] + d * a.ks[3]];
+    }
+    for (int idx = threadIdx.x; idx < nk * Dv; idx += blockDim.x) {
+      const int c = idx / Dv, d = idx % Dv;
+      sv[c * Dv + d] = vbase[(j0 + c) * a.vs[2] + d * a.vs[3]];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < kAttnRows; ++rr) {
+      const int r = warp * kAttnRows + rr;
+      if (r >= nq) continue;  // warp-uniform
+      const int64_t i = i0 + r;
+      float s = ninf;
+      if (lane < nk) {
+        const float* qr = sq + r * D;
+        const float* kc = sk + lane * ldk;
+        float dot = 0.f;
+        for (int d = 0; d < D; ++d) dot = fmaf(qr[d], kc[d], dot);
+        s = dot * a.scale;
+        const int64_t j = j0 + lane;
+        if (a.mask_kind != kMaskNone) {
+          const int64_t at = b * a.ms[0] + h * a.ms[1] + i * a.ms[2] + j * a.ms[3];
+          if (a.mask_kind == kMaskAdd)
+            s += static_cast<const float*>(a.mask)[at];
+          else if ((static_cast<const unsigned char*>(a.mask)[at] != 0) != (a.mask_kind == kMaskKeep))
+            s = ninf;
+        }
+        if (a.causal && j > i) s = ninf;
+      }
+      float best = s;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) best = maxnan_f(best, __shfl_xor_sync(0xffffffffu, best, off));
+      const float mnew = maxnan_f(best, m[rr]);
+      if (mnew == ninf) continue;  // every key so far masked (warp-uniform)
+      const float p = lane < nk ? expf(s - mnew) : 0.f;
+      float sum = p;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      const float corr = m[rr] == ninf ? 0.f : expf(m[rr] - mnew);
+      l[rr] = l[rr] * corr + sum;
+      m[rr] = mnew;
+#pragma unroll
+      for (int dd = 0; dd < DV_LANE; ++dd) acc[rr][dd] *= corr;
+      for (int c = 0; c < nk; ++c) {
+        const float pc = __shfl_sync(0xffffffffu, p, c);
+        const float* vr = sv + c * Dv;
+#pragma unroll
+        for (int dd = 0; dd < DV_LANE; ++dd) {
+          const int d = lane + 32 * dd;
+          if (d < Dv) acc[rr][dd] = fmaf(pc, vr[d], acc[rr][dd]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kAttnRows; ++rr) {
+    const int r = warp * kAttnRows + rr;
+    if (r >= nq) continue;
+    float* orow = a.o + ((b * a.H + h) * a.Tq + i0 + r) * a.Dv;
+#pragma unroll
+    for (int dd = 0; dd < DV_LANE; ++dd) {
+      const int d = lane + 32 * dd;
+      // Tk = 0: zeros (an empty matmul); l = 0: every key of the row masked: zeros or NaN.
+      if (d < Dv) orow[d] = a.Tk == 0 ? 0.f : l[rr] == 0.f ? (a.masked_rows_zero ? 0.f : NAN) : acc[rr][dd] / l[rr];
+    }
+  }
+}
+
+template <int DV_LANE>
+const char* attention_launch(const Attention& a, cudaStream_t stream) {
+  const int64_t nqb = (a.Tq + kAttnBQ - 1) / kAttnBQ;
+  const int64_t blocks = a.B * a.H * nqb;
+  const size_t smem = sizeof(float) * static_cast<size_t>(kAttnBQ * a.D + kAttnBK * (a.D + 1) + kAttnBK * a.Dv);
+  if (smem > 48 * 1024) {  // above the default: opt in (up to 227 KiB on Hopper)
+    cudaError_t e = cudaFuncSetAttribute(attention_kernel<DV_LANE>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return cuda_error("the attention kernel's shared memory", e);
+  }
+  attention_kernel<DV_LANE><<<static_cast<unsigned>(blocks), kAttnWarps * 32, smem, stream>>>(a);
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? nullptr : cuda_error("the attention kernel", e);
+}
+
 }  // namespace
+
+const char* attention(const Attention& a, cudaStream_t stream) {
+  if (a.B <= 0 || a.H <= 0 || a.Tq <= 0 || a.Dv <= 0) return nullptr;  // nothing to write
+  if (a.D > kAttentionMaxHead || a.Dv > kAttentionMaxHead) {
+    g_error = "attention head size " + std::to_string(std::max(a.D, a.Dv)) + " is above the CUDA kernel's " +
+              std::to_string(kAttentionMaxHead);
+    return g_error.c_str();
+  }
+  if (a.B * a.H * ((a.Tq + kAttnBQ - 1) / kAttnBQ) > 0x7fffffff) {
+    g_error = "attention over too many (batch, head, query tile) blocks";
+    return g_error.c_str();
+  }
+  if (a.Dv <= 32) return attention_launch<1>(a, stream);
+  if (a.Dv <= 64) return attention_launch<2>(a, stream);
+  if (a.Dv <= 128) return attention_launch<4>(a, stream);
+  return attention_launch<8>(a, stream);
+}
 
 const char* conv2d(const Conv2d& a, cudaStream_t stream) {
   const int64_t total = a.N * a.O * a.OH * a.OW;

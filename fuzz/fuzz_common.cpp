@@ -1,0 +1,47 @@
+#include "fuzz_common.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "ptc/codegen.h"
+#include "ptc/error.h"
+#include "ptc/frontend.h"
+#include "ptc/lower.h"
+#include "ptc/passes.h"
+#include "ptc/schedule.h"
+
+namespace ptc::fuzz {
+
+void compile_front_half(std::string bytes) {
+  static const bool strict = std::getenv("PTC_FUZZ_STRICT") != nullptr;
+  static const bool verbose = std::getenv("PTC_FUZZ_VERBOSE") != nullptr;
+  try {
+    std::unique_ptr<Graph> g = load_pt2_bytes(std::move(bytes), "fuzz.pt2");
+    g = run_graph_passes(*g);
+    for (bool cuda : {false, true}) {
+      loop::Program prog = lower_to_loops(*g, LowerOptions::for_device(cuda ? "cuda" : "cpu"));
+      sched::ScheduleOptions so;
+      so.extern_epilogues = !cuda;
+      sched::Schedule s = sched::schedule(prog, so);
+      WeightLayout w = layout_weights(prog, *g, /*external=*/cuda);  // both weight layouts
+      LibrarySource src = cuda ? generate_cuda(prog, s, *g, w, false) : generate_cpu(prog, s, *g, w);
+      (void)src;
+    }
+    if (verbose) std::fprintf(stderr, "compiled: %zu nodes\n", g->nodes().size());
+  } catch (const UserError& e) {
+    // The expected outcome for bad input: one sentence for the user.
+    if (verbose) std::fprintf(stderr, "user error: %s\n", e.what());
+  } catch (const std::overflow_error& e) {  // absurd sizes: exit 1 with a sentence in ptc's main
+    if (verbose) std::fprintf(stderr, "overflow: %s\n", e.what());
+  } catch (const InternalError& e) {
+    if (verbose) std::fprintf(stderr, "internal error: %s\n", e.what());
+    if (strict) {
+      std::fprintf(stderr, "internal error: %s\n", e.what());
+      std::abort();
+    }
+  }
+}
+
+}  // namespace ptc::fuzz

@@ -1,0 +1,26 @@
+// The graph pass pipeline (see passes.h).
+#include "ptc/error.h"
+#include "ptc/passes.h"
+
+namespace ptc {
+
+std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after) {
+  using Pass = std::unique_ptr<Graph> (*)(const Graph&);
+  const std::pair<const char*, Pass> passes[] = {
+      {"fold_batch_norm", fold_batch_norm},
+      {"fold_constants", fold_constants},
+      {"cse", common_subexpression_elimination},
+      {"dce", dead_code_elimination},
+      {"prune_unused_weights", prune_unused_weights},
+  };
+  std::unique_ptr<Graph> cur;
+  for (const auto& [name, pass] : passes) {
+    cur = pass(cur ? *cur : g);
+    std::vector<std::string> problems = verify_graph(*cur);
+    PTC_CHECK(problems.empty(), "the graph is malformed after ", name, ": ", problems.front());
+    if (after) after(name, *cur);
+  }
+  return cur;
+}
+
+}  // namespace ptc

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The CUDA fused attention kernel against PyTorch's scaled_dot_product_attention on the GPU.
+
+Here (no GPU needed): export small SDPA modules covering the kernel's cases and compile them:
+
+    .venv/bin/python scripts/cuda_attention_check.py --build out/attn
+
+On the GPU machine (python3 with torch):
+
+    python3 scripts/cuda_attention_check.py --check out/attn [--bench]
+
+Cases: head sizes 32..256, sequence lengths that are not multiples of the 32-row tiles, Tq != Tk,
+causal, bool (keep) and float (added) masks with broadcasting, rows with every key masked (NaN
+as torch's math path gives), q/k/v as strided views (heads split out of [B, T, H*D]), rank 3.
+The reference is torch's math SDPA in float64; max |ptc - ref| must be within 1e-4 (+ 1e-4 rel).
+"""
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# name: (B, H, Tq, Tk, D, Dv, causal, mask: None | "bool" | "float" | "bool_allmasked", split_heads)
+CASES = {
+    "d64": (2, 4, 37, 37, 64, 64, False, None, False),
+    "causal_d64": (2, 3, 100, 100, 64, 64, True, None, False),
+    "causal_d128": (1, 2, 257, 257, 128, 128, True, None, False),
+    "bool_d32": (2, 2, 45, 45, 32, 32, False, "bool", False),
+    "float_d80": (1, 3, 50, 70, 80, 80, False, "float", False),
+    "d256": (1, 2, 65, 65, 256, 256, False, None, False),
+    "tq5_tk300": (2, 2, 5, 300, 64, 64, False, None, False),
+    "dv_ne_d": (1, 2, 33, 40, 48, 96, False, None, False),
+    "allmasked": (1, 2, 20, 20, 32, 32, False, "bool_allmasked", False),
+    "split_heads": (2, 4, 61, 61, 64, 64, True, None, True),
+}
+
+
+class Sdpa(torch.nn.Module):
+    def __init__(self, causal, split_heads, heads):
+        super().__init__()
+        self.causal, self.split, self.heads = causal, split_heads, heads
+
+    def forward(self, q, k, v, mask=None):
+        if self.split:  # [B, T, H*D] -> [B, H, T, D]: strided views
+            B, T, HD = q.shape
+            q, k, v = (t.view(B, T, self.heads, HD // self.heads).transpose(1, 2) for t in (q, k, v))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal)
+
+
+def inputs(case, seed=0):
+    B, H, Tq, Tk, D, Dv, causal, mask, split = CASES[case]
+    g = torch.Generator().manual_seed(seed)
+    if split:
+        q = torch.randn(B, Tq, H * D, generator=g)
+        k = torch.randn(B, Tk, H * D, generator=g)
+        v = torch.randn(B, Tk, H * Dv, generator=g)
+    else:
+        q = torch.randn(B, H, Tq, D, generator=g)
+        k = torch.randn(B, H, Tk, D, generator=g)
+        v = torch.randn(B, H, Tk, Dv, generator=g)
+    args = [q, k, v]
+    if mask == "bool":
+        args.append(torch.rand(B, 1, Tq, Tk, generator=g) > 0.3)
+    elif mask == "bool_allmasked":
+        m = torch.rand(B, 1, Tq, Tk, generator=g) > 0.3
+        m[:, :, 3] = False  # row 3: every key masked
+        args.append(m)
+    elif mask == "float":
+        args.append(torch.randn(Tq, Tk, generator=g))
+    return args
+
+
+def build(out, ptc):
+    out.mkdir(parents=True, exist_ok=True)
+    for case, spec in CASES.items():
+        module = Sdpa(spec[6], spec[8], spec[1]).eval()
+        ep = torch.export.export(module, tuple(inputs(case)))
+        pt2 = out / f"attn_{case}.pt2"
+        torch.export.save(ep, str(pt2))
+        lib = out / f"attn_{case}.so"
+        subprocess.run([ptc, "compile", "-q", str(pt2), "-o", str(lib), "--device", "cuda"], check=True)
+        print(lib)
+
+
+def check(out, bench):
+    import ptc_ctypes
+    torch.backends.cuda.matmul.allow_tf32 = False
+    failures, rows = 0, []
+    for case in CASES:
+        args = [a.cuda() for a in inputs(case)]
+        spec = CASES[case]
+        module = Sdpa(spec[6], spec[8], spec[1])
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+            ref = module(*[a.double() if a.is_floating_point() else a for a in args]).float()
+        m = ptc_ctypes.PtcModel(str(out / f"attn_{case}.so"))
+        got = m(*args)[0]
+        torch.cuda.synchronize()
+        nan_ok = bool(torch.equal(torch.isnan(got), torch.isnan(ref)))
+        fin = ~torch.isnan(ref)
+        err = (got[fin] - ref[fin]).abs().max().item() if fin.any() else 0.0
+        ok = nan_ok and err <= 1e-4 + 1e-4 * ref[fin].abs().max().item()
+        failures += not ok
+        row = {"case": case, "shape": list(spec[:6]), "max_err": err, "nan_ok": nan_ok, "ok": ok}
+        if bench:
+            def t(fn, reps=50):
+                for _ in range(5):
+                    fn()
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda.synchronize()
+                s.record()
+                for _ in range(reps):
+                    fn()
+                e.record()
+                torch.cuda.synchronize()
+                return s.elapsed_time(e) / reps
+            outs = [torch.empty_like(got)]
+            run = m.prepare(*args, out=outs)
+            row["ptc_ms"] = t(run)
+            row["eager_ms"] = t(lambda: module(*args))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        m.close()
+    print(f"{len(rows) - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build")
+    ap.add_argument("--check")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
+    a = ap.parse_args()
+    if a.build:
+        build(Path(a.build), a.ptc_binary)
+    if a.check:
+        return check(Path(a.check), a.bench)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
