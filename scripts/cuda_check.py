@@ -36,8 +36,8 @@ ATOL = RTOL = 1e-4
 FLAVOURS = {"pt2": ".pt2", "core_pt2": ".core.pt2", "pt": ".pt"}
 
 
-def load_eager(name, flavour):
-    path = MODELS / f"{name}{FLAVOURS[flavour]}"
+def load_eager(name, flavour, models=MODELS):
+    path = models / f"{name}{FLAVOURS[flavour]}"
     if flavour == "pt":
         return torch.jit.load(str(path), map_location="cuda").eval()
     return torch.export.load(str(path)).module().to("cuda")
@@ -78,7 +78,7 @@ def check(libs, only=None, ref_only=False, models=MODELS):
             row = dict(model=name, flavour=flavour, cases=0, err_gpu=0.0, err_ref=0.0, ok=True, error=None)
             try:
                 # The Core ATen flavour's module keeps CPU constants: the export flavour is its reference.
-                eager = None if ref_only else load_eager(name, "pt2" if flavour == "core_pt2" else flavour)
+                eager = None if ref_only else load_eager(name, "pt2" if flavour == "core_pt2" else flavour, models)
                 with ptc_ctypes.PtcModel(str(lib)) as m, torch.inference_mode():
                     for case in expect["cases"]:
                         ins = [torch.from_numpy(np.load(models / f["file"])).cuda() for f in case["inputs"]]
@@ -128,29 +128,29 @@ def time_cuda(fn, reps, warmup=10):
 BIG = {"mlp_dyn": [(1024, 64)], "tfm_dyn": [(32, 256, 64)]}
 
 
-def bench(libs, reps, only=None):
+def bench(libs, reps, only=None, models=MODELS):
     rows = []
-    for exp_file in sorted(MODELS.glob("*.expect.json")):
+    for exp_file in sorted(models.glob("*.expect.json")):
         name = exp_file.name[: -len(".expect.json")]
         lib = libs / f"cuda_{name}_pt2.so"
         if not lib.exists() or (only and name not in only):
             continue
         case = json.loads(exp_file.read_text())["cases"][-1]
-        inputs = [[torch.from_numpy(np.load(MODELS / f["file"])).cuda() for f in case["inputs"]]]
+        inputs = [[torch.from_numpy(np.load(models / f["file"])).cuda() for f in case["inputs"]]]
         gen = torch.Generator().manual_seed(0)
         inputs += [[torch.randn(shape, generator=gen).cuda()] for shape in BIG.get(name, [])]
         for ins in inputs:
             try:
-                rows.append(bench_one(libs, name, lib, ins, reps))
+                rows.append(bench_one(libs, name, lib, ins, reps, models))
             except Exception as exc:  # noqa: BLE001  (e.g. an export whose eager module fails on the GPU)
                 print(f"skipping {name}: {str(exc)[:200]}", flush=True)
     return print_bench(rows)
 
 
-def bench_one(libs, name, lib, ins, reps):
+def bench_one(libs, name, lib, ins, reps, models=MODELS):
     row = dict(model=name, inputs="x".join(str(s) for s in ins[0].shape))
     with torch.inference_mode():
-        eager = load_eager(name, "pt2")
+        eager = load_eager(name, "pt2", models)
         row["eager_ms"] = time_cuda(lambda: eager(*ins), reps)
         for label, kw in (("ind", {}), ("ind_ro", {"mode": "reduce-overhead"})):
             try:
@@ -210,7 +210,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     res = {"check": check(Path(args.libs), args.only, args.ref_only, Path(args.models_dir))}
     if args.bench:
-        res["bench"] = bench(Path(args.libs), args.reps, args.only)
+        res["bench"] = bench(Path(args.libs), args.reps, args.only, Path(args.models_dir))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     sys.exit(0 if all(r["ok"] for r in res["check"]) else 1)

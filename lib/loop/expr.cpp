@@ -170,15 +170,18 @@ ExprRef select(ExprRef c, ExprRef a, ExprRef b) {
   return make(Expr{Op::Select, dt, {std::move(c), std::move(a), std::move(b)}, -1, sym::Expr(), 0, {}});
 }
 
-sym::Expr loop_var(int d, const sym::Expr& size) {
+namespace {
+// [0, hi - 1] for a size whose upper bound is hi; [0, 0] for an empty (or negative) size, whose
+// loop never runs (found by fuzzing: a pooling window of size 0).
+sym::Expr index_var(const std::string& name, const sym::Expr& size) {
   sym::Range r = sym::bounds(size);
-  return sym::symbol("x" + std::to_string(d), {0, r.bounded_above() ? r.hi - 1 : sym::Range::kPosInf});
+  return sym::symbol(name, {0, r.bounded_above() ? std::max<int64_t>(r.hi - 1, 0) : sym::Range::kPosInf});
 }
+}  // namespace
 
-sym::Expr reduce_var(int d, const sym::Expr& size) {
-  sym::Range r = sym::bounds(size);
-  return sym::symbol("r" + std::to_string(d), {0, r.bounded_above() ? r.hi - 1 : sym::Range::kPosInf});
-}
+sym::Expr loop_var(int d, const sym::Expr& size) { return index_var("x" + std::to_string(d), size); }
+
+sym::Expr reduce_var(int d, const sym::Expr& size) { return index_var("r" + std::to_string(d), size); }
 
 bool is_loop_var(const sym::Expr& s) {
   if (s.kind() != sym::Kind::Symbol) return false;

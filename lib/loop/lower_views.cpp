@@ -1,5 +1,7 @@
 // View lowerings: every view is an index rewrite (and stays a strided View of a buffer when its
 // source is one), never a copy. Also cat/stack/split/pad and the identity ops.
+#include <algorithm>
+
 #include "lower_internal.h"
 
 namespace ptc::loop {
@@ -116,6 +118,12 @@ std::optional<std::vector<DimGroup>> reshape_groups(const Index& old_sizes, cons
 
 TensorRef reshape(Lowering& L, const TensorRef& x, const Index& sizes) {
   if (x.sizes == sizes) return x;
+  // An empty tensor: no element is ever read, and the index split below would divide by zero.
+  auto is_zero = [](const sym::Expr& e) { return e.as_const() && *e.as_const() == 0; };
+  if (std::any_of(x.sizes.begin(), x.sizes.end(), is_zero) || std::any_of(sizes.begin(), sizes.end(), is_zero)) {
+    const DType dt = x.dtype;
+    return L.pointwise(dt, sizes, [dt](const Index&) { return constant(0, dt); });
+  }
   Index in_sizes = x.sizes;
   Index in_strides = row_major_strides(in_sizes), out_strides = row_major_strides(sizes);
   auto groups = reshape_groups(in_sizes, sizes);

@@ -58,10 +58,8 @@ std::string attention_fields(const loop::Computation& c, const std::string& inde
   for (size_t d = 0; d < lead; ++d) dims[2 - lead + d] = cpp_index(c.domain[d]);
   double scale;
   std::memcpy(&scale, &c.params[2], sizeof scale);
-  char scale_text[64];
-  std::snprintf(scale_text, sizeof scale_text, "%.9g", scale);
-  os << indent << "a.mask_kind = " << c.params[0] << "; a.causal = " << (c.params[1] ? "true" : "false") << "; a.scale = " << scale_text
-     << "f; a.masked_rows_zero = " << (c.params[3] ? "true" : "false") << ";\n";
+  os << indent << "a.mask_kind = " << c.params[0] << "; a.causal = " << (c.params[1] ? "true" : "false")
+     << "; a.scale = " << codegen::literal(scale, DType::Float32) << "; a.masked_rows_zero = " << (c.params[3] ? "true" : "false") << ";\n";
   os << indent << "a.B = " << dims[0] << "; a.H = " << dims[1] << "; a.Tq = " << cpp_index(c.domain[r - 2])
      << "; a.Tk = " << cpp_index(c.operands[1].sizes[r - 2]) << "; a.D = " << cpp_index(c.operands[0].sizes[r - 1])
      << "; a.Dv = " << cpp_index(c.domain[r - 1]) << ";\n";

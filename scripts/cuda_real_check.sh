@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Real models on a GPU machine whose weights are too large to carry there: export them there
+# (random weights: scripts/export_models.py --real), compile them for CUDA with a ptc built
+# elsewhere (-DPTC_WITH_TORCHSCRIPT=OFF: it needs no torch), and check them against eager on the
+# GPU and against the recorded CPU eager outputs (scripts/cuda_check.py).
+#
+#   bash scripts/cuda_real_check.sh PTC_BINARY OUT_DIR MODEL...      (e.g. bert gpt2 resnet18)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ptc=$(readlink -f "$1")
+out=$2
+shift 2
+mkdir -p "$out/models" "$out/libs"
+python3 scripts/export_models.py --real "$@" --out "$out/models" --no-trace --no-verify
+# Several models at a time (nvcc is single-threaded per translation unit).
+printf '%s\n' "$@" | xargs -P 4 -I{} sh -c \
+  "'$ptc' compile -q '$out/models/{}.pt2' -o '$out/libs/cuda_{}_pt2.so' --device cuda --no-cache && echo compiled {} || echo FAILED to compile {}"
+python3 scripts/cuda_check.py --libs "$out/libs" --models-dir "$out/models" --only "$@"
