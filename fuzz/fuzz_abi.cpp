@@ -120,6 +120,8 @@ void describe(Reader& r, Arg& a, const std::vector<int64_t>& like, int like_rank
   if (a.fits) {
     a.data.resize(bytes ? bytes : 1);
     for (size_t i = 0; i < bytes; ++i) a.data[i] = r.n ? r.get<uint8_t>() : static_cast<unsigned char>(i * 131);
+    if (a.t.dtype == PTC_BOOL)  // the caller's contract: a bool is 0 or 1
+      for (size_t i = 0; i < bytes; ++i) a.data[i] &= 1;
   }
   a.t.data = mode & 16 || !a.fits ? nullptr : a.data.data();
 }

@@ -35,6 +35,8 @@ void compile_front_half(std::string bytes) {
     if (verbose) std::fprintf(stderr, "user error: %s\n", e.what());
   } catch (const std::overflow_error& e) {  // absurd sizes: exit 1 with a sentence in ptc's main
     if (verbose) std::fprintf(stderr, "overflow: %s\n", e.what());
+  } catch (const std::bad_alloc&) {  // likewise (out of memory)
+    if (verbose) std::fprintf(stderr, "out of memory\n");
   } catch (const InternalError& e) {
     if (verbose) std::fprintf(stderr, "internal error: %s\n", e.what());
     if (strict) {

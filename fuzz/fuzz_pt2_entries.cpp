@@ -19,15 +19,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at += n;
     return s;
   };
+  size_t zeros = 0;  // zero-filled bytes so far: at most 64 MiB in all
   while (at + 2 <= size && entries.size() < 256) {
     size_t name_len = data[at] | (data[at + 1] << 8);
     at += 2;
     std::string name = take(name_len);
     uint32_t data_len = 0;
     for (int i = 0; i < 4 && at < size; ++i) data_len |= uint32_t(data[at++]) << (8 * i);
-    if (data_len & 0x80000000u)
-      entries.push_back({std::move(name), std::string(std::min<size_t>(data_len & 0x7fffffffu, size_t(64) << 20), '\0')});
-    else
+    if (data_len & 0x80000000u) {
+      const size_t n = std::min<size_t>(data_len & 0x7fffffffu, (size_t(64) << 20) - zeros);
+      zeros += n;
+      entries.push_back({std::move(name), std::string(n, '\0')});
+    } else
       entries.push_back({std::move(name), take(data_len)});
   }
   ptc::fuzz::compile_front_half(ptc::test::make_zip(entries));

@@ -253,6 +253,30 @@ def main():
                 return "; ".join(msgs)
             t.check(f"scaled_dot_product_attention with a fully masked row (rank {len(lead) + 2})", sdpa)
 
+        # An embedding gathered inside a GEMM's epilogue (linear(x) + emb(ids)): the index check
+        # is shared with the epilogue; an id out of range fails the run with a message.
+        class LinEmb(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin, self.emb = torch.nn.Linear(16, 16), torch.nn.Embedding(10, 16)
+
+            def forward(self, x, ids):
+                return self.lin(x) + self.emb(ids)
+
+        def lin_emb():
+            torch.manual_seed(4)
+            model = LinEmb().eval()
+            x, ids = torch.randn(3, 5, 16), torch.randint(0, 10, (3, 5))
+            torch.export.save(torch.export.export(model, (x, ids)), str(work / "lin_emb.pt2"))
+            compile_model(ptc, work / "lin_emb.pt2", work / "lin_emb.so")
+            with ptc_ctypes.PtcModel(str(work / "lin_emb.so")) as lib, torch.inference_mode():
+                msg = compare(lib(x, ids)[0], model(x, ids))
+                bad = ids.clone()
+                bad[2, 4] = 10
+                expect_error(lambda: lib(x, bad), RuntimeError, "index 10 is out of range for a dimension of size 10")
+            return msg
+        t.check("an embedding in a GEMM epilogue, and its index check", lin_emb)
+
         def close_all():
             for lib in libs.values():
                 lib.close()

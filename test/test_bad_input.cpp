@@ -214,7 +214,16 @@ TEST_CASE("bad input: negative and absurd tensor shapes (element counts that ove
                     }),
                     "tensor 'x' has more than 2^48 elements");
   expect_user_error(with_weights_config_edit("huge_weight.pt2", [](json& m) { m["sizes"] = sizes_json({int64_t(1) << 62, 64}); }),
+                    "weight 'l1.weight' has a size of 4611686018427387904, beyond 2^48");
+  expect_user_error(with_weights_config_edit("huge_weight2.pt2", [](json& m) { m["sizes"] = sizes_json({int64_t(1) << 30, int64_t(1) << 30}); }),
                     "weight 'l1.weight' has more than 2^48 elements");
+  // An empty tensor with large sizes holds no element: not refused for its size (here it is
+  // refused later: l1's weight must be [256, 64]).
+  auto r = t::run_ptc("inspect " + with_weights_config_edit("empty_big.pt2", [](json& m) {
+                        m["sizes"] = sizes_json({int64_t(1) << 30, int64_t(1) << 30, 0});
+                        m["strides"] = sizes_json({0, 0, 1});
+                      }));
+  CHECK(r.output.find("2^48") == std::string::npos);
 }
 
 TEST_CASE("bad input: weight storage out of range (offset, strides, dtype vs byte count)", "[bad]") {

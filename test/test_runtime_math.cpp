@@ -44,3 +44,15 @@ TEST_CASE("erf_f, exp_f, tanh_f, sigmoid_f match the C library", "[runtime]") {
   CHECK(std::isnan(ptc_rt::exp_f(nan)));
   CHECK(ptc_rt::exp_f(-inf) == 0.0f);
 }
+
+TEST_CASE("SatInt: size arithmetic saturates and stays saturated", "[runtime]") {
+  using ptc_rt::SatInt;
+  const SatInt s(int64_t(1) << 40);
+  CHECK((s * s).huge());                               // 2^80
+  CHECK((s * s - s * s).huge());                       // a difference of huge terms is not 0
+  CHECK((s * s * 0).v == 0);                           // an empty dimension: no elements
+  CHECK((s * 3 + 1).v == (int64_t(3) << 40) + 1);      // exact below the limit
+  CHECK(ptc_rt::floordiv(s * s, SatInt(2)).huge());
+  CHECK((SatInt(7) % SatInt(0)).v == 0);               // no division by zero
+  CHECK(SatInt(-5).v == -5);
+}

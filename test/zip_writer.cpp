@@ -28,6 +28,9 @@ std::string raw_deflate(const std::string& in) {
 }  // namespace
 
 std::string make_zip(const std::vector<ZipItem>& items) {
+  size_t total = 0;
+  for (const ZipItem& it : items) total += it.data.size() + it.name.size() + 128;
+  if (total >= UINT32_MAX) throw std::length_error("make_zip: archives over 4 GiB need zip64, which this writer does not write");
   std::string out, dir;
   for (const ZipItem& it : items) {
     const std::string body = it.deflate ? raw_deflate(it.data) : it.data;

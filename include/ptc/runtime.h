@@ -8,7 +8,8 @@
  *   ptc_run(m, 1, &in, 1, &out);
  *   ptc_close(m);
  *
- * Tensors are dense, row-major (contiguous), owned by the caller, in the memory of the library's
+ * Tensors are dense, row-major (contiguous), owned by the caller (bool elements are bytes holding
+ * 0 or 1), in the memory of the library's
  * device (ptc_device(): host memory for CPU libraries, CUDA device memory for CUDA ones — there
  * ptc_run queues the work on the calling thread's default stream and waits for it, and
  * ptc_run_async queues it on `stream`, a cudaStream_t, and returns at once). Every call checks

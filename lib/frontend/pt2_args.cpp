@@ -97,11 +97,12 @@ Type Context::tensor_meta(const json& meta, const std::string& what) {
     sym::Expr e = sym_int(s, w);
     if (sym::prove_lt(e, 0)) fail(what, " has negative size ", e.str());
     if (auto c = e.as_const()) {
+      if (*c > kLimit) fail(what, " has a size of ", *c, ", beyond 2^48; ptc refuses it");
       numel = std::min<__int128>(numel * *c, __int128(kLimit) + 1);
-      if (*c > kLimit || numel > kLimit) fail(what, " has more than 2^48 elements (a size of ", e.str(), "); ptc refuses it");
     }
     sz.push_back(e);
   }
+  if (numel > kLimit) fail(what, " has more than 2^48 elements; ptc refuses it");
   for (const auto& s : strides) {
     st.push_back(sym_int(s, w));
     if (auto c = st.back().as_const(); c && (*c > kLimit || *c < -kLimit))

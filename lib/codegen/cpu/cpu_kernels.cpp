@@ -361,7 +361,9 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   std::string ep_name = "ptc_rt::GemmEpilogue{}";
   if (ep) {
     ep_name = "ptc_rt::epilogue_ref(epilogue)";
-    os << indent << "  auto epilogue = [=](float* __restrict cp, int64_t bi, int64_t row, int64_t col0, int64_t ncols) {\n";
+    // (A kernel that checks indices shares its one IndexCheck with the epilogue: by reference.)
+    os << indent << "  auto epilogue = [=" << (kernel_checks_indices(p, k) ? ", &ptc_ix" : "")
+       << "](float* __restrict cp, int64_t bi, int64_t row, int64_t col0, int64_t ncols) {\n";
     os << indent << "    (void)bi;\n";
     std::string in = indent + "    ";
     // The epilogue's own loop variables: its domain enumerates the GEMM's rows in the same
@@ -443,7 +445,9 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
     // The fused pointwise step on `count` final outputs of (image, channel) from p0 = oh*OW+ow:
     // runs of one output row each, so that (x2, x3) need no division per element.
     std::string in = indent + "    ";
-    os << indent << "  auto epilogue = [=](float* __restrict cp, int64_t bi, int64_t row, int64_t col0, int64_t ncols) {\n";
+    // (A kernel that checks indices shares its one IndexCheck with the epilogue: by reference.)
+    os << indent << "  auto epilogue = [=" << (kernel_checks_indices(p, k) ? ", &ptc_ix" : "")
+       << "](float* __restrict cp, int64_t bi, int64_t row, int64_t col0, int64_t ncols) {\n";
     for (size_t d = 0; d < 4; ++d) os << in << "const int64_t n" << d << " = " << cpp_index(ep->domain[d]) << "; (void)n" << d << ";\n";
     os << in << "const int64_t x0 = bi, x1 = row;\n";
     os << in << "int64_t x2 = col0 / n3, start = col0 % n3;\n";

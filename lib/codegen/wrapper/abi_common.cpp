@@ -241,9 +241,9 @@ void emit_metadata(std::ostream& os, const loop::Program& p, const sched::Schedu
     }
     os << "  }\n";
   }
-  os << "  for (int i = 0; i < n; ++i) {\n    int64_t numel = 1;\n"
-     << "    for (int d = 0; d < in[i].rank; ++d) numel *= in[i].sizes[d];\n"
-     << "    if (numel > 0 && !in[i].data) return fail(std::string(\"input \") + kInputs[i].name + \": data pointer is null\");\n  }\n"
+  os << "  for (int i = 0; i < n; ++i) {  // a non-empty input needs its data\n    bool empty = false;\n"
+     << "    for (int d = 0; d < in[i].rank; ++d) empty = empty || in[i].sizes[d] == 0;\n"
+     << "    if (!empty && !in[i].data) return fail(std::string(\"input \") + kInputs[i].name + \": data pointer is null\");\n  }\n"
      << "  return PTC_OK;\n}\n\n";
 
   // Output sizes.

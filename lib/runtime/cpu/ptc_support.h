@@ -43,22 +43,28 @@ PTC_HD inline int64_t index_in_range(int64_t i, int64_t n) {
   return static_cast<uint64_t>(i) < static_cast<uint64_t>(n) ? i : 0;
 }
 
-// An integer that saturates at +-2^62 instead of overflowing: the wrappers evaluate every
-// tensor's size expression with it to refuse sizes whose products would overflow int64.
+// An integer that saturates instead of overflowing: the wrappers evaluate every tensor's size
+// expression with it to refuse sizes whose products would overflow int64. A value beyond +-2^62
+// becomes "huge" (kMax) and stays huge through every operation (but a product with 0), so that
+// no difference of two huge terms can look small.
 struct SatInt {  // host code (the wrappers; nvcc compiles the CUDA one)
   static constexpr int64_t kMax = int64_t(1) << 62;
   int64_t v;
   SatInt(long long x) : v(clamp(x)) {}  // NOLINT: implicit, so that literals mix in
-  static int64_t clamp(__int128 x) { return x > kMax ? kMax : x < -kMax ? -kMax : static_cast<int64_t>(x); }
-  friend SatInt operator+(SatInt a, SatInt b) { return SatInt(clamp(static_cast<__int128>(a.v) + b.v)); }
-  friend SatInt operator-(SatInt a, SatInt b) { return SatInt(clamp(static_cast<__int128>(a.v) - b.v)); }
-  friend SatInt operator*(SatInt a, SatInt b) { return SatInt(clamp(static_cast<__int128>(a.v) * b.v)); }
-  friend SatInt operator/(SatInt a, SatInt b) { return SatInt(b.v ? a.v / b.v : 0); }
-  friend SatInt operator%(SatInt a, SatInt b) { return SatInt(b.v ? a.v % b.v : 0); }
+  static int64_t clamp(__int128 x) { return x >= kMax || x <= -kMax ? kMax : static_cast<int64_t>(x); }
+  bool huge() const { return v == kMax; }
+  friend SatInt operator+(SatInt a, SatInt b) { return a.huge() || b.huge() ? a.kMax : SatInt(clamp(static_cast<__int128>(a.v) + b.v)); }
+  friend SatInt operator-(SatInt a, SatInt b) { return a.huge() || b.huge() ? a.kMax : SatInt(clamp(static_cast<__int128>(a.v) - b.v)); }
+  friend SatInt operator*(SatInt a, SatInt b) {
+    if (a.v == 0 || b.v == 0) return 0;
+    return a.huge() || b.huge() ? a.kMax : SatInt(clamp(static_cast<__int128>(a.v) * b.v));
+  }
+  friend SatInt operator/(SatInt a, SatInt b) { return a.huge() || b.huge() ? a.kMax : SatInt(b.v ? a.v / b.v : 0); }
+  friend SatInt operator%(SatInt a, SatInt b) { return a.huge() || b.huge() ? a.kMax : SatInt(b.v ? a.v % b.v : 0); }
   friend bool operator>(SatInt a, SatInt b) { return a.v > b.v; }
 };
-inline SatInt floordiv(SatInt a, SatInt b) { return SatInt(b.v ? floordiv(a.v, b.v) : 0); }
-inline SatInt pymod(SatInt a, SatInt b) { return SatInt(b.v ? pymod(a.v, b.v) : 0); }
+inline SatInt floordiv(SatInt a, SatInt b) { return a.huge() || b.huge() ? SatInt::kMax : SatInt(b.v ? floordiv(a.v, b.v) : 0); }
+inline SatInt pymod(SatInt a, SatInt b) { return a.huge() || b.huge() ? SatInt::kMax : SatInt(b.v ? pymod(a.v, b.v) : 0); }
 
 #ifndef __CUDACC__
 // CPU kernels also record the first bad index of a run, and the run fails with its message.
