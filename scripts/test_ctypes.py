@@ -228,9 +228,10 @@ def main():
         # scaled_dot_product_attention with masks: rows whose keys are all masked give zeros
         # (torch's safe softmax), through the fused kernel (rank 4) and the GEMM + softmax path
         # (rank 5: not fused).
-        class Sdpa(torch.nn.Module):
+        class Sdpa(torch.nn.Module):  # rank 4 with scale 1 (T5's): a literal the generated code must spell right
             def forward(self, q, k, v, mask):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                                        scale=1.0 if q.dim() == 4 else None)
 
         for lead in ((2, 2), (2, 1, 2)):
             def sdpa(lead=lead):
