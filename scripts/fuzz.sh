@@ -41,7 +41,7 @@ for t in "${targets[@]}"; do
       # One OpenMP thread: argument checking needs no parallel kernels, and LeakSanitizer's
       # exit-time check crashed once with OpenMP's pool threads alive (after a clean 30 minutes).
       export OMP_NUM_THREADS=1
-      seeds=(fuzz/corpus/abi) ;;
+      ;;  # seeds: fuzz/corpus/abi, below
   esac
   [ -d "fuzz/corpus/$t" ] && seeds+=("fuzz/corpus/$t")
   echo "== fuzz_$t for ${secs} s"
