@@ -110,6 +110,22 @@ def _declare(lib):
                                          ctypes.POINTER(_Tensor), P]),
         "ptc_device": (ctypes.c_int, []),
     }
+    T = ctypes.POINTER(_Tensor)
+    sigs.update({  # training libraries (ptc compile --train)
+        "ptc_num_params": (ctypes.c_int, [P]),
+        "ptc_param_info": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(_TensorInfo)]),
+        "ptc_param_data": (ctypes.c_void_p, [P, ctypes.c_int]),
+        "ptc_grad_data": (ctypes.c_void_p, [P, ctypes.c_int]),
+        "ptc_forward_train": (ctypes.c_int, [P, ctypes.c_int, T, ctypes.c_int, T, ctypes.POINTER(P)]),
+        "ptc_backward": (ctypes.c_int, [P, P, ctypes.c_int, T, ctypes.c_int, T]),
+        "ptc_saved_free": (None, [P]),
+        "ptc_num_input_grads": (ctypes.c_int, [P]),
+        "ptc_input_grad_index": (ctypes.c_int, [P, ctypes.c_int]),
+        "ptc_zero_grad": (ctypes.c_int, [P]),
+        "ptc_sgd_step": (ctypes.c_int, [P, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_int]),
+        "ptc_adamw_step": (ctypes.c_int, [P, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float,
+                                          ctypes.c_float]),
+    })
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name, None)
         if fn is None:
@@ -318,3 +334,97 @@ if __name__ == "__main__":
     for p in sys.argv[1:]:
         with PtcModel(p) as m:
             print(m)
+
+
+class PtcTrainer(PtcModel):
+    """A training library (`ptc compile --train`): parameters held by the library, a forward
+    that keeps what the backward needs, the backward, and fused optimizer steps.
+
+        t = ptc_ctypes.PtcTrainer("mlp_train.so")
+        t.params["l1.weight"]        # a torch view of the library's parameter (writable)
+        t.zero_grad()
+        (loss,), saved = t.forward_train(x, target)
+        t.backward(saved, [torch.ones(())])   # gradients accumulate into t.grads[...]
+        saved.free()
+        t.adamw_step(lr=1e-3)
+    """
+
+    class Saved:
+        def __init__(self, trainer, handle):
+            self._t, self.handle = trainer, handle
+
+        def free(self):
+            if self.handle is not None:
+                self._t._lib.ptc_saved_free(self.handle)
+                self.handle = None
+
+        def __del__(self):
+            try:
+                self.free()
+            except Exception:
+                pass
+
+    def __init__(self, path, weights_path=None):
+        super().__init__(path, weights_path)
+        lib = self._lib
+        if getattr(lib, "ptc_forward_train", None) is None:
+            raise RuntimeError(f"{path} is not a training library (compile with --train)")
+        self.params, self.grads, self.param_infos = {}, {}, []
+        for i in range(lib.ptc_num_params(self._m)):
+            info = self._info(lib.ptc_param_info, i)
+            self.param_infos.append(info)
+            n = 1
+            for d in info.sizes:
+                n *= d
+            for table, fn in ((self.params, lib.ptc_param_data), (self.grads, lib.ptc_grad_data)):
+                ptr = fn(self._m, i)
+                buf = (ctypes.c_float * max(n, 1)).from_address(ptr)
+                table[info.name] = torch.frombuffer(buf, dtype=torch.float32, count=n).view(info.sizes)
+        self.input_grads = [lib.ptc_input_grad_index(self._m, i) for i in range(lib.ptc_num_input_grads(self._m))]
+
+    def forward_train(self, *tensors):
+        """(outputs, saved): runs the forward and keeps what backward needs."""
+        self._require_open()
+        arr, keep = self._prepare_inputs(tensors)
+        shapes = self._output_shapes(arr, len(tensors))
+        outs = [torch.empty(shape, dtype=info.dtype) for info, shape in zip(self.outputs, shapes)]
+        out_arr = (_Tensor * max(len(outs), 1))()
+        for j, t in enumerate(outs):
+            out_arr[j] = self._c_tensor(t, f"output {j}", keep)
+        handle = ctypes.c_void_p()
+        self._check(self._lib.ptc_forward_train(self._m, len(tensors), arr, len(outs), out_arr, ctypes.byref(handle)),
+                    "ptc_forward_train")
+        saved = PtcTrainer.Saved(self, handle)
+        saved.input_shapes = [tuple(t.shape) for t in tensors]
+        return tuple(outs), saved
+
+    def backward(self, saved, grad_outputs):
+        """Adds the parameters' gradients to self.grads; returns the gradients of the inputs that
+        require grad (in input order). grad_outputs: one tensor (or None: zeros) per output."""
+        self._require_open()
+        keep = []
+        g_arr = (_Tensor * max(len(grad_outputs), 1))()
+        for j, g in enumerate(grad_outputs):
+            if g is None:
+                g_arr[j] = _Tensor(None, 7, len(self.outputs[j].sizes), None)
+            else:
+                g = g.detach().contiguous()
+                keep.append(g)
+                g_arr[j] = self._c_tensor(g, f"grad_output {j}", keep)
+        ig = [torch.empty(saved.input_shapes[i], dtype=self.inputs[i].dtype) for i in self.input_grads]
+        ig_arr = (_Tensor * max(len(ig), 1))()
+        for j, t in enumerate(ig):
+            ig_arr[j] = self._c_tensor(t, f"input grad {j}", keep)
+        self._check(self._lib.ptc_backward(self._m, saved.handle, len(grad_outputs), g_arr, len(ig), ig_arr),
+                    "ptc_backward")
+        return ig
+
+    def zero_grad(self):
+        self._check(self._lib.ptc_zero_grad(self._m), "ptc_zero_grad")
+
+    def sgd_step(self, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+        self._check(self._lib.ptc_sgd_step(self._m, lr, momentum, dampening, weight_decay, int(nesterov)), "ptc_sgd_step")
+
+    def adamw_step(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        self._check(self._lib.ptc_adamw_step(self._m, lr, betas[0], betas[1], eps, weight_decay), "ptc_adamw_step")
+

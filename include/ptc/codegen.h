@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ptc/autodiff.h"
 #include "ptc/graph.h"
 #include "ptc/loop.h"
 #include "ptc/schedule.h"
@@ -52,7 +53,23 @@ struct LibrarySource {
   // kernel calls them; CUDA: ptc_cuda_runtime.cu.
   std::vector<std::string> runtime_units;
 };
-LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights);
+// `part` (a training library's "fwd" or "bwd"): everything goes into namespace ptc_part_<part>
+// (the ABI functions as C++ functions there, for the training wrapper to call), files are named
+// <part>_model.cpp / <part>_kernels_<i>.cpp, and the weights are the library's one blob.
+LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
+                           const std::string& part = "");
+// A training library (ptc compile --train; lib/runtime/cpu/ptc_train.h): the forward and backward
+// programs as parts "fwd" and "bwd", and a model.cpp with the parameters' layout and the C ABI
+// (runtime.h, training functions included). `g` is the graph whose weights the blob holds.
+struct TrainProgram {
+  const loop::Program* program;
+  const sched::Schedule* schedule;
+};
+LibrarySource generate_cpu_training(const TrainProgram& fwd, const TrainProgram& bwd, const TrainGraphs& t, const Graph& g,
+                                    const WeightLayout& weights);
+// Lays out the named weights of `g` (storages shared by several names are stored once).
+WeightLayout layout_weight_names(const std::vector<std::string>& names, const Graph& g, bool external = false);
+
 // CUDA: model.cu (kernels, launchers, wrapper); the runtime's ptc_cuda_runtime.cu (cuBLASLt GEMM,
 // convolution) is the library's other translation unit. The schedule must have no extern
 // epilogues (ScheduleOptions::extern_epilogues = false). cuda_graphs: runs replay a CUDA graph

@@ -2,6 +2,9 @@
 //
 //   read -> [shape propagation, TorchScript with dynamic shapes] -> fold_batch_norm ->
 //   fold_constants -> cse -> dce -> prune_unused_weights -> lower -> schedule -> codegen -> build
+// --train: read -> cse -> dce -> joint graph (autodiff) -> partition -> per part (forward,
+//   backward): cse -> dce -> prune_unused_weights -> lower -> schedule; codegen of both parts and
+//   the training wrapper -> build
 // Each stage is a plain function call in lib/build/driver.cpp. Before the pipeline, the compile
 // cache (ptc/cache.h) is asked for the outputs of an identical compile; after it, they are stored.
 #pragma once
@@ -26,6 +29,8 @@ struct CompileOptions {
   std::string dump_after;   // print the graph after this pass (or "all")
   std::string weights = "embedded";  // or "external": a side file, memory-mapped and checksummed
   bool cuda_graphs = false;  // cuda: capture each (sizes, data pointers) once, then replay
+  bool train = false;        // a training library: forward_train, backward, optimizer steps (ptc/autodiff.h)
+  bool save_all = false;     // --train: save every activation the backward reads (no recomputation)
   LoadOptions load;
   BuildOptions build;
 };

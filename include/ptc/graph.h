@@ -81,6 +81,9 @@ using Arg = std::variant<std::monostate,                             // None
                          sym::Expr, std::vector<sym::Expr>,          // SymInt, SymInt[]
                          DType, Device>;                             // ScalarType, Device
 std::string arg_str(const Arg& a);
+// The Arg a schema default stands for (SymInt defaults as expressions, int-list defaults of
+// "int[N]" broadcast to N, ScalarType names as DTypes).
+Arg schema_default(const SchemaArg& sa);
 // The argument as a number when it is one (int, float, bool or a constant SymInt).
 std::optional<double> arg_number(const Arg& a);
 

@@ -144,5 +144,10 @@ namespace ptc {
 // Pre:  verify_graph(g) is empty; every value has its type (read or shape-propagated).
 std::unique_ptr<Graph> run_graph_passes(const Graph& g,
                                         const std::function<void(const char* pass, const Graph&)>& after = {});
+// The passes of a training compile (--train), before the joint graph and on each of its parts:
+// cse, dce, prune_unused_weights. No folding: parameters change as the model trains, and an
+// inference batch norm must stay one for its gradient.
+std::unique_ptr<Graph> run_training_graph_passes(const Graph& g,
+                                                 const std::function<void(const char* pass, const Graph&)>& after = {});
 
 }  // namespace ptc

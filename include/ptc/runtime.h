@@ -86,6 +86,53 @@ PTC_API const char* ptc_last_error(void);
  * symbols, device, architecture and compile flags (what `ptc inspect LIB.so` prints). */
 PTC_API const char* ptc_manifest(void);
 
+/* ---- Training libraries (`ptc compile --train`) --------------------------------------------
+ *
+ *   ptc_saved* saved;
+ *   ptc_zero_grad(m);
+ *   ptc_forward_train(m, 2, inputs, 1, &loss, &saved);     // outputs, plus what backward needs
+ *   ptc_tensor dloss = {&one, PTC_FLOAT32, 0, NULL};
+ *   ptc_backward(m, saved, 1, &dloss, 0, NULL);            // gradients accumulate in the library
+ *   ptc_saved_free(saved);
+ *   ptc_adamw_step(m, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f);  // one fused step over all parameters
+ *
+ * The library holds the parameters (float32, initialized from the exported model, updated in
+ * place by the optimizer steps or by the caller through ptc_param_data) and their gradients
+ * (summed over ptc_backward calls until ptc_zero_grad, as torch's .grad). ptc_run and the
+ * functions above work too (ptc_run is an inference forward with the current parameters).
+ * Training calls on one handle must not run concurrently with each other. These functions exist
+ * only in training libraries. */
+typedef struct ptc_saved ptc_saved;
+
+PTC_API int ptc_num_params(const ptc_model* model);
+/* info->name is the parameter's state-dict name ("l1.weight"). */
+PTC_API int ptc_param_info(const ptc_model* model, int index, ptc_tensor_info* info);
+/* The parameter's values and its gradient: dense float32 arrays of the library, readable and
+ * writable by the caller between calls. NULL for a bad index. */
+PTC_API float* ptc_param_data(ptc_model* model, int index);
+PTC_API float* ptc_grad_data(ptc_model* model, int index);
+/* Runs the forward as ptc_run does and keeps in *saved what the backward needs (until
+ * ptc_saved_free). */
+PTC_API int ptc_forward_train(ptc_model* model, int num_inputs, const ptc_tensor* inputs, int num_outputs,
+                              ptc_tensor* outputs, ptc_saved** saved);
+/* The backward of one forward_train: `grad_outputs` has one entry per output (data NULL: a zero
+ * gradient; outputs without a gradient, e.g. integer ones, are ignored). Adds the parameters'
+ * gradients to the library's and writes the gradients of the inputs that require grad (see
+ * ptc_num_input_grads) to `input_grads`. `saved` stays valid (free it with ptc_saved_free). */
+PTC_API int ptc_backward(ptc_model* model, ptc_saved* saved, int num_grad_outputs, const ptc_tensor* grad_outputs,
+                         int num_input_grads, ptc_tensor* input_grads);
+PTC_API void ptc_saved_free(ptc_saved* saved);
+/* The inputs that get a gradient (those the export marked requires_grad): their count, and the
+ * input index of each. */
+PTC_API int ptc_num_input_grads(const ptc_model* model);
+PTC_API int ptc_input_grad_index(const ptc_model* model, int index);
+PTC_API int ptc_zero_grad(ptc_model* model);
+/* torch.optim.SGD's and torch.optim.AdamW's update of every parameter from its gradient, one
+ * fused pass; the optimizer state (momentum buffers, Adam moments and step count) lives in the
+ * handle. A handle uses one optimizer. */
+PTC_API int ptc_sgd_step(ptc_model* model, float lr, float momentum, float dampening, float weight_decay, int nesterov);
+PTC_API int ptc_adamw_step(ptc_model* model, float lr, float beta1, float beta2, float eps, float weight_decay);
+
 #ifdef __cplusplus
 }
 #endif

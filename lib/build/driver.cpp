@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "ptc/autodiff.h"
+#include "ptc/build.h"
 #include "ptc/cache.h"
 #include "ptc/codegen.h"
 #include "ptc/compile.h"
@@ -109,6 +111,7 @@ std::string compile_key(const CompileOptions& o, const std::string& model_sha, c
   if (cuda) h.field(tool_identity(find_nvcc(o.build.nvcc)));
   if (!cuda && o.build.cpu_arch == "native") h.field(host_cpu_identity());
   h.field(o.device).field(o.weights).field(o.cuda_graphs ? "graphs" : "-").field(o.build.profile ? "profile" : "-");
+  h.field(o.train ? (o.save_all ? "train-save-all" : "train") : "-");
   h.field("sanitize").field(o.build.sanitize);
   h.field(o.build.cpu_arch).field(o.build.cuda_arch).field(o.build.cxx).field(library_name).field(fs::path(o.model).filename().string());
   for (const auto& v : o.load.input_shapes) h.field("shape").field(v);
@@ -226,40 +229,9 @@ void compile_model(const CompileOptions& in) {
     Stage s("shapes");
     g = propagate_shapes(*g, ShapePropMode::Fill);
   }
-  {
-    // Graph passes; the verifier checks the IR after each (a failure is a ptc bug).
-    Stage s("passes");
-    for_model(opts.model, [&] {
-      g = run_graph_passes(*g, [&](const char* name, const Graph& after) {
-        if (opts.dump_after == name || opts.dump_after == "all") std::cout << "# after " << name << "\n" << print_graph(after);
-      });
-    });
-  }
-  loop::Program prog;
-  {
-    Stage s("lower");
-    for_model(opts.model, [&] { prog = lower_to_loops(*g, LowerOptions::for_device(opts.device)); });
-  }
-  if (!opts.dump_loops.empty()) {
-    std::string text = loop::print_program(prog);
-    if (opts.dump_loops == "-") std::cout << text;
-    else std::ofstream(opts.dump_loops) << text;
-  }
-  sched::Schedule schedule;
-  {
-    Stage s("schedule");
-    sched::ScheduleOptions so;
-    so.extern_epilogues = !cuda;  // the CUDA library calls (cuBLASLt, convolution) take no fused epilogue yet
-    for_model(opts.model, [&] { schedule = sched::schedule(prog, so); });
-  }
-  WeightLayout weights;
-  for_model(opts.model, [&] { weights = layout_weights(prog, *g, opts.weights == "external"); });
-  // Code reaches embedded weights through 32-bit PC-relative addresses (x86-64's small code
-  // model): the whole library must stay under 2 GiB.
-  constexpr uint64_t kMaxEmbedded = uint64_t(7) << 28;  // 1.75 GiB
-  if (opts.weights != "external" && weights.total_bytes > kMaxEmbedded)
-    user_error(opts.model, ": the weights take ", weights.total_bytes >> 20,
-               " MiB, more than a library can embed (1792 MiB); compile with --weights external");
+  auto dump = [&](const char* name, const Graph& after) {
+    if (opts.dump_after == name || opts.dump_after == "all") std::cout << "# after " << name << "\n" << print_graph(after);
+  };
   ManifestOptions mo;
   mo.device = opts.device;
   mo.arch = cuda ? opts.build.cuda_arch : opts.build.cpu_arch;
@@ -268,6 +240,7 @@ void compile_model(const CompileOptions& in) {
   mo.model_file = fs::path(opts.model).filename().string();
   mo.model_sha256 = model_sha;
   mo.flags = {{"cuda_graphs", opts.cuda_graphs}, {"profile", opts.build.profile}};
+  if (opts.train) mo.flags["train"] = opts.save_all ? "save_all" : "min_cut";
   if (!opts.build.sanitize.empty()) mo.flags["sanitize"] = opts.build.sanitize;
   if (!cuda && opts.build.cpu_arch == "native") {
     std::string cpu = host_cpu_identity().substr(0, host_cpu_identity().find('\n'));
@@ -275,13 +248,112 @@ void compile_model(const CompileOptions& in) {
   }
   if (!opts.load.input_shapes.empty()) mo.flags["input_shapes"] = opts.load.input_shapes;
   if (!opts.load.symbol_ranges.empty()) mo.flags["symbols"] = opts.load.symbol_ranges;
-  json manifest = make_manifest(*g, weights, mo);
+
+  loop::Program prog;          // inference: the program; --train: the forward part's
+  sched::Schedule schedule;
+  WeightLayout weights;
   LibrarySource src;
+  std::string header_text;
+  json training;               // --train: what the report says about the split
+  std::unique_ptr<Graph> forward_graph;
+  if (!opts.train) {
+    {
+      // Graph passes; the verifier checks the IR after each (a failure is a ptc bug).
+      Stage s("passes");
+      for_model(opts.model, [&] { g = run_graph_passes(*g, dump); });
+    }
+    {
+      Stage s("lower");
+      for_model(opts.model, [&] { prog = lower_to_loops(*g, LowerOptions::for_device(opts.device)); });
+    }
+    if (!opts.dump_loops.empty()) {
+      std::string text = loop::print_program(prog);
+      if (opts.dump_loops == "-") std::cout << text;
+      else std::ofstream(opts.dump_loops) << text;
+    }
+    {
+      Stage s("schedule");
+      sched::ScheduleOptions so;
+      so.extern_epilogues = !cuda;  // the CUDA library calls (cuBLASLt, convolution) take no fused epilogue yet
+      for_model(opts.model, [&] { schedule = sched::schedule(prog, so); });
+    }
+    for_model(opts.model, [&] { weights = layout_weights(prog, *g, opts.weights == "external"); });
+  } else {
+    if (cuda) user_error("--train is for --device cpu yet (the CUDA training library is not built yet)");
+    if (opts.weights == "external") user_error("--train embeds the weights; --weights external is not supported with it yet");
+    if (opts.cuda_graphs) user_error("--cuda-graphs needs --device cuda");
+    TrainGraphs t;
+    {
+      Stage s("autodiff");
+      for_model(opts.model, [&] {
+        g = run_training_graph_passes(*g, dump);
+        JointGraph j = build_joint_graph(*g);
+        dump("autodiff", *j.graph);
+        PartitionOptions po;
+        po.save_all = opts.save_all;
+        t = partition_joint_graph(j, po);
+        t.forward = run_training_graph_passes(*t.forward);
+        t.backward = run_training_graph_passes(*t.backward);
+        dump("forward", *t.forward);
+        dump("backward", *t.backward);
+      });
+    }
+    loop::Program bprog;
+    sched::Schedule bschedule;
+    {
+      Stage s("lower");
+      for_model(opts.model, [&] {
+        prog = lower_to_loops(*t.forward, LowerOptions::for_device(opts.device));
+        bprog = lower_to_loops(*t.backward, LowerOptions::for_device(opts.device));
+      });
+    }
+    if (!opts.dump_loops.empty()) {
+      std::string text = "# forward\n" + loop::print_program(prog) + "# backward\n" + loop::print_program(bprog);
+      if (opts.dump_loops == "-") std::cout << text;
+      else std::ofstream(opts.dump_loops) << text;
+    }
+    {
+      Stage s("schedule");
+      for_model(opts.model, [&] {
+        schedule = sched::schedule(prog, {});
+        bschedule = sched::schedule(bprog, {});
+      });
+    }
+    std::vector<std::string> names = t.param_targets;
+    for (const loop::Program* p : {&prog, &bprog})
+      for (const auto& b : p->buffers)
+        if (b.kind == loop::Buffer::Kind::Weight) names.push_back(b.weight);
+    for_model(opts.model, [&] { weights = layout_weight_names(names, *g); });
+    {
+      Stage s("codegen");
+      for_model(opts.model, [&] { src = generate_cpu_training({&prog, &schedule}, {&bprog, &bschedule}, t, *g, weights); });
+    }
+    header_text = "// Generated by ptc " PTC_VERSION " for a training library (--train): the C ABI, training functions included.\n" +
+                  embedded_files().at("runtime.h");
+    training = {{"saved_values", t.num_saved},
+                {"saved_bytes_per_sample", t.saved_bytes_per_sample},
+                {"partition", opts.save_all ? "save_all" : "min_cut"},
+                {"parameters", t.params.size()},
+                {"forward_kernels", schedule.kernels.size()},
+                {"backward_kernels", bschedule.kernels.size()}};
+    spdlog::info("--train: {} saved values, {:.0f} bytes saved per sample ({}); {} forward and {} backward kernels", t.num_saved,
+                 t.saved_bytes_per_sample, opts.save_all ? "--save-all" : "min-cut", schedule.kernels.size(),
+                 bschedule.kernels.size());
+    forward_graph = std::move(t.forward);  // the report describes the forward part
+  }
+  // Code reaches embedded weights through 32-bit PC-relative addresses (x86-64's small code
+  // model): the whole library must stay under 2 GiB.
+  constexpr uint64_t kMaxEmbedded = uint64_t(7) << 28;  // 1.75 GiB
+  if (opts.weights != "external" && weights.total_bytes > kMaxEmbedded)
+    user_error(opts.model, ": the weights take ", weights.total_bytes >> 20,
+               " MiB, more than a library can embed (1792 MiB); compile with --weights external");
+  json manifest = make_manifest(*g, weights, mo);
   {
     Stage s("codegen");
-    for_model(opts.model, [&] {
-      src = cuda ? generate_cuda(prog, schedule, *g, weights, opts.cuda_graphs) : generate_cpu(prog, schedule, *g, weights);
-    });
+    if (!opts.train)
+      for_model(opts.model, [&] {
+        src = cuda ? generate_cuda(prog, schedule, *g, weights, opts.cuda_graphs) : generate_cpu(prog, schedule, *g, weights);
+      });
     src.files.emplace_back("ptc_manifest.cpp", manifest_source(manifest));
   }
   // The outputs are built under private names, stored in the cache from there (another compile
@@ -302,8 +374,9 @@ void compile_model(const CompileOptions& in) {
     if (!opts.emit_dir.empty()) b.work_dir = opts.emit_dir;
     build_library(src, weights, *g, staged[0].second, b);
   }
-  write_file(staged[1].second, generate_model_header(prog, *g));
-  json report = make_report(*g, prog, schedule, weights, g_stage_seconds);
+  write_file(staged[1].second, opts.train ? header_text : generate_model_header(prog, *g));
+  json report = make_report(opts.train ? *forward_graph : *g, prog, schedule, weights, g_stage_seconds);
+  if (opts.train) report["training"] = training;
   report["manifest"] = manifest;
   if (cache.enabled()) {
     cache.store("models", key, staged, {{"report.json", report.dump()}, {"manifest.json", manifest.dump()}});

@@ -260,32 +260,6 @@ Arg convert_argument(Context& ctx, const json& arg, const SchemaArg* sa) {
   ctx.fail("has an argument of unknown kind '", key, "'");
 }
 
-Arg default_argument(const SchemaArg& sa) {
-  struct V {
-    const SchemaArg& sa;
-    Arg operator()(std::monostate) const { return std::monostate{}; }
-    Arg operator()(bool b) const { return b; }
-    Arg operator()(int64_t i) const {
-      switch (sa.type) {
-        case ArgType::SymInt: return sym::Expr(i);
-        case ArgType::Float: return static_cast<double>(i);
-        case ArgType::Ints:
-        case ArgType::SymInts:
-          return int_list(std::vector<int64_t>(sa.list_size ? sa.list_size : 1, i), &sa);
-        default: return i;
-      }
-    }
-    Arg operator()(double d) const { return d; }
-    Arg operator()(const std::string& s) const {
-      if (sa.type == ArgType::ScalarType) {
-        if (auto dt = dtype_from_name(s)) return *dt;
-      }
-      return s;
-    }
-    Arg operator()(const std::vector<int64_t>& v) const { return int_list(v, &sa); }
-    Arg operator()(const std::vector<double>& v) const { return v; }
-  };
-  return std::visit(V{sa}, sa.default_value);
-}
+Arg default_argument(const SchemaArg& sa) { return schema_default(sa); }
 
 }  // namespace ptc::pt2

@@ -185,4 +185,36 @@ Value* Graph::find_value(const std::string& n) const {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
+Arg schema_default(const SchemaArg& sa) {
+  struct V {
+    const SchemaArg& sa;
+    Arg ints(const std::vector<int64_t>& v) const {
+      if (sa.type == ArgType::SymInts) return std::vector<sym::Expr>(v.begin(), v.end());
+      return v;
+    }
+    Arg operator()(std::monostate) const { return std::monostate{}; }
+    Arg operator()(bool b) const { return b; }
+    Arg operator()(int64_t i) const {
+      switch (sa.type) {
+        case ArgType::SymInt: return sym::Expr(i);
+        case ArgType::Float: return static_cast<double>(i);
+        case ArgType::Ints:
+        case ArgType::SymInts:
+          return ints(std::vector<int64_t>(sa.list_size ? sa.list_size : 1, i));
+        default: return i;
+      }
+    }
+    Arg operator()(double d) const { return d; }
+    Arg operator()(const std::string& s) const {
+      if (sa.type == ArgType::ScalarType) {
+        if (auto dt = dtype_from_name(s)) return *dt;
+      }
+      return s;
+    }
+    Arg operator()(const std::vector<int64_t>& v) const { return ints(v); }
+    Arg operator()(const std::vector<double>& v) const { return v; }
+  };
+  return std::visit(V{sa}, sa.default_value);
+}
+
 }  // namespace ptc

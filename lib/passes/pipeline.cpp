@@ -4,15 +4,12 @@
 
 namespace ptc {
 
-std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after) {
-  using Pass = std::unique_ptr<Graph> (*)(const Graph&);
-  const std::pair<const char*, Pass> passes[] = {
-      {"fold_batch_norm", fold_batch_norm},
-      {"fold_constants", fold_constants},
-      {"cse", common_subexpression_elimination},
-      {"dce", dead_code_elimination},
-      {"prune_unused_weights", prune_unused_weights},
-  };
+namespace {
+using Pass = std::unique_ptr<Graph> (*)(const Graph&);
+
+template <size_t N>
+std::unique_ptr<Graph> run(const Graph& g, const std::pair<const char*, Pass> (&passes)[N],
+                           const std::function<void(const char*, const Graph&)>& after) {
   std::unique_ptr<Graph> cur;
   for (const auto& [name, pass] : passes) {
     cur = pass(cur ? *cur : g);
@@ -21,6 +18,27 @@ std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void
     if (after) after(name, *cur);
   }
   return cur;
+}
+}  // namespace
+
+std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after) {
+  static const std::pair<const char*, Pass> passes[] = {
+      {"fold_batch_norm", fold_batch_norm},
+      {"fold_constants", fold_constants},
+      {"cse", common_subexpression_elimination},
+      {"dce", dead_code_elimination},
+      {"prune_unused_weights", prune_unused_weights},
+  };
+  return run(g, passes, after);
+}
+
+std::unique_ptr<Graph> run_training_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after) {
+  static const std::pair<const char*, Pass> passes[] = {
+      {"cse", common_subexpression_elimination},
+      {"dce", dead_code_elimination},
+      {"prune_unused_weights", prune_unused_weights},
+  };
+  return run(g, passes, after);
 }
 
 }  // namespace ptc

@@ -345,9 +345,9 @@ void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Sc
   os << (p.buffers.empty() && (prepared_var.empty() || s.kernels.empty()) ? "nullptr" : "") << "};\n  (void)bufs;\n";
 }
 
-void emit_abi_functions(std::ostream& os) {
-  os << R"ptc(extern "C" {
-
+void emit_abi_functions(std::ostream& os, bool c_linkage) {
+  if (c_linkage) os << "extern \"C\" {\n";
+  os << R"ptc(
 int ptc_abi_version(void) { return PTC_ABI_VERSION; }
 
 int ptc_num_inputs(const ptc_model*) { return kNumInputs; }
@@ -415,9 +415,8 @@ int ptc_run(ptc_model* model, int num_inputs, const ptc_tensor* inputs, int num_
 }
 
 const char* ptc_last_error(void) { return ptc_rt::last_error().c_str(); }
-
-}  // extern "C"
 )ptc";
+  if (c_linkage) os << "}  // extern \"C\"\n";
 }
 
 }  // namespace ptc::wrapper

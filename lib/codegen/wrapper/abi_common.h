@@ -32,7 +32,8 @@ struct AbiNames {
 // The names; a user error when a symbol is not the size of any input dimension.
 AbiNames abi_names(const loop::Program& p, const Graph& g);
 void emit_metadata(std::ostream& os, const loop::Program& p, const sched::Schedule& s, const AbiNames& names);
-void emit_abi_functions(std::ostream& os);
+// c_linkage false: plain C++ functions (a training library's part, inside its namespace).
+void emit_abi_functions(std::ostream& os, bool c_linkage = true);
 // Inside run_impl, with the symbols declared: plans the temporaries' arena for these sizes
 // (ptc_arena.h) into `const size_t ws_bytes` and `offs[]`.
 void emit_workspace_plan(std::ostream& os, const loop::Program& p, const sched::Schedule& s);

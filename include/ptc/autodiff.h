@@ -1,0 +1,69 @@
+// Training: reverse-mode differentiation of a graph (AOTAutograd's joint graph) and its split into
+// a forward and a backward graph (lib/autodiff).
+//
+//   build_joint_graph      forward nodes, then for every node on a path from a parameter (or a
+//                          user input that requires grad) to a differentiable output, its
+//                          derivative rule (one per op-table row, lib/autodiff/rules_*.cpp),
+//                          written as ordinary aten nodes; gradients reaching a value from several
+//                          users are summed.
+//   partition_joint_graph  the forward graph (model outputs + the values the backward reads) and
+//                          the backward graph (saved values + grad outputs -> gradients):
+//                          "save all" keeps every forward value the backward reads; "min-cut"
+//                          recomputes cheap pointwise chains in the backward when that saves bytes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ptc/graph.h"
+
+namespace ptc {
+
+struct JointGraph {
+  // Inputs: the forward graph's inputs (same names, roles, weights), then one user input per
+  // differentiable output: its gradient ("<output>_grad", the output's sizes, contiguous).
+  // Outputs: the forward outputs, then the gradients of `grad_params` in order, then those of
+  // `grad_inputs`. Nodes: the forward nodes first (num_forward_nodes of them), then the backward.
+  std::unique_ptr<Graph> graph;
+  size_t num_forward_nodes = 0;
+  size_t num_forward_outputs = 0;
+  std::vector<const Value*> grad_outputs;   // forward outputs that get a gradient input
+  std::vector<const Value*> grad_params;    // parameter inputs with a gradient (float dtype)
+  std::vector<const Value*> grad_inputs;    // user inputs the export marked requires_grad
+};
+
+// Pre:  verify_graph(g) is empty; every value has its type.
+// Errors (UserError): an op on a differentiable path that has no derivative rule (names the node,
+// the op and the user's source line); a model with no parameter or input that needs a gradient.
+JointGraph build_joint_graph(const Graph& g);
+
+struct TrainGraphs {
+  // Forward: inputs = the user inputs, then the parameters (as user inputs, in graph order; the
+  // training library passes its own copies), buffers and constants as weights. Outputs = the
+  // model's outputs, then the saved values.
+  std::unique_ptr<Graph> forward;
+  // Backward: inputs = the saved values (in the forward's order), the parameters it reads (as user
+  // inputs), then the gradient inputs. Outputs = the parameters' gradients (grad_params order),
+  // then the user inputs' gradients.
+  std::unique_ptr<Graph> backward;
+  size_t num_model_outputs = 0;
+  size_t num_saved = 0;
+  std::vector<std::string> params;           // parameter input names of the forward, in order
+  std::vector<std::string> param_targets;    // their state-dict names
+  std::vector<int> grad_param_index;          // backward output i -> index into params
+  std::vector<int> grad_input_index;          // backward output num_grad_params + i -> user input index
+  std::vector<std::string> backward_params;  // parameters the backward reads (names), in its input order
+  size_t num_grad_outputs = 0;               // gradient inputs of the backward (after saved and params)
+  std::vector<int> grad_output_index;        // -> model output index
+  // Saved bytes per sample (per unit of the first user input's first dimension, at the symbols'
+  // upper bounds for the other dimensions), for the report.
+  double saved_bytes_per_sample = 0;
+};
+
+struct PartitionOptions {
+  bool save_all = false;  // --save-all: save every forward value the backward reads
+};
+TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& opts = {});
+
+}  // namespace ptc

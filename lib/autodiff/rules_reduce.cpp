@@ -1,0 +1,159 @@
+// Derivatives of reductions, normalizations and softmax.
+//   sum/mean:    the gradient broadcast back over the reduced dimensions (/ count for mean)
+//   layer norm:  xhat = (x - mu) rstd;  dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
+//                dxhat = dy w, dw = sum(dy xhat), db = sum(dy) over the leading dimensions
+//   rms norm:    xhat = x r;  dx = r (dxhat - xhat mean(dxhat xhat))
+//   softmax:     dx = y (dy - sum(dy y));  log_softmax: dx = dy - exp(y) sum(dy)
+#include <algorithm>
+
+#include "rules.h"
+
+namespace ptc::autodiff {
+namespace {
+
+std::vector<int64_t> reduced_dims(const GradContext& c, const char* name, size_t rank) {
+  std::vector<int64_t> dims = c.ints(name);
+  if (dims.empty())
+    for (size_t i = 0; i < rank; ++i) dims.push_back(static_cast<int64_t>(i));
+  for (auto& d : dims) {
+    if (d < -static_cast<int64_t>(rank) || d >= static_cast<int64_t>(std::max<size_t>(rank, 1))) c.fail("dimension out of range");
+    if (d < 0) d += static_cast<int64_t>(rank);
+  }
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  return dims;
+}
+
+// g (the reduction's output gradient) back to x's sizes.
+Value* broadcast_back(Builder& b, Value* g, Value* x, const std::vector<int64_t>& dims, bool keepdim) {
+  if (!keepdim && x->type.rank() > 0)
+    for (int64_t d : dims) g = b.unsqueeze(g, d);
+  return b.expand(g, x->type.sizes);
+}
+
+void sum_dim(GradContext& c) {
+  Value* x = c.in("self");
+  auto dims = reduced_dims(c, "dim", x->type.rank());
+  c.add_grad(x, c.b.cast(broadcast_back(c.b, c.grad(), x, dims, c.flag("keepdim")), x->type.dtype));
+}
+void sum_all(GradContext& c) {
+  Value* x = c.in("self");
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < x->type.rank(); ++i) dims.push_back(static_cast<int64_t>(i));
+  c.add_grad(x, c.b.cast(broadcast_back(c.b, c.grad(), x, dims, false), x->type.dtype));
+}
+int64_t static_count(const GradContext& c, Value* x, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    auto k = x->type.sizes[d].as_const();
+    if (!k) c.fail("--train does not differentiate a mean over a symbolic dimension yet");
+    n *= *k;
+  }
+  return n;
+}
+void mean_dim(GradContext& c) {
+  Value* x = c.in("self");
+  auto dims = reduced_dims(c, "dim", x->type.rank());
+  int64_t n = static_count(c, x, dims);
+  Value* g = c.b.scale(c.grad(), 1.0 / static_cast<double>(std::max<int64_t>(n, 1)));
+  c.add_grad(x, c.b.cast(broadcast_back(c.b, g, x, dims, c.flag("keepdim")), x->type.dtype));
+}
+void adaptive_avg_pool2d(GradContext& c) {  // global pooling (output 1x1) only
+  Value* x = c.in("self");
+  auto out = c.ints("output_size");
+  if (out.size() != 2 || out[0] != 1 || out[1] != 1 || x->type.rank() < 2)
+    c.fail("--train differentiates adaptive average pooling to 1x1 only yet");
+  size_t r = x->type.rank();
+  std::vector<int64_t> dims{static_cast<int64_t>(r - 2), static_cast<int64_t>(r - 1)};
+  int64_t n = static_count(c, x, dims);
+  c.add_grad(x, broadcast_back(c.b, c.b.scale(c.grad(), 1.0 / static_cast<double>(n)), x, dims, true));
+}
+
+std::vector<int64_t> last_dims(size_t rank, size_t k) {
+  std::vector<int64_t> d;
+  for (size_t i = rank - k; i < rank; ++i) d.push_back(static_cast<int64_t>(i));
+  return d;
+}
+
+// The shared part of layer norm's and rms norm's backward.
+void norm_backward(GradContext& c, Value* x, Value* xhat, Value* rstd, Value* w, Value* bias, const std::vector<int64_t>& dims,
+                   bool center) {
+  Builder& b = c.b;
+  Value* g = c.grad();
+  if (c.needs(w)) c.add_grad_to(w, b.mul(g, xhat));
+  if (bias && c.needs(bias)) c.add_grad_to(bias, g);
+  if (!c.needs(x)) return;
+  Value* gx = w ? b.mul(g, w) : g;
+  Value* inner = b.mul(xhat, b.mean(b.mul(gx, xhat), dims, true));
+  Value* d = center ? b.sub(b.sub(gx, b.mean(gx, dims, true)), inner) : b.sub(gx, inner);
+  c.add_grad(x, b.mul(rstd, d));
+}
+
+void layer_norm(GradContext& c) {
+  Builder& b = c.b;
+  Value* x = c.in("input");
+  size_t k = c.sym_ints("normalized_shape").size();
+  auto dims = last_dims(x->type.rank(), k);
+  Value *mu, *rstd;
+  if (c.n.kind == OpKind::NativeLayerNorm) {
+    if (c.grad(1) || c.grad(2)) c.fail("--train does not differentiate native_layer_norm's mean and rstd outputs");
+    mu = c.out(1);
+    rstd = c.out(2);
+  } else {
+    mu = b.mean(x, dims, true);
+    Value* xc = b.sub(x, mu);
+    rstd = b.op(OpKind::Rsqrt, {{"self", b.add_scalar(b.mean(b.mul(xc, xc), dims, true), c.number("eps"))}});
+  }
+  Value* xhat = b.mul(b.sub(x, mu), rstd);
+  norm_backward(c, x, xhat, rstd, c.in("weight"), c.in("bias"), dims, true);
+}
+
+void rms_norm(GradContext& c) {
+  Builder& b = c.b;
+  Value* x = c.in("input");
+  auto dims = last_dims(x->type.rank(), c.sym_ints("normalized_shape").size());
+  double eps = c.is_none("eps") ? 1.1920928955078125e-07 : c.number("eps");
+  Value* r = b.op(OpKind::Rsqrt, {{"self", b.add_scalar(b.mean(b.mul(x, x), dims, true), eps)}});
+  norm_backward(c, x, b.mul(x, r), r, c.in("weight"), nullptr, dims, false);
+}
+
+void check_softmax_dtype(GradContext& c) {
+  if (c.n.kind == OpKind::UnderscoreSoftmax || c.n.kind == OpKind::UnderscoreLogSoftmax) {
+    if (c.flag("half_to_float")) c.fail("--train does not differentiate half_to_float softmax yet");
+  } else if (!c.is_none("dtype")) {
+    c.fail("--train does not differentiate softmax with a dtype argument yet");
+  }
+}
+void softmax(GradContext& c) {
+  check_softmax_dtype(c);
+  Builder& b = c.b;
+  Value *y = c.out(), *g = c.grad();
+  int64_t dim = c.integer("dim");
+  c.add_grad(c.in("self"), b.mul(y, b.sub(g, b.sum(b.mul(g, y), {dim}, true))));
+}
+void log_softmax(GradContext& c) {
+  check_softmax_dtype(c);
+  Builder& b = c.b;
+  Value *y = c.out(), *g = c.grad();
+  int64_t dim = c.integer("dim");
+  c.add_grad(c.in("self"), b.sub(g, b.mul(b.exp(y), b.sum(g, {dim}, true))));
+}
+
+}  // namespace
+
+void register_reduce_rules(RuleTable& t) {
+  set_rule(t, OpKind::SumDimIntList, sum_dim);
+  set_rule(t, OpKind::Sum, sum_all);
+  set_rule(t, OpKind::MeanDim, mean_dim);
+  set_rule(t, OpKind::AdaptiveAvgPool2d, adaptive_avg_pool2d);
+  set_rule(t, OpKind::UnderscoreAdaptiveAvgPool2d, adaptive_avg_pool2d);
+  set_rule(t, OpKind::LayerNorm, layer_norm);
+  set_rule(t, OpKind::NativeLayerNorm, layer_norm);
+  set_rule(t, OpKind::RmsNorm, rms_norm);
+  set_rule(t, OpKind::SoftmaxInt, softmax);
+  set_rule(t, OpKind::UnderscoreSoftmax, softmax);
+  set_rule(t, OpKind::LogSoftmaxInt, log_softmax);
+  set_rule(t, OpKind::UnderscoreLogSoftmax, log_softmax);
+}
+
+}  // namespace ptc::autodiff

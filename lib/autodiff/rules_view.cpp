@@ -1,0 +1,185 @@
+// Derivatives of views and data movement: reshapes take the gradient back to the input's sizes;
+// permutations apply the inverse permutation; slices, selects and splits scatter the gradient
+// into zeros (as a cat), and cat/stack slice it back apart.
+#include "rules.h"
+
+namespace ptc::autodiff {
+namespace {
+
+int64_t norm_dim(const GradContext& c, int64_t d, size_t rank) {
+  int64_t r = static_cast<int64_t>(rank);
+  if (d < -r || d >= (r ? r : 1)) c.fail("dimension out of range");
+  return d < 0 ? d + r : d;
+}
+
+void reshape_back(GradContext& c) {
+  Value* x = c.in("self");
+  c.add_grad(x, c.b.cast(c.b.reshape(c.grad(), x->type.sizes), x->type.dtype));
+}
+
+void permute(GradContext& c) {
+  std::vector<int64_t> dims = c.ints("dims");
+  size_t r = dims.size();
+  std::vector<int64_t> inv(r);
+  for (size_t i = 0; i < r; ++i) inv[norm_dim(c, dims[i], r)] = static_cast<int64_t>(i);
+  c.add_grad(c.in("self"), c.b.permute(c.grad(), inv));
+}
+void transpose(GradContext& c) { c.add_grad(c.in("self"), c.b.transpose(c.grad(), c.integer("dim0"), c.integer("dim1"))); }
+void t(GradContext& c) {
+  Value* x = c.in("self");
+  c.add_grad(x, x->type.rank() < 2 ? c.grad() : c.b.op(OpKind::T, {{"self", c.grad()}}));
+}
+void expand(GradContext& c) { c.add_grad_to(c.in("self"), c.grad()); }
+
+// `g` placed at [start, start + g's size) along `dim` of a zero tensor with `size` there.
+Value* pad_into(GradContext& c, Value* g, int64_t dim, const sym::Expr& start, const sym::Expr& size) {
+  Builder& b = c.b;
+  std::vector<Value*> parts;
+  auto zeros_of = [&](const sym::Expr& n) {
+    std::vector<sym::Expr> s = g->type.sizes;
+    s[dim] = n;
+    return b.zeros(s, g->type.dtype);
+  };
+  sym::Expr after = size - start - g->type.sizes[dim];
+  if (start.as_const() != std::optional<int64_t>(0)) parts.push_back(zeros_of(start));
+  parts.push_back(g);
+  if (after.as_const() != std::optional<int64_t>(0)) parts.push_back(zeros_of(after));
+  if (parts.size() == 1) return g;
+  return b.op(OpKind::Cat, {{"tensors", parts}, {"dim", dim}});
+}
+
+std::optional<sym::Expr> sym_arg(const GradContext& c, const char* name) {
+  const Arg* a = c.n.arg(name);
+  if (!a || std::holds_alternative<std::monostate>(*a)) return std::nullopt;
+  if (auto e = std::get_if<sym::Expr>(a)) return *e;
+  if (auto i = std::get_if<int64_t>(a)) return sym::Expr(*i);
+  c.fail(std::string("argument '") + name + "' is not a size");
+}
+
+void slice(GradContext& c) {
+  Value* x = c.in("self");
+  int64_t dim = norm_dim(c, c.integer("dim"), x->type.rank());
+  if (c.integer("step") != 1) c.fail("--train does not differentiate slices with a step yet");
+  const sym::Expr n = x->type.sizes[dim];
+  sym::Expr start = sym_arg(c, "start").value_or(sym::Expr(0));
+  if (auto k = start.as_const()) {
+    int64_t s = *k;
+    if (s < 0) {
+      auto nc = n.as_const();
+      if (!nc) c.fail("--train needs a non-negative slice start on a symbolic dimension");
+      s = std::max<int64_t>(0, s + *nc);
+    }
+    if (auto nc = n.as_const()) s = std::min(s, *nc);
+    start = s;
+  }
+  c.add_grad(x, pad_into(c, c.grad(), dim, start, n));
+}
+void narrow(GradContext& c) {
+  Value* x = c.in("self");
+  int64_t dim = norm_dim(c, c.integer("dim"), x->type.rank());
+  sym::Expr start = *sym_arg(c, "start");
+  if (auto k = start.as_const(); k && *k < 0) start = x->type.sizes[dim] + start;
+  c.add_grad(x, pad_into(c, c.grad(), dim, start, x->type.sizes[dim]));
+}
+void select(GradContext& c) {
+  Value* x = c.in("self");
+  int64_t dim = norm_dim(c, c.integer("dim"), x->type.rank());
+  sym::Expr index = *sym_arg(c, "index");
+  if (auto k = index.as_const(); k && *k < 0) index = x->type.sizes[dim] + index;
+  c.add_grad(x, pad_into(c, c.b.unsqueeze(c.grad(), dim), dim, index, x->type.sizes[dim]));
+}
+
+// Output i's gradient, or zeros of its sizes.
+Value* grad_or_zeros(GradContext& c, size_t i) {
+  if (Value* g = c.grad(i)) return g;
+  return c.b.zeros(c.out(i)->type.sizes, c.out(i)->type.dtype);
+}
+
+void split(GradContext& c) {  // split.Tensor, split_with_sizes, chunk: the parts concatenate back
+  Value* x = c.in("self");
+  int64_t dim = norm_dim(c, c.integer("dim"), x->type.rank());
+  std::vector<Value*> parts;
+  for (size_t i = 0; i < c.n.outputs.size(); ++i) parts.push_back(grad_or_zeros(c, i));
+  c.add_grad(x, parts.size() == 1 ? parts[0] : c.b.op(OpKind::Cat, {{"tensors", parts}, {"dim", dim}}));
+}
+void unbind(GradContext& c) {
+  Value* x = c.in("self");
+  int64_t dim = norm_dim(c, c.integer("dim"), x->type.rank());
+  std::vector<Value*> parts;
+  for (size_t i = 0; i < c.n.outputs.size(); ++i) parts.push_back(grad_or_zeros(c, i));
+  c.add_grad(x, c.b.op(OpKind::Stack, {{"tensors", parts}, {"dim", dim}}));
+}
+
+std::vector<Value*> tensor_list(const GradContext& c, const char* name) {
+  const Arg* a = c.n.arg(name);
+  auto v = a ? std::get_if<std::vector<Value*>>(a) : nullptr;
+  if (!v) c.fail(std::string("argument '") + name + "' is not a tensor list");
+  return *v;
+}
+
+void cat(GradContext& c) {
+  Builder& b = c.b;
+  std::vector<Value*> xs = tensor_list(c, "tensors");
+  Value* g = c.grad();
+  int64_t dim = norm_dim(c, c.integer("dim"), g->type.rank());
+  sym::Expr off = 0;
+  for (Value* x : xs) {
+    if (!x) continue;
+    if (x->type.rank() == 1 && x->type.sizes[0].as_const() == std::optional<int64_t>(0) && g->type.rank() != 1) continue;  // legacy empty
+    sym::Expr end = off + x->type.sizes[dim];
+    if (c.needs(x)) c.add_grad(x, b.op(OpKind::SliceTensor, {{"self", g}, {"dim", dim}, {"start", off}, {"end", end}}));
+    off = end;
+  }
+}
+void stack(GradContext& c) {
+  std::vector<Value*> xs = tensor_list(c, "tensors");
+  Value* g = c.grad();
+  int64_t dim = norm_dim(c, c.integer("dim"), g->type.rank());
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (c.needs(xs[i]))
+      c.add_grad(xs[i], c.b.op(OpKind::SelectInt, {{"self", g}, {"dim", dim}, {"index", sym::Expr(static_cast<int64_t>(i))}}));
+}
+void constant_pad(GradContext& c) {
+  Value* x = c.in("self");
+  std::vector<int64_t> pad = c.ints("pad");
+  Value* g = c.grad();
+  size_t r = x->type.rank();
+  for (size_t i = 0; i + 1 < pad.size(); i += 2) {
+    if (pad[i] < 0 || pad[i + 1] < 0) c.fail("--train does not differentiate negative padding yet");
+    int64_t dim = static_cast<int64_t>(r) - 1 - static_cast<int64_t>(i / 2);
+    if (pad[i] == 0 && pad[i + 1] == 0) continue;
+    g = c.b.op(OpKind::SliceTensor, {{"self", g}, {"dim", dim}, {"start", sym::Expr(pad[i])},
+                                     {"end", sym::Expr(pad[i]) + x->type.sizes[dim]}});
+  }
+  c.add_grad(x, g);
+}
+void pad(GradContext& c) {
+  if (c.str("mode") != "constant") c.fail("--train differentiates only constant padding yet");
+  constant_pad(c);
+}
+
+}  // namespace
+
+void register_view_rules(RuleTable& t_) {
+  for (OpKind k : {OpKind::View, OpKind::Reshape, OpKind::UnderscoreUnsafeView, OpKind::FlattenUsingInts, OpKind::UnflattenInt,
+                   OpKind::Unsqueeze, OpKind::SqueezeDim, OpKind::SqueezeDims, OpKind::Squeeze})
+    set_rule(t_, k, reshape_back);
+  set_rule(t_, OpKind::Permute, permute);
+  set_rule(t_, OpKind::TransposeInt, transpose);
+  set_rule(t_, OpKind::T, t);
+  set_rule(t_, OpKind::Expand, expand);
+  set_rule(t_, OpKind::ExpandAs, expand);
+  set_rule(t_, OpKind::SliceTensor, slice);
+  set_rule(t_, OpKind::Narrow, narrow);
+  set_rule(t_, OpKind::SelectInt, select);
+  set_rule(t_, OpKind::SplitTensor, split);
+  set_rule(t_, OpKind::SplitWithSizes, split);
+  set_rule(t_, OpKind::Chunk, split);
+  set_rule(t_, OpKind::UnbindInt, unbind);
+  set_rule(t_, OpKind::Cat, cat);
+  set_rule(t_, OpKind::Stack, stack);
+  set_rule(t_, OpKind::ConstantPadNd, constant_pad);
+  set_rule(t_, OpKind::Pad, pad);
+}
+
+}  // namespace ptc::autodiff

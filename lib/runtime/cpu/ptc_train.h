@@ -1,0 +1,372 @@
+// The training part of a library built with `ptc compile --train` (included by its model.cpp).
+//
+// Such a library holds two generated parts, each a complete program with the ABI of runtime.h as
+// C++ functions in its own namespace (ptc_part_fwd, ptc_part_bwd):
+//   forward:  (user inputs, parameters) -> (model outputs, saved values)
+//   backward: (saved values, the parameters it reads, gradients of the outputs)
+//             -> (gradients of the parameters, gradients of the inputs that require grad)
+// This header holds what sits around them: the parameters (one float block, 64-byte aligned per
+// parameter, initialized from the weights blob at ptc_open and updated in place), their
+// gradients (accumulated over backward calls until ptc_zero_grad), the optimizer state, the
+// saved-activation handles, and the fused optimizer steps (SGD with momentum, AdamW: one
+// OpenMP loop over the whole parameter block per step).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "ptc_support.h"
+#include "runtime.h"
+
+namespace ptc_train {
+
+// One part's ABI, type-erased (see PTC_TRAIN_PART).
+struct Part {
+  int (*open)(void** m);
+  void (*close)(void* m);
+  int (*input_info)(int index, ptc_tensor_info* info);
+  int (*output_info)(int index, ptc_tensor_info* info);
+  int (*num_symbols)();
+  int (*symbol_info)(int index, const char** name, int64_t* min, int64_t* max);
+  int (*output_shape)(const void* m, int n, const ptc_tensor* in, int index, int64_t* sizes);
+  int (*run)(void* m, int n_in, const ptc_tensor* in, int n_out, ptc_tensor* out);
+};
+
+#define PTC_TRAIN_DECLARE_PART(ns)                                                                  \
+  namespace ns {                                                                                    \
+  struct ptc_model;                                                                                 \
+  int ptc_open(const char*, ptc_model**);                                                           \
+  void ptc_close(ptc_model*);                                                                       \
+  int ptc_input_info(const ptc_model*, int, ptc_tensor_info*);                                      \
+  int ptc_output_info(const ptc_model*, int, ptc_tensor_info*);                                     \
+  int ptc_num_symbols(const ptc_model*);                                                            \
+  int ptc_symbol_info(const ptc_model*, int, const char**, int64_t*, int64_t*);                     \
+  int ptc_output_shape(const ptc_model*, int, const ptc_tensor*, int, int64_t*);                    \
+  int ptc_run(ptc_model*, int, const ptc_tensor*, int, ptc_tensor*);                                \
+  }
+
+#define PTC_TRAIN_PART(ns)                                                                                            \
+  ptc_train::Part {                                                                                                   \
+    [](void** m) { return ns::ptc_open(nullptr, reinterpret_cast<ns::ptc_model**>(m)); },                            \
+        [](void* m) { ns::ptc_close(static_cast<ns::ptc_model*>(m)); },                                               \
+        [](int i, ptc_tensor_info* t) { return ns::ptc_input_info(nullptr, i, t); },                                  \
+        [](int i, ptc_tensor_info* t) { return ns::ptc_output_info(nullptr, i, t); },                                 \
+        []() { return ns::ptc_num_symbols(nullptr); },                                                                \
+        [](int i, const char** n, int64_t* lo, int64_t* hi) { return ns::ptc_symbol_info(nullptr, i, n, lo, hi); },   \
+        [](const void* m, int n, const ptc_tensor* in, int i, int64_t* s) {                                           \
+          return ns::ptc_output_shape(static_cast<const ns::ptc_model*>(m), n, in, i, s);                             \
+        },                                                                                                            \
+        [](void* m, int ni, const ptc_tensor* in, int no, ptc_tensor* out) {                                          \
+          return ns::ptc_run(static_cast<ns::ptc_model*>(m), ni, in, no, out);                                        \
+        }                                                                                                             \
+  }
+
+// What the generated model.cpp says about the model (ptc_train_layout in the generated code).
+struct Layout {
+  int num_user_inputs;     // the forward's first inputs
+  int num_model_outputs;   // the forward's first outputs
+  int num_saved;           // the forward's other outputs = the backward's first inputs
+  int num_params;          // the forward's inputs after the user inputs
+  const ptc_tensor_info* params;      // name = state-dict name; float32, static sizes
+  const uint64_t* param_blob_offset;  // where each parameter's initial values are in the weights blob
+  int num_backward_params;
+  const int* backward_params;         // the backward's parameter inputs -> parameter index
+  int num_grad_outputs;
+  const int* grad_output_index;       // the backward's gradient inputs -> model output index
+  int num_grad_params;
+  const int* grad_param_index;        // backward output i -> parameter index
+  int num_grad_inputs;
+  const int* grad_input_index;        // backward output num_grad_params + i -> user input index
+};
+
+inline int fail(const std::string& m) {
+  ptc_rt::last_error() = m;
+  return PTC_ERROR;
+}
+
+inline int64_t numel(const ptc_tensor_info& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.rank; ++d) n *= t.sizes[d];
+  return n;
+}
+
+struct Block {  // 64-byte aligned floats
+  float* p = nullptr;
+  bool alloc(size_t n) {
+    std::free(p);
+    p = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64));
+    if (p) std::memset(p, 0, n * sizeof(float));
+    return p != nullptr;
+  }
+  ~Block() { std::free(p); }
+};
+
+struct Model {
+  const Layout* L = nullptr;
+  Part fwd, bwd;
+  void* fm = nullptr;
+  void* bm = nullptr;
+  std::vector<size_t> off;  // each parameter's offset in the blocks (floats)
+  size_t total = 0;         // floats in each block
+  Block params, grads, state1, state2;
+  bool grads_zero = true;
+  bool sgd_started = false;
+  int64_t adam_steps = 0;
+  int optimizer = 0;  // 0 none yet, 1 SGD, 2 AdamW: the state belongs to one
+};
+
+struct Saved {
+  Model* owner = nullptr;
+  std::vector<void*> bufs;
+  std::vector<std::vector<int64_t>> sizes;           // saved values
+  std::vector<std::vector<int64_t>> output_sizes;    // the model outputs
+  std::vector<std::vector<int64_t>> input_sizes;     // the user inputs
+  ~Saved() {
+    for (void* b : bufs) std::free(b);
+  }
+};
+
+inline int open(const Layout& L, const Part& fwd, const Part& bwd, const unsigned char* blob, Model** out) {
+  Model* m = new (std::nothrow) Model;
+  if (!m) return fail("out of memory");
+  m->L = &L;
+  m->fwd = fwd;
+  m->bwd = bwd;
+  for (int i = 0; i < L.num_params; ++i) {
+    m->off.push_back(m->total);
+    m->total += (static_cast<size_t>(numel(L.params[i])) + 15) / 16 * 16;
+  }
+  if (!m->params.alloc(m->total) || !m->grads.alloc(m->total)) {
+    delete m;
+    return fail("out of memory for the parameters");
+  }
+  for (int i = 0; i < L.num_params; ++i)
+    std::memcpy(m->params.p + m->off[i], blob + L.param_blob_offset[i], static_cast<size_t>(numel(L.params[i])) * sizeof(float));
+  if (fwd.open(&m->fm) != PTC_OK) {
+    delete m;
+    return PTC_ERROR;
+  }
+  if (bwd.open(&m->bm) != PTC_OK) {
+    fwd.close(m->fm);
+    delete m;
+    return PTC_ERROR;
+  }
+  *out = m;
+  return PTC_OK;
+}
+
+inline void close(Model* m) {
+  if (!m) return;
+  m->fwd.close(m->fm);
+  m->bwd.close(m->bm);
+  delete m;
+}
+
+inline ptc_tensor param_tensor(const Model* m, int i, float* base) {
+  const ptc_tensor_info& t = m->L->params[i];
+  return ptc_tensor{base + m->off[i], PTC_FLOAT32, t.rank, t.sizes};
+}
+
+// The forward's inputs: the user's, then the parameters.
+inline bool forward_inputs(const Model* m, int n, const ptc_tensor* in, std::vector<ptc_tensor>& all) {
+  const Layout& L = *m->L;
+  if (n != L.num_user_inputs) {
+    fail("expected " + std::to_string(L.num_user_inputs) + " inputs, got " + std::to_string(n));
+    return false;
+  }
+  if (n > 0 && !in) {
+    fail("the inputs array is null");
+    return false;
+  }
+  all.assign(in, in + n);
+  for (int i = 0; i < L.num_params; ++i) all.push_back(param_tensor(m, i, m->params.p));
+  return true;
+}
+
+inline int output_shape(const Model* m, int n, const ptc_tensor* in, int index, int64_t* sizes) {
+  if (!m) return fail("ptc_output_shape: model is null");
+  if (index < 0 || index >= m->L->num_model_outputs) return fail("ptc_output_shape: output index out of range");
+  std::vector<ptc_tensor> all;
+  if (!forward_inputs(m, n, in, all)) return PTC_ERROR;
+  return m->fwd.output_shape(m->fm, static_cast<int>(all.size()), all.data(), index, sizes);
+}
+
+inline int forward_train(Model* m, int n_in, const ptc_tensor* in, int n_out, ptc_tensor* out, Saved** saved) {
+  if (!m) return fail("ptc_forward_train: model is null");
+  const Layout& L = *m->L;
+  std::vector<ptc_tensor> all;
+  if (!forward_inputs(m, n_in, in, all)) return PTC_ERROR;
+  if (n_out != L.num_model_outputs)
+    return fail("expected " + std::to_string(L.num_model_outputs) + " outputs, got " + std::to_string(n_out));
+  if (n_out > 0 && !out) return fail("the outputs array is null");
+  Saved* s = new (std::nothrow) Saved;
+  if (!s) return fail("out of memory");
+  s->owner = m;
+  std::vector<ptc_tensor> outs(out, out + n_out);
+  for (int i = 0; i < L.num_saved; ++i) {
+    ptc_tensor_info info;
+    m->fwd.output_info(L.num_model_outputs + i, &info);
+    std::vector<int64_t> sz(static_cast<size_t>(info.rank) + 1);
+    if (m->fwd.output_shape(m->fm, static_cast<int>(all.size()), all.data(), L.num_model_outputs + i, sz.data()) != PTC_OK) {
+      delete s;
+      return PTC_ERROR;
+    }
+    sz.resize(static_cast<size_t>(info.rank));
+    size_t bytes = 1;
+    for (int64_t d : sz) bytes *= static_cast<size_t>(d);
+    bytes *= info.dtype == PTC_FLOAT64 || info.dtype == PTC_INT64 ? 8 : info.dtype == PTC_BOOL || info.dtype == PTC_UINT8 || info.dtype == PTC_INT8 ? 1 : info.dtype == PTC_FLOAT16 || info.dtype == PTC_BFLOAT16 || info.dtype == PTC_INT16 ? 2 : 4;
+    void* buf = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    if (!buf) {
+      delete s;
+      return fail("out of memory for the saved activations");
+    }
+    s->bufs.push_back(buf);
+    s->sizes.push_back(std::move(sz));
+  }
+  for (int i = 0; i < L.num_saved; ++i) {
+    ptc_tensor_info info;
+    m->fwd.output_info(L.num_model_outputs + i, &info);
+    outs.push_back(ptc_tensor{s->bufs[i], info.dtype, info.rank, s->sizes[i].data()});
+  }
+  if (m->fwd.run(m->fm, static_cast<int>(all.size()), all.data(), static_cast<int>(outs.size()), outs.data()) != PTC_OK) {
+    delete s;
+    return PTC_ERROR;
+  }
+  for (int i = 0; i < n_out; ++i) s->output_sizes.emplace_back(out[i].sizes, out[i].sizes + out[i].rank);
+  for (int i = 0; i < n_in; ++i) s->input_sizes.emplace_back(in[i].sizes, in[i].sizes + in[i].rank);
+  *saved = s;
+  return PTC_OK;
+}
+
+inline int backward(Model* m, Saved* s, int n_g, const ptc_tensor* g, int n_ig, ptc_tensor* ig) {
+  if (!m) return fail("ptc_backward: model is null");
+  if (!s || s->owner != m) return fail("ptc_backward: saved is null or belongs to another model handle");
+  const Layout& L = *m->L;
+  if (n_g != L.num_model_outputs)
+    return fail("ptc_backward: expected " + std::to_string(L.num_model_outputs) + " output gradients (one per output), got " +
+                std::to_string(n_g));
+  if (n_g > 0 && !g) return fail("ptc_backward: the output gradients array is null");
+  if (n_ig != L.num_grad_inputs)
+    return fail("ptc_backward: expected " + std::to_string(L.num_grad_inputs) + " input gradients, got " + std::to_string(n_ig));
+  if (n_ig > 0 && !ig) return fail("ptc_backward: the input gradients array is null");
+  std::vector<ptc_tensor> ins;
+  for (int i = 0; i < L.num_saved; ++i) {
+    ptc_tensor_info info;
+    m->bwd.input_info(i, &info);
+    ins.push_back(ptc_tensor{s->bufs[i], info.dtype, info.rank, s->sizes[i].data()});
+  }
+  for (int i = 0; i < L.num_backward_params; ++i) ins.push_back(param_tensor(m, L.backward_params[i], m->params.p));
+  std::vector<Block> zeros(static_cast<size_t>(L.num_grad_outputs));
+  for (int k = 0; k < L.num_grad_outputs; ++k) {
+    int oi = L.grad_output_index[k];
+    ptc_tensor t = g[oi];
+    const std::vector<int64_t>& want = s->output_sizes[static_cast<size_t>(oi)];
+    if (!t.data) {  // no gradient given: zeros
+      size_t n = 1;
+      for (int64_t d : want) n *= static_cast<size_t>(d);
+      if (!zeros[static_cast<size_t>(k)].alloc(n + 1)) return fail("out of memory");
+      t = ptc_tensor{zeros[static_cast<size_t>(k)].p, PTC_FLOAT32, static_cast<int32_t>(want.size()), want.data()};
+    }
+    if (t.rank != static_cast<int32_t>(want.size())) return fail("ptc_backward: output gradient " + std::to_string(oi) + " has rank " + std::to_string(t.rank) + ", the output has rank " + std::to_string(want.size()));
+    for (int d = 0; d < t.rank; ++d)
+      if (!t.sizes || t.sizes[d] != want[static_cast<size_t>(d)])
+        return fail("ptc_backward: output gradient " + std::to_string(oi) + " does not have the sizes of the output of the forward it belongs to");
+    ins.push_back(t);
+  }
+  // Parameter gradients go straight into the gradient block after ptc_zero_grad; otherwise into
+  // scratch and are added (gradients accumulate, as in torch).
+  Block scratch;
+  float* dst = m->grads.p;
+  if (!m->grads_zero) {
+    if (!scratch.alloc(m->total)) return fail("out of memory");
+    dst = scratch.p;
+  }
+  std::vector<ptc_tensor> outs;
+  for (int i = 0; i < L.num_grad_params; ++i) outs.push_back(param_tensor(m, L.grad_param_index[i], dst));
+  for (int i = 0; i < n_ig; ++i) outs.push_back(ig[i]);
+  if (m->bwd.run(m->bm, static_cast<int>(ins.size()), ins.data(), static_cast<int>(outs.size()), outs.data()) != PTC_OK)
+    return PTC_ERROR;
+  if (!m->grads_zero) {
+    float* a = m->grads.p;
+    const float* b = scratch.p;
+    const int64_t n = static_cast<int64_t>(m->total);
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+  }
+  m->grads_zero = false;
+  return PTC_OK;
+}
+
+inline int zero_grad(Model* m) {
+  if (!m) return fail("ptc_zero_grad: model is null");
+  std::memset(m->grads.p, 0, m->total * sizeof(float));
+  m->grads_zero = true;
+  return PTC_OK;
+}
+
+// torch.optim.SGD (foreach or not, the same arithmetic): d = g + wd p; with momentum the buffer
+// starts as d and then b = momentum b + (1 - dampening) d; d = nesterov ? d + momentum b : b;
+// p -= lr d.
+inline int sgd_step(Model* m, float lr, float momentum, float dampening, float weight_decay, int nesterov) {
+  if (!m) return fail("ptc_sgd_step: model is null");
+  if (m->optimizer == 2) return fail("ptc_sgd_step: this handle's optimizer state is AdamW's");
+  if (nesterov && (momentum <= 0 || dampening != 0)) return fail("ptc_sgd_step: Nesterov momentum requires a momentum and zero dampening");
+  if (momentum != 0 && !m->state1.p && !m->state1.alloc(m->total)) return fail("out of memory");
+  m->optimizer = 1;
+  float* p = m->params.p;
+  const float* g = m->grads.p;
+  float* buf = m->state1.p;
+  const bool first = !m->sgd_started;
+  const int64_t n = static_cast<int64_t>(m->total);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float d = g[i];
+    if (weight_decay != 0) d = d + weight_decay * p[i];
+    if (momentum != 0) {
+      float b = first ? d : momentum * buf[i] + (1 - dampening) * d;
+      buf[i] = b;
+      d = nesterov ? d + momentum * b : b;
+    }
+    p[i] = p[i] - lr * d;
+  }
+  m->sgd_started = true;
+  return PTC_OK;
+}
+
+// torch.optim.AdamW (amsgrad off): p *= 1 - lr wd; m = lerp(m, g, 1 - beta1); v = beta2 v +
+// (1 - beta2) g^2; p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+inline int adamw_step(Model* m, float lr, float beta1, float beta2, float eps, float weight_decay) {
+  if (!m) return fail("ptc_adamw_step: model is null");
+  if (m->optimizer == 1) return fail("ptc_adamw_step: this handle's optimizer state is SGD's");
+  if ((!m->state1.p && !m->state1.alloc(m->total)) || (!m->state2.p && !m->state2.alloc(m->total))) return fail("out of memory");
+  m->optimizer = 2;
+  const int64_t t = ++m->adam_steps;
+  const double bc1 = 1 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
+  const double bc2 = 1 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
+  const float step = static_cast<float>(lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float decay = 1 - lr * weight_decay;
+  float* p = m->params.p;
+  const float* g = m->grads.p;
+  float* ma = m->state1.p;
+  float* va = m->state2.p;
+  const int64_t n = static_cast<int64_t>(m->total);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float pi = p[i] * decay;
+    float gi = g[i];
+    float mi = ma[i] + (1 - beta1) * (gi - ma[i]);
+    float vi = beta2 * va[i] + (1 - beta2) * gi * gi;
+    ma[i] = mi;
+    va[i] = vi;
+    p[i] = pi - step * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
+  }
+  return PTC_OK;
+}
+
+}  // namespace ptc_train

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Training libraries (`ptc compile --train`) against torch.autograd and torch.optim.
+
+For each fixture and export flavour, compiles a training library twice (min-cut partition and
+--save-all) and checks, on every recorded input shape of the fixture:
+  - the outputs of ptc_forward_train against eager,
+  - the gradients of every parameter (and of inputs that require grad) after ptc_backward with
+    random output gradients, against torch.autograd.backward on the same .pt2 module,
+  - gradient accumulation over two backward calls,
+  - 5 steps of SGD (momentum, dampening, weight decay, Nesterov) and of AdamW against
+    torch.optim on the same loss, parameters compared after every step,
+  - that min-cut saves no more bytes than --save-all (the compile's report).
+Tolerances (fp32): outputs and gradients max|ptc - torch| <= 1e-4 * max(1, max|torch|) (ATOL_REL);
+parameters after optimizer steps: 2e-5 * max(1, max|param|).
+
+    .venv/bin/python test/train_test.py [--ptc-binary build/ptc] [--models mlp tiny_tfm] [-v]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+
+import ptc_ctypes  # noqa: E402
+
+GRAD_TOL = 1e-4
+STEP_TOL = 2e-5
+DEFAULT_MODELS = ["mlp", "mlp_dyn", "tiny_tfm", "tfm_dyn"]
+
+
+def close(a, b, tol):
+    a, b = a.detach().double(), b.detach().double()
+    if a.shape != b.shape:
+        return False, f"shape {tuple(a.shape)} vs {tuple(b.shape)}"
+    scale = max(1.0, b.abs().max().item() if b.numel() else 1.0)
+    err = (a - b).abs().max().item() if b.numel() else 0.0
+    return err <= tol * scale, f"max err {err:.3g} (scale {scale:.3g})"
+
+
+class Runner:
+    def __init__(self, verbose):
+        self.passed = self.failed = 0
+        self.verbose = verbose
+
+    def check(self, name, fn):
+        try:
+            msg = fn()
+        except Exception as e:  # noqa: BLE001
+            self.failed += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+            if self.verbose:
+                traceback.print_exc()
+            return
+        self.passed += 1
+        print(f"ok   {name}" + (f"  ({msg})" if msg else ""), flush=True)
+
+
+def compile_train(ptc, model, out, extra=()):
+    report = out[:-3] + ".json"
+    cmd = [ptc, "compile", str(model), "-o", out, "--train", "--report", report, *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
+    return json.load(open(report))["training"]
+
+
+def cases(name):
+    expect = json.load(open(ROOT / "models" / f"{name}.expect.json"))
+    return [[tuple(i["shape"]) for i in c["inputs"]] for c in expect["cases"]]
+
+
+def make_inputs(shapes, gen):
+    return [torch.randn(*s, generator=gen) for s in shapes]
+
+
+def load_ref(pt2):
+    """The eager module of a .pt2, its float parameters requiring grad (the fixtures were exported
+    under no_grad)."""
+    ref = torch.export.load(str(pt2)).module()
+    for p in ref.parameters():
+        if p.dtype.is_floating_point:
+            p.requires_grad_(True)
+    return ref
+
+
+def check_gradients(lib, pt2, shapes_list):
+    torch.manual_seed(0)
+    ref = load_ref(pt2)
+    t = ptc_ctypes.PtcTrainer(lib)
+    names = [p.name for p in t.param_infos]
+    ref_params = dict(ref.named_parameters())
+    missing = [n for n in names if n not in ref_params]
+    if missing:
+        raise AssertionError(f"parameters {missing} not in the eager module")
+    notes = []
+    for shapes in shapes_list:
+        gen = torch.Generator().manual_seed(sum(sum(s) for s in shapes))
+        xs = make_inputs(shapes, gen)
+        ref.zero_grad(set_to_none=True)
+        outs = ref(*xs)
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        gouts = [torch.randn(o.shape, generator=gen) for o in outs]
+        torch.autograd.backward(outs, gouts)
+        t.zero_grad()
+        got, saved = t.forward_train(*xs)
+        for k, (a, b) in enumerate(zip(got, outs)):
+            ok, msg = close(a, b, GRAD_TOL)
+            if not ok:
+                raise AssertionError(f"{shapes}: output {k}: {msg}")
+        t.backward(saved, gouts)
+        worst = 0.0
+        for n in names:
+            ok, msg = close(t.grads[n], ref_params[n].grad, GRAD_TOL)
+            if not ok:
+                raise AssertionError(f"{shapes}: grad of {n}: {msg}")
+            worst = max(worst, (t.grads[n] - ref_params[n].grad).abs().max().item())
+        # Accumulation: a second backward of the same forward doubles the gradients.
+        t.backward(saved, gouts)
+        for n in names[:2]:
+            ok, msg = close(t.grads[n], 2 * ref_params[n].grad, GRAD_TOL)
+            if not ok:
+                raise AssertionError(f"{shapes}: accumulated grad of {n}: {msg}")
+        saved.free()
+        notes.append(f"{list(shapes[0])}: worst grad err {worst:.2g}")
+    t.close()
+    return "; ".join(notes)
+
+
+def check_optimizer(lib, pt2, shapes, kind, **hp):
+    ref = load_ref(pt2)
+    gen = torch.Generator().manual_seed(7)
+    xs = make_inputs(shapes, gen)
+    with torch.no_grad():
+        outs0 = ref(*xs)
+    outs0 = outs0 if isinstance(outs0, (tuple, list)) else (outs0,)
+    weights = [torch.randn(o.shape, generator=gen) for o in outs0]
+    t = ptc_ctypes.PtcTrainer(lib)
+    params = dict(ref.named_parameters())
+    opt = (torch.optim.SGD if kind == "sgd" else torch.optim.AdamW)(list(params.values()), **hp)
+    worst = 0.0
+    for step in range(5):
+        opt.zero_grad(set_to_none=False)
+        outs = ref(*xs)
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        loss = sum((o * w).sum() for o, w in zip(outs, weights))
+        loss.backward()
+        opt.step()
+        t.zero_grad()
+        _, saved = t.forward_train(*xs)
+        t.backward(saved, weights)  # d loss / d output = the weights
+        saved.free()
+        if kind == "sgd":
+            t.sgd_step(hp["lr"], hp.get("momentum", 0.0), hp.get("dampening", 0.0), hp.get("weight_decay", 0.0),
+                       hp.get("nesterov", False))
+        else:
+            t.adamw_step(hp["lr"], hp.get("betas", (0.9, 0.999)), hp.get("eps", 1e-8), hp.get("weight_decay", 1e-2))
+        for n, p in params.items():
+            ok, msg = close(t.params[n], p, STEP_TOL)
+            if not ok:
+                raise AssertionError(f"step {step + 1}: parameter {n}: {msg}")
+            worst = max(worst, (t.params[n] - p.detach()).abs().max().item())
+    t.close()
+    return f"5 steps, worst param err {worst:.2g}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
+    ap.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
+    ap.add_argument("--flavours", nargs="+", default=["pt2", "core"])
+    ap.add_argument("--keep", help="write the libraries here")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    r = Runner(args.verbose)
+    work = args.keep or tempfile.mkdtemp(prefix="ptc-train-")
+    os.makedirs(work, exist_ok=True)
+    for name in args.models:
+        for flavour in args.flavours:
+            pt2 = ROOT / "models" / (f"{name}.pt2" if flavour == "pt2" else f"{name}.core.pt2")
+            tag = f"{name}.{flavour}"
+            libs = {}
+
+            def build(mode, pt2=pt2, tag=tag, libs=libs):
+                out = os.path.join(work, f"{tag}.{mode}.so")
+                info = compile_train(args.ptc_binary, pt2, out, ["--save-all"] if mode == "save_all" else [])
+                libs[mode] = (out, info)
+                return f"{info['saved_values']} saved, {info['saved_bytes_per_sample']:.0f} B/sample"
+
+            r.check(f"{tag}: compile --train", lambda: build("min_cut"))
+            r.check(f"{tag}: compile --train --save-all", lambda: build("save_all"))
+            if len(libs) < 2:
+                continue
+            shapes_list = cases(name)
+            for mode in ("min_cut", "save_all"):
+                r.check(f"{tag} [{mode}]: outputs and gradients vs torch.autograd",
+                        lambda mode=mode: check_gradients(libs[mode][0], pt2, shapes_list))
+
+            def saved_less(libs=libs):
+                a, b = libs["min_cut"][1]["saved_bytes_per_sample"], libs["save_all"][1]["saved_bytes_per_sample"]
+                if a > b:
+                    raise AssertionError(f"min-cut saves {a} B/sample, more than --save-all's {b}")
+                return f"{a:.0f} <= {b:.0f} B/sample"
+
+            r.check(f"{tag}: min-cut saves no more than --save-all", saved_less)
+            lib = libs["min_cut"][0]
+            shapes = shapes_list[0]
+            r.check(f"{tag}: SGD momentum+wd vs torch.optim.SGD",
+                    lambda: check_optimizer(lib, pt2, shapes, "sgd", lr=0.05, momentum=0.9, dampening=0.1,
+                                            weight_decay=0.01))
+            r.check(f"{tag}: SGD nesterov vs torch.optim.SGD",
+                    lambda: check_optimizer(lib, pt2, shapes, "sgd", lr=0.05, momentum=0.9, nesterov=True))
+            r.check(f"{tag}: AdamW vs torch.optim.AdamW",
+                    lambda: check_optimizer(lib, pt2, shapes, "adamw", lr=1e-2, betas=(0.9, 0.99), eps=1e-8,
+                                            weight_decay=0.05))
+    print(f"{r.passed} passed, {r.failed} failed")
+    sys.exit(1 if r.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
