@@ -249,6 +249,19 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
     case OpKind::NewZeros: return out(full(L, a.out_sizes(), constant(0, a.out_dtype())));
     case OpKind::NewOnes: return out(full(L, a.out_sizes(), constant(1, a.out_dtype())));
     case OpKind::ScalarTensor: return out(full(L, {}, a.scalar("s", a.out_dtype())));
+    case OpKind::Tril: case OpKind::Triu: {  // keep (j - i <= diagonal) / (j - i >= diagonal), zeros elsewhere
+      DType dt = a.out_dtype();
+      TensorRef x = a.tensor("self");
+      const size_t r = x.sizes.size();
+      if (r < 2) L.fail("tril/triu need a tensor of rank >= 2");
+      ExprRef diag = a.scalar("diagonal", DType::Int64);
+      const bool lower = k == OpKind::Tril;
+      return out(L.pointwise(dt, x.sizes, [=](const Index& i) {
+        ExprRef d = binary(Op::Sub, index_value(i[r - 1]), index_value(i[r - 2]));
+        ExprRef keep = lower ? binary(Op::Le, d, diag) : binary(Op::Ge, d, diag);
+        return select(keep, cast(x.at(i), dt), constant(0, dt));
+      }));
+    }
     case OpKind::ArangeStartStep: case OpKind::ArangeStart: case OpKind::ArangeDefault: {
       DType dt = a.out_dtype();
       ExprRef start = k == OpKind::ArangeDefault ? constant(0, dt) : a.scalar("start", dt);
