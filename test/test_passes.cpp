@@ -20,41 +20,7 @@ namespace {
 
 const char* kFixtures[] = {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"};
 
-// Builds graphs by hand; node output types come from the shape rules (infer_node_types).
-struct Builder {
-  std::unique_ptr<Graph> g = std::make_unique<Graph>();
-  Builder() { g->name = "t"; }
-  Expr sym(const std::string& name, int64_t lo = 2, int64_t hi = 64) {
-    g->symbols[name] = sym::Range{lo, hi};
-    return sym::symbol(name, {lo, hi});
-  }
-  Value* input(const std::string& name, DType dt, std::vector<Expr> sizes) {
-    return g->add_input(name, Type::tensor(dt, std::move(sizes)), GraphInput::Role::User);
-  }
-  Value* weight(const std::string& name, const std::string& target, DType dt, std::vector<int64_t> sizes,
-                std::vector<double> values, GraphInput::Role role = GraphInput::Role::Parameter) {
-    Type t = Type::tensor(dt, std::vector<Expr>(sizes.begin(), sizes.end()));
-    g->weights[target] = rewrite::owned_tensor(t, values);
-    return g->add_input(name, t, role, target);
-  }
-  std::vector<Value*> node(OpKind kind, const std::string& name, std::map<std::string, Arg> given,
-                           const std::string& trace = "") {
-    auto n = std::make_unique<Node>();
-    n->kind = kind;
-    n->name = name;
-    n->target = op_info(kind).schema.qualified();
-    n->source.stack_trace = trace;
-    n->args = test::schema_args(kind, std::move(given));
-    std::vector<Type> types = infer_node_types(*n);
-    REQUIRE(!types.empty());
-    for (size_t i = 0; i < types.size(); ++i)
-      n->outputs.push_back(g->add_value(i ? name + "_" + std::to_string(i) : name, types[i]));
-    return g->add_node(std::move(n))->outputs;
-  }
-  Value* op(OpKind kind, const std::string& name, std::map<std::string, Arg> given, const std::string& trace = "") {
-    return node(kind, name, std::move(given), trace)[0];
-  }
-};
+using Builder = test::GraphBuilder;
 
 Arg ints(std::vector<int64_t> v) { return v; }
 Arg syms(std::vector<Expr> v) { return v; }

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include "frontend/pt2_context.h"
+#include "passes/rewrite.h"
+#include "ptc/passes.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -105,6 +107,37 @@ std::vector<Arg> schema_args(OpKind kind, std::map<std::string, Arg> given) {
   }
   REQUIRE(given.empty());  // every given argument is in the schema
   return args;
+}
+
+sym::Expr GraphBuilder::sym(const std::string& name, int64_t lo, int64_t hi) {
+  g->symbols[name] = sym::Range{lo, hi};
+  return sym::symbol(name, {lo, hi});
+}
+
+Value* GraphBuilder::input(const std::string& name, DType dt, std::vector<sym::Expr> sizes) {
+  return g->add_input(name, Type::tensor(dt, std::move(sizes)), GraphInput::Role::User);
+}
+
+Value* GraphBuilder::weight(const std::string& name, const std::string& target, DType dt, std::vector<int64_t> sizes,
+                            std::vector<double> values, GraphInput::Role role) {
+  Type t = Type::tensor(dt, std::vector<sym::Expr>(sizes.begin(), sizes.end()));
+  g->weights[target] = rewrite::owned_tensor(t, values);
+  return g->add_input(name, t, role, target);
+}
+
+std::vector<Value*> GraphBuilder::node(OpKind kind, const std::string& name, std::map<std::string, Arg> given,
+                                       const std::string& trace) {
+  auto n = std::make_unique<Node>();
+  n->kind = kind;
+  n->name = name;
+  n->target = op_info(kind).schema.qualified();
+  n->source.stack_trace = trace;
+  n->args = schema_args(kind, std::move(given));
+  std::vector<Type> types = infer_node_types(*n);
+  REQUIRE(!types.empty());
+  for (size_t i = 0; i < types.size(); ++i)
+    n->outputs.push_back(g->add_value(i ? name + "_" + std::to_string(i) : name, types[i]));
+  return g->add_node(std::move(n))->outputs;
 }
 
 }  // namespace ptc::test

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,5 +42,20 @@ void rewrite_zip(const std::string& src, const std::string& dst,
 // Arguments for a hand-built node of `kind`, aligned with its schema: the `given` ones by name,
 // schema defaults for the rest (a REQUIRE fails on an unknown name or a missing required one).
 std::vector<Arg> schema_args(OpKind kind, std::map<std::string, Arg> given);
+
+// Builds graphs by hand; node output types come from the shape rules (infer_node_types).
+struct GraphBuilder {
+  std::unique_ptr<Graph> g = std::make_unique<Graph>();
+  GraphBuilder() { g->name = "t"; }
+  sym::Expr sym(const std::string& name, int64_t lo = 2, int64_t hi = 64);
+  Value* input(const std::string& name, DType dt, std::vector<sym::Expr> sizes);
+  Value* weight(const std::string& name, const std::string& target, DType dt, std::vector<int64_t> sizes,
+                std::vector<double> values, GraphInput::Role role = GraphInput::Role::Parameter);
+  std::vector<Value*> node(OpKind kind, const std::string& name, std::map<std::string, Arg> given,
+                           const std::string& trace = "");
+  Value* op(OpKind kind, const std::string& name, std::map<std::string, Arg> given, const std::string& trace = "") {
+    return node(kind, name, std::move(given), trace)[0];
+  }
+};
 
 }  // namespace ptc::test

@@ -138,6 +138,15 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
         return binary(Op::Mul, x, unary(Op::Tanh, sp));
       }));
     }
+    case OpKind::Softplus: {  // log1p(exp(beta x)) / beta, x itself where beta x > threshold
+      DType dt = a.out_dtype();
+      ExprRef beta = a.scalar("beta", dt), th = a.scalar("threshold", dt);
+      return out(map1(L, a.tensor("self"), dt, [=](ExprRef x) {
+        x = cast(x, dt);
+        ExprRef bx = binary(Op::Mul, x, beta);
+        return select(binary(Op::Gt, bx, th), x, binary(Op::Div, unary(Op::Log1p, unary(Op::Exp, bx)), beta));
+      }));
+    }
     case OpKind::LogicalNot: case OpKind::BitwiseNot:
       return out(map1(L, a.tensor("self"), DType::Bool, [](ExprRef x) { return unary(Op::Not, cast(x, DType::Bool)); }));
     case OpKind::Isnan: return out(map1(L, a.tensor("self"), DType::Bool, [](ExprRef x) { return unary(Op::IsNan, x); }));

@@ -1,0 +1,378 @@
+// Derivative rules (lib/autodiff) checked against central finite differences in double
+// precision: each case is a small float64 graph whose inputs require grad; the joint graph's
+// gradients (lowered and run by the reference interpreter) must match
+//   d/dx_k sum(out * gout) ~ (f(x + h e_k) - f(x - h e_k)) / 2h
+// for every input element. Plus the joint graph's structure, the partition and the error paths.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "ptc/autodiff.h"
+#include "ptc/frontend.h"
+#include "ptc/error.h"
+#include "ptc/lower.h"
+#include "ptc/passes.h"
+#include "test_util.h"
+
+using namespace ptc;
+using sym::Expr;
+
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+Bytes to_bytes(const std::vector<double>& v) {
+  Bytes b(v.size() * 8);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+std::vector<double> to_doubles(const Bytes& b) {
+  std::vector<double> v(b.size() / 8);
+  std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+int64_t numel(const Value* v) {
+  int64_t n = 1;
+  for (const auto& s : v->type.sizes) n *= *s.as_const();
+  return n;
+}
+
+// Positive inputs (log, sqrt, rsqrt) or any sign.
+struct Case {
+  test::GraphBuilder b;
+  std::vector<Value*> xs;
+  bool positive = false;
+  Value* x(const std::string& name, std::vector<int64_t> sizes, DType dt = DType::Float64) {
+    Value* v = b.input(name, dt, std::vector<Expr>(sizes.begin(), sizes.end()));
+    v->type.requires_grad = dtype_is_float(dt);
+    if (v->type.requires_grad) xs.push_back(v);
+    return v;
+  }
+};
+
+// sum(out_i * gout_i) over the graph's outputs, by the interpreter.
+double objective(const loop::Program& p, const Graph& g, const std::vector<Bytes>& ins, const std::vector<std::vector<double>>& gouts) {
+  auto outs = interpret(p, g, ins, {});
+  double s = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    auto o = to_doubles(outs[i]);
+    for (size_t k = 0; k < o.size(); ++k) s += o[k] * gouts[i][k];
+  }
+  return s;
+}
+
+void check_gradients(Case& c, double tol = 1e-6) {
+  Graph& g = *c.b.g;
+  REQUIRE(verify_graph(g).empty());
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<double> U(c.positive ? 0.2 : -1.0, c.positive ? 2.0 : 1.0);
+  // User inputs in order: the values of the ones requiring grad are random, others (masks) set by the case.
+  std::vector<std::vector<double>> vals;
+  std::vector<Bytes> ins;
+  for (const GraphInput& in : g.inputs) {
+    std::vector<double> v(static_cast<size_t>(numel(in.value)));
+    for (auto& e : v) e = U(rng);
+    vals.push_back(v);
+    if (in.value->type.dtype == DType::Bool) {
+      Bytes b(v.size());
+      for (size_t k = 0; k < v.size(); ++k) b[k] = std::byte(k % 3 != 1);  // keep 2 of 3, never a whole row masked
+      ins.push_back(b);
+    } else {
+      ins.push_back(to_bytes(v));
+    }
+  }
+  std::vector<std::vector<double>> gouts;
+  for (const Value* o : g.outputs) {
+    std::vector<double> v(static_cast<size_t>(numel(o)));
+    for (auto& e : v) e = U(rng) - (c.positive ? 1.0 : 0.0);
+    gouts.push_back(v);
+  }
+  JointGraph j = build_joint_graph(g);
+  INFO(print_graph(*j.graph));
+  loop::Program jp = lower_to_loops(*j.graph);
+  std::vector<Bytes> jins = ins;
+  for (size_t i = 0; i < j.grad_outputs.size(); ++i) {
+    size_t oi = 0;
+    while (g.outputs[oi]->name != j.grad_outputs[i]->name) ++oi;
+    jins.push_back(to_bytes(gouts[oi]));
+  }
+  auto jouts = interpret(jp, *j.graph, jins, {});
+  REQUIRE(jouts.size() == g.outputs.size() + j.grad_inputs.size());
+  loop::Program fp = lower_to_loops(g);
+  const double h = 1e-6;
+  for (size_t k = 0; k < j.grad_inputs.size(); ++k) {
+    size_t idx = 0;
+    while (g.inputs[idx].value->name != j.grad_inputs[k]->name) ++idx;
+    auto grad = to_doubles(jouts[g.outputs.size() + k]);
+    REQUIRE(grad.size() == vals[idx].size());
+    double worst = 0;
+    for (size_t e = 0; e < grad.size(); ++e) {
+      auto plus = vals[idx], minus = vals[idx];
+      plus[e] += h;
+      minus[e] -= h;
+      auto a = ins, b = ins;
+      a[idx] = to_bytes(plus);
+      b[idx] = to_bytes(minus);
+      double fd = (objective(fp, g, a, gouts) - objective(fp, g, b, gouts)) / (2 * h);
+      worst = std::max(worst, std::fabs(fd - grad[e]) / std::max(1.0, std::fabs(fd)));
+    }
+    INFO("gradient of " << j.grad_inputs[k]->name << ": worst relative error " << worst);
+    CHECK(worst < tol);
+  }
+}
+
+Arg ints(std::vector<int64_t> v) { return v; }
+Arg syms(std::vector<int64_t> v) { return std::vector<Expr>(v.begin(), v.end()); }
+constexpr DType F64 = DType::Float64;
+
+}  // namespace
+
+TEST_CASE("derivatives of elementwise ops match finite differences", "[autodiff]") {
+  struct Unary {
+    OpKind k;
+    bool positive;
+    std::map<std::string, Arg> extra;
+  };
+  const Unary ops[] = {
+      {OpKind::Relu, false, {}},          {OpKind::Gelu, false, {}},
+      {OpKind::Gelu, false, {{"approximate", std::string("tanh")}}},
+      {OpKind::Silu, false, {}},          {OpKind::Sigmoid, false, {}},
+      {OpKind::Tanh, false, {}},          {OpKind::Exp, false, {}},
+      {OpKind::Log, true, {}},            {OpKind::Sqrt, true, {}},
+      {OpKind::Rsqrt, true, {}},          {OpKind::Reciprocal, true, {}},
+      {OpKind::Abs, false, {}},           {OpKind::Neg, false, {}},
+      {OpKind::Erf, false, {}},           {OpKind::Mish, false, {}},
+      {OpKind::Softplus, false, {}},      {OpKind::Hardswish, false, {}},
+      {OpKind::Hardsigmoid, false, {}},   {OpKind::LeakyRelu, false, {}},
+      {OpKind::PowTensorScalar, true, {{"exponent", 2.5}}},
+      {OpKind::Clamp, false, {{"min", -0.5}, {"max", 0.6}}},
+      {OpKind::MulScalar, false, {{"other", 1.5}}}, {OpKind::DivScalar, false, {{"other", 4.0}}},
+      {OpKind::RsubScalar, false, {{"other", 2.0}, {"alpha", 3.0}}},
+  };
+  for (const Unary& u : ops) {
+    INFO(op_info(u.k).schema.qualified());
+    Case c;
+    c.positive = u.positive;
+    auto args = u.extra;
+    args["self"] = c.x("x", {3, 5});
+    c.b.g->outputs.push_back(c.b.op(u.k, "y", args));
+    check_gradients(c);
+  }
+}
+
+TEST_CASE("derivatives of broadcasting binary ops match finite differences", "[autodiff]") {
+  for (OpKind k : {OpKind::AddTensor, OpKind::SubTensor, OpKind::MulTensor, OpKind::DivTensor, OpKind::Maximum, OpKind::Minimum}) {
+    INFO(op_info(k).schema.qualified());
+    Case c;
+    c.positive = k == OpKind::DivTensor;
+    Value* a = c.x("a", {2, 3, 4});
+    Value* b = c.x("b", {3, 1});
+    std::map<std::string, Arg> args{{"self", a}, {"other", b}};
+    if (k == OpKind::AddTensor || k == OpKind::SubTensor) args["alpha"] = 0.5;
+    c.b.g->outputs.push_back(c.b.op(k, "y", args));
+    check_gradients(c);
+  }
+  Case w;
+  Value* cond = w.x("c", {3, 4}, DType::Bool);
+  Value* a = w.x("a", {3, 4});
+  Value* b = w.x("b", {4});
+  w.b.g->outputs.push_back(w.b.op(OpKind::WhereSelf, "y", {{"condition", cond}, {"self", a}, {"other", b}}));
+  check_gradients(w);
+}
+
+TEST_CASE("derivatives of matrix products match finite differences", "[autodiff]") {
+  {
+    Case c;
+    Value* x = c.x("x", {2, 3, 4});
+    Value* w = c.x("w", {5, 4});
+    Value* bias = c.x("bias", {5});
+    c.b.g->outputs.push_back(c.b.op(OpKind::Linear, "y", {{"input", x}, {"weight", w}, {"bias", bias}}));
+    check_gradients(c);
+  }
+  {
+    Case c;
+    Value* bias = c.x("bias", {5});
+    Value* m1 = c.x("m1", {3, 4});
+    Value* m2 = c.x("m2", {4, 5});
+    c.b.g->outputs.push_back(c.b.op(OpKind::Addmm, "y", {{"self", bias}, {"mat1", m1}, {"mat2", m2}, {"beta", 0.5}, {"alpha", 2.0}}));
+    check_gradients(c);
+  }
+  {
+    Case c;
+    Value* a = c.x("a", {2, 3, 4});
+    Value* m = c.x("m", {2, 4, 5});
+    c.b.g->outputs.push_back(c.b.op(OpKind::Bmm, "y", {{"self", a}, {"mat2", m}}));
+    check_gradients(c);
+  }
+  {
+    Case c;  // batched matmul with a broadcast batch
+    Value* a = c.x("a", {2, 2, 3, 4});
+    Value* m = c.x("m", {1, 2, 4, 3});
+    c.b.g->outputs.push_back(c.b.op(OpKind::Matmul, "y", {{"self", a}, {"other", m}}));
+    check_gradients(c);
+  }
+}
+
+TEST_CASE("derivatives of attention match finite differences", "[autodiff]") {
+  for (int variant = 0; variant < 3; ++variant) {
+    INFO("variant " << variant << " (0 causal, 1 bool mask, 2 float mask with scale)");
+    Case c;
+    Value* q = c.x("q", {1, 2, 4, 3});
+    Value* k = c.x("k", {1, 2, 5, 3});
+    Value* v = c.x("v", {1, 2, 5, 2});
+    std::map<std::string, Arg> args{{"query", q}, {"key", k}, {"value", v}};
+    if (variant == 0) args["is_causal"] = true;
+    if (variant == 1) args["attn_mask"] = c.x("mask", {4, 5}, DType::Bool);
+    if (variant == 2) {
+      args["attn_mask"] = c.x("mask", {1, 1, 4, 5});
+      args["scale"] = 0.3;
+    }
+    c.b.g->outputs.push_back(c.b.op(OpKind::ScaledDotProductAttention, "y", args));
+    check_gradients(c);
+  }
+}
+
+TEST_CASE("derivatives of norms, softmax and reductions match finite differences", "[autodiff]") {
+  {
+    Case c;
+    Value* x = c.x("x", {3, 2, 4});
+    Value* w = c.x("w", {2, 4});
+    Value* b = c.x("b", {2, 4});
+    c.b.g->outputs.push_back(
+        c.b.op(OpKind::LayerNorm, "y", {{"input", x}, {"normalized_shape", syms({2, 4})}, {"weight", w}, {"bias", b}}));
+    check_gradients(c);
+  }
+  {
+    Case c;
+    Value* x = c.x("x", {3, 6});
+    Value* w = c.x("w", {6});
+    Value* b = c.x("b", {6});
+    auto outs = c.b.node(OpKind::NativeLayerNorm, "y", {{"input", x}, {"normalized_shape", syms({6})}, {"weight", w}, {"bias", b}, {"eps", 1e-5}});
+    c.b.g->outputs.push_back(outs[0]);
+    check_gradients(c);
+  }
+  {
+    Case c;
+    Value* x = c.x("x", {3, 6});
+    Value* w = c.x("w", {6});
+    c.b.g->outputs.push_back(c.b.op(OpKind::RmsNorm, "y", {{"input", x}, {"normalized_shape", syms({6})}, {"weight", w}, {"eps", 1e-6}}));
+    check_gradients(c);
+  }
+  for (OpKind k : {OpKind::SoftmaxInt, OpKind::LogSoftmaxInt}) {
+    Case c;
+    c.b.g->outputs.push_back(c.b.op(k, "y", {{"self", c.x("x", {3, 5})}, {"dim", int64_t(0)}}));
+    check_gradients(c);
+  }
+  {
+    Case c;
+    Value* x = c.x("x", {2, 3, 4});
+    c.b.g->outputs.push_back(c.b.op(OpKind::SumDimIntList, "s", {{"self", x}, {"dim", ints({0, 2})}, {"keepdim", false}}));
+    c.b.g->outputs.push_back(c.b.op(OpKind::MeanDim, "m", {{"self", x}, {"dim", ints({-1})}, {"keepdim", true}}));
+    check_gradients(c);
+  }
+  {
+    Case c;
+    c.b.g->outputs.push_back(c.b.op(OpKind::AdaptiveAvgPool2d, "y", {{"self", c.x("x", {2, 3, 4, 4})}, {"output_size", syms({1, 1})}}));
+    check_gradients(c);
+  }
+}
+
+TEST_CASE("derivatives of views and data movement match finite differences", "[autodiff]") {
+  Case c;
+  Value* x = c.x("x", {2, 3, 4});
+  Value* y = c.x("y", {2, 1, 4});
+  auto& b = c.b;
+  Value* p = b.op(OpKind::Permute, "p", {{"self", x}, {"dims", ints({2, 0, 1})}});                     // [4, 2, 3]
+  Value* r = b.op(OpKind::Reshape, "r", {{"self", p}, {"shape", syms({8, 3})}});                         // [8, 3]
+  Value* s = b.op(OpKind::SliceTensor, "s", {{"self", r}, {"dim", int64_t(0)}, {"start", Expr(1)}, {"end", Expr(6)}});
+  Value* sel = b.op(OpKind::SelectInt, "sel", {{"self", x}, {"dim", int64_t(1)}, {"index", Expr(-1)}});  // [2, 4]
+  Value* cat = b.op(OpKind::Cat, "cat", {{"tensors", std::vector<Value*>{x, y}}, {"dim", int64_t(1)}});   // [2, 4, 4]
+  auto parts = b.node(OpKind::SplitWithSizes, "split", {{"self", cat}, {"split_sizes", syms({1, 3})}, {"dim", int64_t(1)}});
+  Value* st = b.op(OpKind::Stack, "st", {{"tensors", std::vector<Value*>{sel, sel}}, {"dim", int64_t(0)}});
+  Value* e = b.op(OpKind::Expand, "e", {{"self", y}, {"size", syms({3, 2, 5, 4})}});
+  Value* t = b.op(OpKind::TransposeInt, "t", {{"self", x}, {"dim0", int64_t(0)}, {"dim1", int64_t(2)}});
+  Value* pad = b.op(OpKind::ConstantPadNd, "pad", {{"self", x}, {"pad", syms({1, 2, 0, 1})}});
+  Value* u = b.op(OpKind::Unsqueeze, "u", {{"self", sel}, {"dim", int64_t(1)}});
+  Value* un = b.node(OpKind::UnbindInt, "un", {{"self", x}, {"dim", int64_t(2)}})[1];
+  for (Value* o : {s, parts[1], st, e, t, pad, u, un}) b.g->outputs.push_back(o);
+  check_gradients(c);
+}
+
+TEST_CASE("a parameter's gradient sums the contributions of all its uses", "[autodiff]") {
+  test::GraphBuilder b;
+  Value* x = b.input("x", DType::Float32, {Expr(2), Expr(3)});
+  Value* w = b.weight("w", "w", DType::Float32, {3}, {1, 2, 3});
+  Value* m = b.op(OpKind::MulTensor, "m", {{"self", x}, {"other", w}});
+  Value* a = b.op(OpKind::AddTensor, "a", {{"self", m}, {"other", w}});
+  b.g->outputs.push_back(a);
+  JointGraph j = build_joint_graph(*b.g);
+  REQUIRE(j.grad_params.size() == 1);
+  REQUIRE(j.grad_inputs.empty());  // x does not require grad
+  REQUIRE(j.graph->inputs.size() == 3);  // x, w, a_grad
+  // The gradient of w: sum over rows of (g * x) plus sum over rows of g.
+  std::vector<float> xv{1, 2, 3, 4, 5, 6}, gv{1, 1, 1, 2, 2, 2};
+  std::vector<Bytes> ins(2);
+  ins[0].resize(24);
+  std::memcpy(ins[0].data(), xv.data(), 24);
+  ins[1].resize(24);
+  std::memcpy(ins[1].data(), gv.data(), 24);
+  auto outs = interpret(lower_to_loops(*j.graph), *j.graph, ins, {});
+  REQUIRE(outs.size() == 2);
+  std::vector<float> gw(3);
+  std::memcpy(gw.data(), outs[1].data(), 12);
+  CHECK(gw[0] == Approx(1 * 1 + 4 * 2 + 3));
+  CHECK(gw[1] == Approx(2 * 1 + 5 * 2 + 3));
+  CHECK(gw[2] == Approx(3 * 1 + 6 * 2 + 3));
+}
+
+TEST_CASE("the partition saves matmul outputs and recomputes elementwise chains", "[autodiff]") {
+  auto g = run_training_graph_passes(*load_model(test::fixture("mlp.pt2")));
+  JointGraph j = build_joint_graph(*g);
+  TrainGraphs min_cut = partition_joint_graph(j);
+  PartitionOptions all;
+  all.save_all = true;
+  TrainGraphs save_all = partition_joint_graph(j, all);
+  auto saved = [](const TrainGraphs& t) {
+    std::vector<std::string> names;
+    for (size_t i = t.num_model_outputs; i < t.forward->outputs.size(); ++i) names.push_back(t.forward->outputs[i]->name);
+    return names;
+  };
+  // x, the first linear's output (gelu is recomputed from it) and the layer norm's input.
+  CHECK(saved(min_cut) == std::vector<std::string>{"x", "linear", "add"});
+  CHECK(saved(save_all) == std::vector<std::string>{"x", "linear", "gelu", "add"});
+  CHECK(min_cut.saved_bytes_per_sample < save_all.saved_bytes_per_sample);
+  CHECK(min_cut.params.size() == 6);
+  CHECK(min_cut.grad_param_index.size() == 6);
+  CHECK(verify_graph(*min_cut.backward).empty());
+}
+
+TEST_CASE("--train errors are one sentence naming the node", "[autodiff][bad_input]") {
+  {
+    test::GraphBuilder b;  // an op without a derivative on the path
+    Value* x = b.input("x", DType::Float32, {Expr(4), Expr(6)});
+    Value* w = b.weight("w", "w", DType::Float32, {6}, {1, 2, 3, 4, 5, 6});
+    Value* m = b.op(OpKind::MulTensor, "m", {{"self", x}, {"other", w}});
+    Value* c = b.op(OpKind::Cumsum, "cumsum_1", {{"self", m}, {"dim", int64_t(1)}}, "File \"net.py\", line 12, in forward\n    y = m.cumsum(1)");
+    b.g->outputs.push_back(c);
+    try {
+      build_joint_graph(*b.g);
+      FAIL("no error");
+    } catch (const UserError& e) {
+      std::string msg = e.what();
+      CHECK(msg.find("node 'cumsum_1' (aten::cumsum)") != std::string::npos);
+      CHECK(msg.find("net.py:12") != std::string::npos);
+      CHECK(msg.find("no derivative") != std::string::npos);
+    }
+  }
+  {
+    test::GraphBuilder b;  // nothing to train
+    Value* x = b.input("x", DType::Float32, {Expr(4)});
+    b.g->outputs.push_back(b.op(OpKind::Relu, "r", {{"self", x}}));
+    CHECK_THROWS_WITH(build_joint_graph(*b.g), Catch::Contains("nothing to train"));
+  }
+  auto r = test::run_ptc("compile " + test::fixture("mlp.pt2") + " -o " + test::temp_dir() + "/m.so --train --device cuda");
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("--train is for --device cpu") != std::string::npos);
+}
