@@ -270,6 +270,8 @@ TEST_CASE("derivatives of norms, softmax and reductions match finite differences
     Value* x = c.x("x", {2, 3, 4});
     c.b.g->outputs.push_back(c.b.op(OpKind::SumDimIntList, "s", {{"self", x}, {"dim", ints({0, 2})}, {"keepdim", false}}));
     c.b.g->outputs.push_back(c.b.op(OpKind::MeanDim, "m", {{"self", x}, {"dim", ints({-1})}, {"keepdim", true}}));
+    c.b.g->outputs.push_back(c.b.op(OpKind::Mean, "mall", {{"self", x}}));
+    c.b.g->outputs.push_back(c.b.op(OpKind::Sum, "sall", {{"self", x}}));
     check_gradients(c);
   }
   {
@@ -277,6 +279,47 @@ TEST_CASE("derivatives of norms, softmax and reductions match finite differences
     c.b.g->outputs.push_back(c.b.op(OpKind::AdaptiveAvgPool2d, "y", {{"self", c.x("x", {2, 3, 4, 4})}, {"output_size", syms({1, 1})}}));
     check_gradients(c);
   }
+}
+
+TEST_CASE("derivatives of convolution and eval-mode batch norm match finite differences", "[autodiff]") {
+  struct Conv {
+    int64_t C, O, K, stride, pad, dil, groups, H;
+    bool bias;
+  };
+  const Conv convs[] = {
+      {2, 3, 3, 1, 1, 1, 1, 5, true},   // 3x3 same padding
+      {2, 4, 3, 2, 1, 1, 2, 6, false},  // stride 2, two groups, a row the forward never reads
+      {2, 4, 3, 2, 1, 1, 1, 6, false},
+      {2, 4, 3, 2, 0, 1, 1, 6, false},
+      {2, 4, 3, 2, 1, 1, 1, 5, false},
+      {2, 4, 3, 1, 1, 1, 2, 6, false},
+      {3, 3, 3, 1, 2, 2, 3, 5, true},   // dilated depthwise
+      {2, 3, 1, 2, 0, 1, 1, 5, false},  // 1x1 stride 2
+      {1, 2, 2, 3, 0, 1, 1, 7, true},   // 2x2 kernel, stride 3
+  };
+  for (const Conv& k : convs) {
+    INFO("C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " pad " << k.pad << " dil " << k.dil << " groups " << k.groups);
+    Case c;
+    Value* x = c.x("x", {2, k.C, k.H, k.H + 1});
+    Value* w = c.x("w", {k.O, k.C / k.groups, k.K, k.K});
+    std::map<std::string, Arg> args{{"input", x}, {"weight", w}, {"stride", syms({k.stride, k.stride})},
+                                    {"padding", syms({k.pad, k.pad})}, {"dilation", syms({k.dil, k.dil})},
+                                    {"groups", Expr(k.groups)}};
+    if (k.bias) args["bias"] = c.x("b", {k.O});
+    c.b.g->outputs.push_back(c.b.op(OpKind::Conv2d, "y", args));
+    check_gradients(c);
+  }
+  Case bn;
+  bn.positive = true;
+  Value* x = bn.x("x", {2, 3, 2, 2});
+  Value* w = bn.x("w", {3});
+  Value* bias = bn.x("b", {3});
+  Value* rm = bn.b.input("rm", F64, {Expr(3)});
+  Value* rv = bn.b.input("rv", F64, {Expr(3)});
+  bn.b.g->outputs.push_back(bn.b.node(OpKind::UnderscoreNativeBatchNormLegitNoTraining, "y",
+                                      {{"input", x}, {"weight", w}, {"bias", bias}, {"running_mean", rm}, {"running_var", rv},
+                                       {"momentum", 0.1}, {"eps", 1e-5}})[0]);
+  check_gradients(bn);
 }
 
 TEST_CASE("derivatives of views and data movement match finite differences", "[autodiff]") {

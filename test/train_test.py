@@ -36,7 +36,7 @@ import ptc_ctypes  # noqa: E402
 
 GRAD_TOL = 1e-4
 STEP_TOL = 2e-5
-DEFAULT_MODELS = ["mlp", "mlp_dyn", "tiny_tfm", "tfm_dyn"]
+DEFAULT_MODELS = ["mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn"]
 
 
 def close(a, b, tol):

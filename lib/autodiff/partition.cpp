@@ -35,7 +35,8 @@ bool is_view(OpKind k) {
   }
 }
 
-// Cheap to recompute in the backward (min-cut mode): elementwise math, casts, layer norm.
+// Cheap to recompute in the backward (min-cut mode): elementwise math, casts, layer norm,
+// eval-mode batch norm.
 bool is_cheap(OpKind k) {
   if (is_view(k)) return true;
   switch (k) {
@@ -48,6 +49,8 @@ bool is_cheap(OpKind k) {
     case OpKind::ClampMin: case OpKind::WhereSelf: case OpKind::WhereScalarSelf: case OpKind::WhereScalarOther:
     case OpKind::MaskedFillScalar: case OpKind::UnderscoreToCopy: case OpKind::ToDtype: case OpKind::LayerNorm:
     case OpKind::NativeLayerNorm: case OpKind::RmsNorm: case OpKind::Dropout:
+    case OpKind::UnderscoreNativeBatchNormLegitNoTraining:  // eval-mode batch norm: per-channel affine
+    case OpKind::BatchNorm: case OpKind::NativeBatchNorm:   // (training mode has no derivative rule yet)
       return true;
     default: return false;
   }

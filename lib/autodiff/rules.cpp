@@ -93,6 +93,7 @@ const RuleEntry* find_rule(OpKind kind) {
     register_linalg_rules(t);
     register_view_rules(t);
     register_reduce_rules(t);
+    register_conv_rules(t);
     return t;
   }();
   const RuleEntry& e = table.at(static_cast<size_t>(kind));

@@ -71,6 +71,7 @@ void register_pointwise_rules(RuleTable& t);  // rules_pointwise.cpp
 void register_linalg_rules(RuleTable& t);     // rules_linalg.cpp
 void register_view_rules(RuleTable& t);       // rules_view.cpp
 void register_reduce_rules(RuleTable& t);     // rules_reduce.cpp (reductions, norms, softmax)
+void register_conv_rules(RuleTable& t);       // rules_conv.cpp (convolution, batch norm)
 
 inline void set_rule(RuleTable& t, OpKind k, Rule r) { t.at(static_cast<size_t>(k)).rule = r; }
 inline void set_no_gradient(RuleTable& t, OpKind k) { t.at(static_cast<size_t>(k)).no_gradient = true; }

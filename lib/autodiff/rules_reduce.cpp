@@ -58,6 +58,14 @@ void mean_dim(GradContext& c) {
   Value* g = c.b.scale(c.grad(), 1.0 / static_cast<double>(std::max<int64_t>(n, 1)));
   c.add_grad(x, c.b.cast(broadcast_back(c.b, g, x, dims, c.flag("keepdim")), x->type.dtype));
 }
+void mean_all(GradContext& c) {
+  Value* x = c.in("self");
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < x->type.rank(); ++i) dims.push_back(static_cast<int64_t>(i));
+  int64_t n = static_count(c, x, dims);
+  Value* g = c.b.scale(c.grad(), 1.0 / static_cast<double>(std::max<int64_t>(n, 1)));
+  c.add_grad(x, c.b.cast(broadcast_back(c.b, g, x, dims, false), x->type.dtype));
+}
 void adaptive_avg_pool2d(GradContext& c) {  // global pooling (output 1x1) only
   Value* x = c.in("self");
   auto out = c.ints("output_size");
@@ -145,6 +153,7 @@ void register_reduce_rules(RuleTable& t) {
   set_rule(t, OpKind::SumDimIntList, sum_dim);
   set_rule(t, OpKind::Sum, sum_all);
   set_rule(t, OpKind::MeanDim, mean_dim);
+  set_rule(t, OpKind::Mean, mean_all);
   set_rule(t, OpKind::AdaptiveAvgPool2d, adaptive_avg_pool2d);
   set_rule(t, OpKind::UnderscoreAdaptiveAvgPool2d, adaptive_avg_pool2d);
   set_rule(t, OpKind::LayerNorm, layer_norm);

@@ -133,13 +133,13 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
   auto one = [](TensorRef t) { return Lowered(std::vector<TensorRef>{std::move(t)}); };
   std::string o = L.origin();
   switch (n.kind) {
-    case OpKind::SumDimIntList: case OpKind::Sum: case OpKind::MeanDim: {
+    case OpKind::SumDimIntList: case OpKind::Sum: case OpKind::MeanDim: case OpKind::Mean: {
       TensorRef x = a.tensor("self");
       DType dt = a.out_dtype();
       auto dims = dims_of(L, a, "dim", x.rank());
       bool keep = n.arg("keepdim") && a.b("keepdim");
       TensorRef s = L.reduce(x, dims, keep, ReduceOp::Sum, dt, o);
-      if (n.kind != OpKind::MeanDim) return one(s);
+      if (n.kind != OpKind::MeanDim && n.kind != OpKind::Mean) return one(s);
       sym::Expr cnt = count_of(x, dims);
       return one(map1(L, s, dt, [cnt, dt](ExprRef v) { return binary(Op::Div, v, cast(index_value(cnt), dt)); }));
     }

@@ -166,6 +166,14 @@ std::vector<Type> mean_dim(Ctx& c) {
   return {reduce(c, x, c.opt_ints("dim"), c.bool_("keepdim"), d ? *d : x.dtype)};
 }
 
+std::vector<Type> mean_all(Ctx& c) {
+  const Type& x = c.tensor("self");
+  auto d = c.opt_dtype("dtype");
+  if (!d && is_integral(x.dtype, true))
+    c.fail("mean of a ", dtype_name(x.dtype), " tensor needs a floating dtype argument");
+  return {make_contiguous(x, d ? *d : x.dtype, {})};
+}
+
 std::vector<Type> sum_dim(Ctx& c) {
   const Type& x = c.tensor("self");
   return {reduce(c, x, c.opt_ints("dim"), c.bool_("keepdim"), sum_dtype(c, x))};
@@ -266,6 +274,7 @@ void add_reduce_rules(RuleTable& t) {
   set_rule(t, K::MeanDim, mean_dim);
   set_rule(t, K::SumDimIntList, sum_dim);
   set_rule(t, K::Sum, sum_all);
+  set_rule(t, K::Mean, mean_all);
   set_rule(t, K::Amax, amax);
   set_rule(t, K::Amin, amax);
   set_rule(t, K::MaxDim, max_dim);

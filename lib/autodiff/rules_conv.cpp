@@ -1,0 +1,133 @@
+// Derivatives of 2-d convolution and of batch norm with running statistics (eval mode).
+//
+// Both convolution gradients are themselves forward convolutions, so they run on the same
+// convolution code as the forward (x: [N, C, H, W], w: [O, C/G, KH, KW], dy: [N, O, OH, OW]):
+//   dW: a convolution of the input (channels and batch swapped, per group) with dy as the
+//       kernel: stride = the forward's dilation, dilation = the forward's stride, same padding;
+//       the result's first KH x KW positions are dW.
+//   dX: a valid convolution of dy, with zeros stuffed between its elements (stride > 1) and
+//       padded by d (K - 1) - p before and what makes H rows after, by the flipped, per-group
+//       transposed weight with dilation d.
+//   db: dy summed over batch and positions.
+// Batch norm in eval mode is an affine map per channel: dx = dy w / sqrt(var + eps),
+// dw = sum(dy xhat), db = sum(dy).
+#include "rules.h"
+
+namespace ptc::autodiff {
+namespace {
+
+using sym::Expr;
+
+// `g` with s - 1 zeros after each element along `dim` (the last one dropped): size (n-1) s + 1.
+Value* stuff(Builder& b, Value* g, int64_t dim, int64_t s) {
+  if (s == 1) return g;
+  std::vector<Expr> sz = g->type.sizes;
+  const Expr n = sz[dim];
+  Value* u = b.unsqueeze(g, dim + 1);
+  std::vector<Expr> zs = u->type.sizes;
+  zs[dim + 1] = s - 1;
+  Value* c = b.op(OpKind::Cat, {{"tensors", std::vector<Value*>{u, b.zeros(zs, g->type.dtype)}}, {"dim", dim + 1}});
+  sz[dim] = n * s;
+  Value* r = b.reshape(c, sz);
+  return b.op(OpKind::SliceTensor, {{"self", r}, {"dim", dim}, {"start", Expr(0)}, {"end", (n - 1) * s + 1}});
+}
+
+Value* flip(Builder& b, Value* w, int64_t dim) {
+  auto k = w->type.sizes[dim].as_const();
+  if (*k == 1) return w;
+  Value* idx = b.op(OpKind::ArangeStartStep, {{"start", int64_t(*k - 1)}, {"end", int64_t(-1)}, {"step", int64_t(-1)}, {"dtype", DType::Int64}});
+  return b.op(OpKind::IndexSelect, {{"self", w}, {"dim", dim}, {"index", idx}});
+}
+
+void convolution(GradContext& c) {
+  Builder& b = c.b;
+  Value *x = c.in("input"), *w = c.in("weight"), *g = c.grad();
+  if (c.n.kind != OpKind::Conv2d && c.flag("transposed")) c.fail("--train does not differentiate transposed convolution yet");
+  if (x->type.rank() != 4) c.fail("--train differentiates 2-d convolutions (rank-4 input) only yet");
+  auto pair = [&](const char* name, int64_t dflt) {
+    std::vector<int64_t> v = c.ints(name);
+    if (v.empty()) v = {dflt};
+    if (v.size() == 1) v.push_back(v[0]);
+    return v;
+  };
+  auto s = pair("stride", 1), p = pair("padding", 0), d = pair("dilation", 1);
+  const int64_t G = c.integer("groups");
+  const auto& xs = x->type.sizes;
+  const auto& ws = w->type.sizes;
+  const auto& gs = g->type.sizes;
+  auto K = [&](int i) { return *ws[2 + i].as_const(); };
+  if (!ws[0].as_const() || !ws[1].as_const() || !ws[2].as_const() || !ws[3].as_const()) c.fail("--train needs a static weight shape");
+  const int64_t O = *ws[0].as_const(), Cg = *ws[1].as_const(), Og = O / G;
+  const Expr N = xs[0];
+  if (!c.is_none("bias")) c.add_grad(c.in("bias"), b.sum(g, {0, 2, 3}, false));
+  if (c.needs(w)) {
+    Value* xi = b.reshape(b.permute(b.reshape(x, {N, G, Cg, xs[2], xs[3]}), {2, 1, 0, 3, 4}), {Cg, N * G, xs[2], xs[3]});
+    Value* gw = b.reshape(b.permute(b.reshape(g, {N, G, Og, gs[2], gs[3]}), {1, 2, 0, 3, 4}), {Expr(O), N, gs[2], gs[3]});
+    Value* r = b.op(OpKind::Conv2d, {{"input", xi}, {"weight", gw}, {"stride", std::vector<Expr>{d[0], d[1]}},
+                                     {"padding", std::vector<Expr>{p[0], p[1]}}, {"dilation", std::vector<Expr>{s[0], s[1]}},
+                                     {"groups", Expr(G)}});
+    for (int i = 0; i < 2; ++i)
+      if (r->type.sizes[2 + i] != Expr(K(i)))
+        r = b.op(OpKind::SliceTensor, {{"self", r}, {"dim", int64_t(2 + i)}, {"start", Expr(0)}, {"end", Expr(K(i))}});
+    c.add_grad(w, b.permute(r, {1, 0, 2, 3}));
+  }
+  if (c.needs(x)) {
+    // Input row i gets dy[oh] w[kh] for i = oh s - p + kh d: the stuffed dy (row j = oh s) padded
+    // by d (K - 1) - p before and (H - its size) + p after, then a valid convolution by the flipped
+    // kernel gives exactly H rows (likewise columns).
+    Value* gsx = stuff(b, stuff(b, g, 2, s[0]), 3, s[1]);
+    Expr before[2], after[2];
+    for (int i = 0; i < 2; ++i) {
+      before[i] = Expr(d[i] * (K(i) - 1) - p[i]);
+      after[i] = xs[2 + i] - gsx->type.sizes[2 + i] + p[i];
+      for (const Expr& e : {before[i], after[i]}) {
+        auto v = e.as_const();
+        if (!v) c.fail("--train needs static spatial sizes to differentiate a convolution's input yet");
+        if (*v < 0) c.fail("--train does not differentiate a convolution whose padding exceeds its dilated kernel yet");
+      }
+    }
+    if (*before[0].as_const() || *before[1].as_const() || *after[0].as_const() || *after[1].as_const())
+      gsx = b.op(OpKind::ConstantPadNd, {{"self", gsx}, {"pad", std::vector<Expr>{before[1], after[1], before[0], after[0]}}});
+    Value* wt = b.reshape(b.permute(b.reshape(w, {Expr(G), Expr(Og), Expr(Cg), Expr(K(0)), Expr(K(1))}), {0, 2, 1, 3, 4}),
+                          {Expr(G * Cg), Expr(Og), Expr(K(0)), Expr(K(1))});
+    wt = flip(b, flip(b, wt, 2), 3);
+    Value* dx = b.op(OpKind::Conv2d, {{"input", gsx}, {"weight", wt}, {"stride", std::vector<Expr>{1, 1}},
+                                      {"padding", std::vector<Expr>{0, 0}}, {"dilation", std::vector<Expr>{d[0], d[1]}},
+                                      {"groups", Expr(G)}});
+    c.add_grad(x, dx);
+  }
+}
+
+void batch_norm_eval(GradContext& c) {
+  Builder& b = c.b;
+  if (c.n.kind != OpKind::UnderscoreNativeBatchNormLegitNoTraining && c.flag("training"))
+    c.fail("--train does not differentiate batch norm in training mode yet (batch statistics); export the model in eval mode");
+  if (c.n.outputs.size() > 1 && (c.grad(1) || c.grad(2))) c.fail("--train does not differentiate batch norm's saved statistics");
+  Value *x = c.in("input"), *w = c.in("weight"), *rm = c.in("running_mean"), *rv = c.in("running_var"), *g = c.grad();
+  if (!rm || !rv) c.fail("batch norm without running statistics in eval mode");
+  const size_t r = x->type.rank();
+  std::vector<Expr> cshape(r, Expr(1));
+  cshape[1] = x->type.sizes[1];
+  std::vector<int64_t> red{0};
+  for (size_t i = 2; i < r; ++i) red.push_back(static_cast<int64_t>(i));
+  Value* rstd = b.reshape(b.op(OpKind::Rsqrt, {{"self", b.add_scalar(rv, c.number("eps"))}}), cshape);
+  if (c.needs(x)) c.add_grad(x, b.mul(g, w ? b.mul(rstd, b.reshape(w, cshape)) : rstd));
+  if (w && c.needs(w)) {
+    Value* xhat = b.mul(b.sub(x, b.reshape(rm, cshape)), rstd);
+    c.add_grad(w, b.sum(b.mul(g, xhat), red, false));
+  }
+  if (c.needs(c.in("bias"))) c.add_grad(c.in("bias"), b.sum(g, red, false));
+}
+
+}  // namespace
+
+void register_conv_rules(RuleTable& t) {
+  set_rule(t, OpKind::Conv2d, convolution);
+  set_rule(t, OpKind::Convolution, convolution);
+  set_rule(t, OpKind::UnderscoreConvolution, convolution);
+  set_rule(t, OpKind::BatchNorm, batch_norm_eval);
+  set_rule(t, OpKind::NativeBatchNorm, batch_norm_eval);
+  set_rule(t, OpKind::UnderscoreNativeBatchNormLegitNoTraining, batch_norm_eval);
+}
+
+}  // namespace ptc::autodiff
