@@ -44,10 +44,19 @@ struct Case {
   test::GraphBuilder b;
   std::vector<Value*> xs;
   bool positive = false;
+  std::map<std::string, Bytes> fixed;  // inputs with given bytes (index tensors)
   Value* x(const std::string& name, std::vector<int64_t> sizes, DType dt = DType::Float64) {
     Value* v = b.input(name, dt, std::vector<Expr>(sizes.begin(), sizes.end()));
     v->type.requires_grad = dtype_is_float(dt);
     if (v->type.requires_grad) xs.push_back(v);
+    return v;
+  }
+  // An int64 index input with these values.
+  Value* ix(const std::string& name, std::vector<int64_t> sizes, std::vector<int64_t> values) {
+    Value* v = b.input(name, DType::Int64, std::vector<Expr>(sizes.begin(), sizes.end()));
+    Bytes bytes(values.size() * 8);
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    fixed[name] = bytes;
     return v;
   }
 };
@@ -75,7 +84,9 @@ void check_gradients(Case& c, double tol = 1e-6) {
     std::vector<double> v(static_cast<size_t>(numel(in.value)));
     for (auto& e : v) e = U(rng);
     vals.push_back(v);
-    if (in.value->type.dtype == DType::Bool) {
+    if (c.fixed.count(in.value->name)) {
+      ins.push_back(c.fixed.at(in.value->name));
+    } else if (in.value->type.dtype == DType::Bool) {
       Bytes b(v.size());
       for (size_t k = 0; k < v.size(); ++k) b[k] = std::byte(k % 3 != 1);  // keep 2 of 3, never a whole row masked
       ins.push_back(b);
@@ -322,6 +333,94 @@ TEST_CASE("derivatives of convolution and eval-mode batch norm match finite diff
   check_gradients(bn);
 }
 
+TEST_CASE("derivatives of indexing, max reductions, pooling and cumsum match finite differences", "[autodiff]") {
+  {
+    Case c;  // repeated ids accumulate; a padding row gets none
+    Value* w = c.x("w", {5, 3});
+    Value* ids = c.ix("ids", {2, 3}, {1, 4, 1, 0, 2, 1});
+    c.b.g->outputs.push_back(c.b.op(OpKind::Embedding, "e", {{"weight", w}, {"indices", ids}}));
+    check_gradients(c);
+  }
+  {
+    // padding_idx: that row's lookups give it no gradient (the forward still reads it).
+    test::GraphBuilder b;
+    Value* w = b.weight("w", "w", DType::Float32, {3, 2}, {1, 2, 3, 4, 5, 6});
+    Value* ids = b.input("ids", DType::Int64, {Expr(3)});
+    b.g->outputs.push_back(b.op(OpKind::Embedding, "e", {{"weight", w}, {"indices", ids}, {"padding_idx", Expr(1)}}));
+    JointGraph j = build_joint_graph(*b.g);
+    std::vector<int64_t> iv{1, 1, 2};
+    std::vector<float> gv{1, 1, 1, 1, 1, 1};
+    std::vector<Bytes> ins(2);
+    ins[0].resize(24);
+    std::memcpy(ins[0].data(), iv.data(), 24);
+    ins[1].resize(24);
+    std::memcpy(ins[1].data(), gv.data(), 24);
+    auto outs = interpret(lower_to_loops(*j.graph), *j.graph, ins, {});
+    std::vector<float> dw(6);
+    std::memcpy(dw.data(), outs[1].data(), 24);
+    CHECK(dw == std::vector<float>{0, 0, 0, 0, 1, 1});
+  }
+  {
+    Case c;
+    Value* x = c.x("x", {3, 4});
+    c.b.g->outputs.push_back(c.b.op(OpKind::IndexSelect, "s", {{"self", x}, {"dim", int64_t(1)}, {"index", c.ix("i", {5}, {3, 0, 3, 1, 2})}}));
+    c.b.g->outputs.push_back(c.b.op(OpKind::Gather, "g", {{"self", x}, {"dim", int64_t(0)}, {"index", c.ix("j", {2, 4}, {0, 2, 2, 1, 1, 1, 0, 2})}}));
+    check_gradients(c);
+  }
+  {
+    Case c;  // x[rows, cols] with broadcast index tensors, negative ones included
+    Value* x = c.x("x", {3, 4, 2});
+    Value* rows = c.ix("rows", {2, 1}, {0, -1});
+    Value* cols = c.ix("cols", {2, 3}, {1, 3, 1, -4, 2, 2});
+    c.b.g->outputs.push_back(c.b.op(OpKind::IndexTensor, "t", {{"self", x}, {"indices", std::vector<Value*>{rows, cols}}}));
+    check_gradients(c);
+  }
+  {
+    Case c;
+    Value* x = c.x("x", {2, 3, 4});
+    Value* src = c.x("src", {2, 2, 4});
+    c.b.g->outputs.push_back(c.b.op(OpKind::ScatterAdd, "sa", {{"self", x}, {"dim", int64_t(1)}, {"index", c.ix("i", {2, 2, 4}, {0, 2, 2, 1, 1, 1, 0, 2, 0, 0, 1, 2, 2, 2, 1, 0})}, {"src", src}}));
+    c.b.g->outputs.push_back(c.b.op(OpKind::Amax, "am", {{"self", x}, {"dim", ints({2})}}));
+    c.b.g->outputs.push_back(c.b.op(OpKind::Amin, "an", {{"self", x}, {"dim", ints({0, 1})}, {"keepdim", true}}));
+    c.b.g->outputs.push_back(c.b.op(OpKind::Cumsum, "cs", {{"self", x}, {"dim", int64_t(1)}}));
+    check_gradients(c);
+  }
+  for (int variant = 0; variant < 3; ++variant) {
+    INFO("max pool variant " << variant << " (3x3/2 pad 1, 2x2/2, 3x3/1 dilation 2)");
+    Case c;
+    Value* x = c.x("x", {1, 2, 7, 6});
+    std::map<std::string, Arg> args{{"self", x}};
+    if (variant == 0) args.insert({{"kernel_size", ints({3, 3})}, {"stride", ints({2, 2})}, {"padding", ints({1, 1})}});
+    if (variant == 1) args.insert({{"kernel_size", ints({2, 2})}, {"stride", ints({2, 2})}});
+    if (variant == 2) args.insert({{"kernel_size", ints({3, 3})}, {"stride", ints({1, 1})}, {"dilation", ints({2, 2})}});
+    c.b.g->outputs.push_back(c.b.op(OpKind::MaxPool2d, "mp", args));
+    check_gradients(c);
+  }
+}
+
+TEST_CASE("max pooling's gradient goes to each window's first maximum, as torch's", "[autodiff]") {
+  // A ReLU before the pool leaves windows of equal zeros: torch gives each window's gradient to
+  // its first position (row-major), once per window.
+  test::GraphBuilder b;
+  Value* x = b.input("x", DType::Float32, {Expr(1), Expr(1), Expr(3), Expr(4)});
+  x->type.requires_grad = true;
+  Value* y = b.op(OpKind::MaxPool2d, "mp", {{"self", x}, {"kernel_size", ints({2, 2})}, {"stride", ints({1, 2})}});
+  b.g->outputs.push_back(y);  // [1, 1, 2, 2]
+  JointGraph j = build_joint_graph(*b.g);
+  std::vector<float> xv{0, 0, 5, 1, 0, 0, 5, 0, 0, 0, 0, 0}, gv{1, 2, 3, 4};
+  std::vector<Bytes> ins(2);
+  ins[0].resize(48);
+  std::memcpy(ins[0].data(), xv.data(), 48);
+  ins[1].resize(16);
+  std::memcpy(ins[1].data(), gv.data(), 16);
+  auto outs = interpret(lower_to_loops(*j.graph), *j.graph, ins, {});
+  std::vector<float> dx(12);
+  std::memcpy(dx.data(), outs[1].data(), 48);
+  // Windows (rows 0-1, cols 0-1): all zero -> (0,0); (rows 0-1, cols 2-3): 5 first at (0,2);
+  // (rows 1-2, cols 0-1): zeros -> (1,0); (rows 1-2, cols 2-3): 5 at (1,2).
+  CHECK(dx == std::vector<float>{1, 0, 2, 0, 3, 0, 4, 0, 0, 0, 0, 0});
+}
+
 TEST_CASE("derivatives of views and data movement match finite differences", "[autodiff]") {
   Case c;
   Value* x = c.x("x", {2, 3, 4});
@@ -397,14 +496,14 @@ TEST_CASE("--train errors are one sentence naming the node", "[autodiff][bad_inp
     Value* x = b.input("x", DType::Float32, {Expr(4), Expr(6)});
     Value* w = b.weight("w", "w", DType::Float32, {6}, {1, 2, 3, 4, 5, 6});
     Value* m = b.op(OpKind::MulTensor, "m", {{"self", x}, {"other", w}});
-    Value* c = b.op(OpKind::Cumsum, "cumsum_1", {{"self", m}, {"dim", int64_t(1)}}, "File \"net.py\", line 12, in forward\n    y = m.cumsum(1)");
+    Value* c = b.op(OpKind::Sin, "sin_1", {{"self", m}}, "File \"net.py\", line 12, in forward\n    y = m.sin()");
     b.g->outputs.push_back(c);
     try {
       build_joint_graph(*b.g);
       FAIL("no error");
     } catch (const UserError& e) {
       std::string msg = e.what();
-      CHECK(msg.find("node 'cumsum_1' (aten::cumsum)") != std::string::npos);
+      CHECK(msg.find("node 'sin_1' (aten::sin)") != std::string::npos);
       CHECK(msg.find("net.py:12") != std::string::npos);
       CHECK(msg.find("no derivative") != std::string::npos);
     }

@@ -36,7 +36,7 @@ import ptc_ctypes  # noqa: E402
 
 GRAD_TOL = 1e-4
 STEP_TOL = 2e-5
-DEFAULT_MODELS = ["mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn"]
+DEFAULT_MODELS = ["mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops"]
 
 
 def close(a, b, tol):
@@ -76,12 +76,21 @@ def compile_train(ptc, model, out, extra=()):
 
 
 def cases(name):
+    """Per recorded case: the input specs (shape, dtype, the recorded .npy for integer inputs)."""
     expect = json.load(open(ROOT / "models" / f"{name}.expect.json"))
-    return [[tuple(i["shape"]) for i in c["inputs"]] for c in expect["cases"]]
+    return [tuple((tuple(i["shape"]), i["dtype"], i["file"]) for i in c["inputs"]) for c in expect["cases"]]
 
 
-def make_inputs(shapes, gen):
-    return [torch.randn(*s, generator=gen) for s in shapes]
+def make_inputs(specs, gen):
+    """Random float inputs; integer ones (token ids) are the fixture's recorded ones."""
+    import numpy as np
+    out = []
+    for shape, dtype, file in specs:
+        if dtype.startswith("float"):
+            out.append(torch.randn(*shape, generator=gen))
+        else:
+            out.append(torch.from_numpy(np.load(ROOT / "models" / file)))
+    return out
 
 
 def load_ref(pt2):
@@ -105,7 +114,7 @@ def check_gradients(lib, pt2, shapes_list):
         raise AssertionError(f"parameters {missing} not in the eager module")
     notes = []
     for shapes in shapes_list:
-        gen = torch.Generator().manual_seed(sum(sum(s) for s in shapes))
+        gen = torch.Generator().manual_seed(sum(sum(spec[0]) for spec in shapes))
         xs = make_inputs(shapes, gen)
         ref.zero_grad(set_to_none=True)
         outs = ref(*xs)
@@ -132,7 +141,7 @@ def check_gradients(lib, pt2, shapes_list):
             if not ok:
                 raise AssertionError(f"{shapes}: accumulated grad of {n}: {msg}")
         saved.free()
-        notes.append(f"{list(shapes[0])}: worst grad err {worst:.2g}")
+        notes.append(f"{list(shapes[0][0])}: worst grad err {worst:.2g}")
     t.close()
     return "; ".join(notes)
 

@@ -115,6 +115,9 @@ enum class ExternKind : uint8_t {
   Attention,    // softmax(scale * q k^T + mask) v over the last two dims, leading dims (<= 2) equal;
                 // operands {q, k, v, mask?} (mask broadcast to [..., Tq, Tk]); params
                 // {mask kind (ptc_rt::kMask*), causal, the bits of the double scale}
+  ScatterAdd,   // out = self; out[.., index[i], ..] += src[i] along params[0] (torch.scatter_add);
+                // operands {self, index, src}, index and src of one shape; an index outside
+                // [0, size) fails the run (CPU) as torch does
 };
 const char* extern_name(ExternKind k);
 

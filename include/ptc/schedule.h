@@ -27,7 +27,7 @@
 namespace ptc::sched {
 
 struct Kernel {
-  enum class Kind : uint8_t { Loop, RowGroup, Gemm, Conv, Attention };
+  enum class Kind : uint8_t { Loop, RowGroup, Gemm, Conv, Attention, Scatter };
   Kind kind = Kind::Loop;
   std::vector<int> comps;          // indices into Program::comps, in execution order
   std::vector<sym::Expr> outer;    // RowGroup: the shared outer domain

@@ -1,5 +1,7 @@
 #include "rules.h"
 
+#include <algorithm>
+
 #include "ptc/error.h"
 
 namespace ptc::autodiff {
@@ -94,6 +96,7 @@ const RuleEntry* find_rule(OpKind kind) {
     register_view_rules(t);
     register_reduce_rules(t);
     register_conv_rules(t);
+    register_index_rules(t);
     return t;
   }();
   const RuleEntry& e = table.at(static_cast<size_t>(kind));

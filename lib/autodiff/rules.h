@@ -72,6 +72,7 @@ void register_linalg_rules(RuleTable& t);     // rules_linalg.cpp
 void register_view_rules(RuleTable& t);       // rules_view.cpp
 void register_reduce_rules(RuleTable& t);     // rules_reduce.cpp (reductions, norms, softmax)
 void register_conv_rules(RuleTable& t);       // rules_conv.cpp (convolution, batch norm)
+void register_index_rules(RuleTable& t);      // rules_index.cpp (gathers, max reductions, pooling, cumsum)
 
 inline void set_rule(RuleTable& t, OpKind k, Rule r) { t.at(static_cast<size_t>(k)).rule = r; }
 inline void set_no_gradient(RuleTable& t, OpKind k) { t.at(static_cast<size_t>(k)).no_gradient = true; }

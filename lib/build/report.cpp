@@ -23,6 +23,7 @@ const char* kind_name(sched::Kernel::Kind k) {
     case sched::Kernel::Kind::Gemm: return "gemm";
     case sched::Kernel::Kind::Conv: return "conv";
     case sched::Kernel::Kind::Attention: return "attention";
+    case sched::Kernel::Kind::Scatter: return "scatter_add";
   }
   return "?";
 }

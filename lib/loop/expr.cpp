@@ -214,6 +214,7 @@ const char* extern_name(ExternKind k) {
     case ExternKind::Gemm: return "gemm";
     case ExternKind::Convolution: return "conv";
     case ExternKind::Attention: return "attention";
+    case ExternKind::ScatterAdd: return "scatter_add";
   }
   return "?";
 }

@@ -216,6 +216,7 @@ class Interp {
       case Computation::Kind::Extern:
         if (c.extern_kind == loop::ExternKind::Gemm) gemm(c, out, dt);
         else if (c.extern_kind == loop::ExternKind::Attention) attention(c, out, dt);
+        else if (c.extern_kind == loop::ExternKind::ScatterAdd) scatter_add(c, out, dt);
         else conv(c, out, dt);
         break;
     }
@@ -236,6 +237,23 @@ class Interp {
         acc += at(a, ia) * at(b, ib);
       }
       out.at(pos++) = round_to(acc, dt);
+    });
+  }
+
+  void scatter_add(const Computation& c, std::vector<double>& out, DType dt) {
+    const loop::View &self = c.operands[0], &index = c.operands[1], &src = c.operands[2];
+    const size_t dim = static_cast<size_t>(c.params[0]);
+    std::vector<int64_t> n;
+    for (const auto& s : c.domain) n.push_back(eval(s));
+    size_t pos = 0;
+    for_each(c.domain, 'x', [&](const std::vector<int64_t>& idx) { out.at(pos++) = at(self, idx); });
+    for_each(index.sizes, 'x', [&](const std::vector<int64_t>& idx) {
+      int64_t k = static_cast<int64_t>(at(index, idx));
+      if (k < 0 || k >= n[dim])
+        user_error("node '", c.origin, "': index ", k, " is out of range for a dimension of size ", n[dim]);
+      int64_t off = 0;
+      for (size_t d = 0; d < n.size(); ++d) off = off * n[d] + (d == dim ? k : idx[d]);
+      out.at(static_cast<size_t>(off)) = round_to(out.at(static_cast<size_t>(off)) + at(src, idx), dt);
     });
   }
 

@@ -48,9 +48,10 @@ TensorRef matmul(Lowering& L, TensorRef a, TensorRef b, DType dt, const Index& o
   return reshape(L, y, out_sizes);
 }
 
-// Records an extern computation writing a new buffer of `out` sizes; returns its result.
+}  // namespace
+
 TensorRef emit_extern(Lowering& L, ExternKind kind, DType dt, const Index& out, std::vector<View> operands,
-                      std::vector<int64_t> params = {}) {
+                      std::vector<int64_t> params) {
   int buf = L.new_buffer("buf", dt, out);
   Computation c;
   c.kind = Computation::Kind::Extern;
@@ -62,6 +63,8 @@ TensorRef emit_extern(Lowering& L, ExternKind kind, DType dt, const Index& out, 
   L.emit(std::move(c));
   return L.of_view(View{buf, out, L.prog_.buffers[buf].strides, 0}, dt);
 }
+
+namespace {
 
 // softmax(q k^T * scale + mask) v over the last two dimensions. A bool mask keeps the positions
 // where it is true (bool_mask_keeps, as scaled_dot_product_attention) or where it is false (the

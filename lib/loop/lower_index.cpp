@@ -58,6 +58,14 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
         return pick(xv, dt, idx, static_cast<size_t>(dim), index.at(idx));
       }));
     }
+    case OpKind::ScatterAdd: {  // an extern: a data-dependent accumulation (ExternKind::ScatterAdd)
+      TensorRef x = a.tensor("self"), index = a.tensor("index"), src = a.tensor("src");
+      int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      for (size_t d = 0; d < x.rank(); ++d)
+        if (index.sizes[d] != src.sizes[d]) L.fail("scatter_add needs index and src of one shape (got ", index.sizes[d].str(), " and ", src.sizes[d].str(), ")");
+      return one(emit_extern(L, ExternKind::ScatterAdd, x.dtype, x.sizes,
+                             {L.as_view(x, L.origin()), L.as_view(index, L.origin()), L.as_view(src, L.origin())}, {dim}));
+    }
     case OpKind::IndexSelect: {  // out[..., k, ...] = self[..., index[k], ...]
       TensorRef x = a.tensor("self"), index = a.tensor("index");
       int64_t dim = normalize_dim(L, a.i("dim"), x.rank());

@@ -248,6 +248,69 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       });
       return std::vector<TensorRef>{y, indices};
     }
+    case OpKind::MaxPool2dWithIndicesBackward: {
+      // dx[.., ih, iw] = sum of dy[.., oh, ow] over the windows whose first maximum (torch's
+      // index: the first position in row-major window order holding the max) is (ih, iw). The
+      // windows covering a row: oh = (ih + p) // s - a for a < (K - 1) d // s + 1.
+      TensorRef g = a.tensor("grad_output"), x = a.tensor("self");
+      auto two = [](std::vector<int64_t> v, int64_t dflt) {
+        if (v.empty()) v = {dflt};
+        if (v.size() == 1) v.push_back(v[0]);
+        return v;
+      };
+      std::vector<int64_t> k = two(a.ints("kernel_size"), 1);
+      std::vector<int64_t> st = a.ints("stride").empty() ? k : two(a.ints("stride"), 1);
+      std::vector<int64_t> pd = two(a.ints("padding"), 0), dl = two(a.ints("dilation"), 1);
+      DType dt = a.out_dtype();
+      TensorRef y = pool2d(L, x, g.sizes, k, st, pd, dl, ReduceOp::Max, dt);
+      const size_t r = x.rank();
+      const Index xs = x.sizes, gs = g.sizes;
+      int64_t A[2];
+      for (int j = 0; j < 2; ++j) A[j] = (k[j] - 1) * dl[j] / st[j] + 1;
+      auto iv = [](const sym::Expr& e) { return index_value(e); };
+      auto AND = [](ExprRef p1, ExprRef p2) { return p1 ? binary(Op::And, p1, p2) : p2; };
+      return one(L.pointwise(dt, x.sizes, [=](const Index& idx) {
+        ExprRef total = c(0, dt);
+        for (int64_t a0 = 0; a0 < A[0]; ++a0)
+          for (int64_t a1 = 0; a1 < A[1]; ++a1) {
+            sym::Expr o[2], rel[2];
+            ExprRef valid;
+            for (int j = 0; j < 2; ++j) {
+              const sym::Expr& i = idx[r - 2 + j];
+              o[j] = sym::floordiv(i + pd[j], sym::Expr(st[j])) - (j ? a1 : a0);
+              rel[j] = i + pd[j] - o[j] * st[j];  // the position in the window, times the dilation
+              valid = AND(valid, binary(Op::Ge, iv(o[j]), iv(0)));
+              valid = AND(valid, binary(Op::Lt, iv(o[j]), iv(gs[r - 2 + j])));
+              valid = AND(valid, binary(Op::Le, iv(rel[j]), iv((k[j] - 1) * dl[j])));
+              if (dl[j] > 1) valid = AND(valid, binary(Op::Eq, iv(sym::mod(rel[j], sym::Expr(dl[j]))), iv(0)));
+            }
+            Index oi(idx.begin(), idx.end());
+            oi[r - 2] = o[0];
+            oi[r - 1] = o[1];
+            ExprRef m = cast(y.at(oi), dt);
+            ExprRef cur = binary(Op::Add, binary(Op::Mul, iv(sym::floordiv(rel[0], sym::Expr(dl[0]))), iv(k[1])),
+                                 iv(sym::floordiv(rel[1], sym::Expr(dl[1]))));
+            // (ih, iw) holds the max, and no earlier window position inside the input does.
+            ExprRef first = binary(Op::Eq, cast(x.at(idx), dt), m);
+            for (int64_t kh = 0; kh < k[0]; ++kh)
+              for (int64_t kw = 0; kw < k[1]; ++kw) {
+                Index q(idx.begin(), idx.end());
+                q[r - 2] = o[0] * st[0] - pd[0] + kh * dl[0];
+                q[r - 1] = o[1] * st[1] - pd[1] + kw * dl[1];
+                ExprRef earlier = binary(Op::Lt, iv(kh * k[1] + kw), cur);
+                for (int j = 0; j < 2; ++j) {
+                  earlier = binary(Op::And, earlier, binary(Op::Ge, iv(q[r - 2 + j]), iv(0)));
+                  earlier = binary(Op::And, earlier, binary(Op::Lt, iv(q[r - 2 + j]), iv(xs[r - 2 + j])));
+                }
+                ExprRef beaten = where(earlier, binary(Op::Eq, cast(x.at(q), dt), m), c(0, DType::Bool));
+                first = binary(Op::And, first, unary(Op::Not, beaten));
+              }
+            ExprRef term = where(valid, where(first, cast(g.at(oi), dt), c(0, dt)), c(0, dt));
+            total = binary(Op::Add, total, term);
+          }
+        return total;
+      }));
+    }
     case OpKind::AvgPool2d: {
       if (!a.is_none("divisor_override")) L.fail("avg_pool2d with divisor_override is not supported yet");
       if (!a.b("count_include_pad") && !a.ints("padding").empty() && a.ints("padding") != std::vector<int64_t>{0, 0})

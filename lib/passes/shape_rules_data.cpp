@@ -207,6 +207,23 @@ std::vector<Type> gather(Ctx& c) {
   return {make_contiguous(x, x.dtype, i.sizes)};
 }
 
+// scatter_add: self's shape; index and src of one rank with self, index no larger than src.
+std::vector<Type> scatter_add(Ctx& c) {
+  const Type &x = c.tensor("self"), &i = c.tensor("index"), &src = c.tensor("src");
+  c.dim_arg("dim", static_cast<int64_t>(x.rank()));
+  if (i.rank() != x.rank() || src.rank() != x.rank()) c.fail("self ", x.str(), ", index ", i.str(), " and src ", src.str(), " must have one rank");
+  if (!is_integral(i.dtype, false)) c.fail("index must be an integer tensor, got ", i.str());
+  if (src.dtype != x.dtype) c.fail("src ", src.str(), " must have self's dtype ", x.str());
+  return {make_contiguous(x, x.dtype, x.sizes)};
+}
+
+// max_pool2d_with_indices_backward: the input's shape.
+std::vector<Type> max_pool2d_backward(Ctx& c) {
+  const Type &g = c.tensor("grad_output"), &x = c.tensor("self");
+  if (g.rank() != x.rank() || (x.rank() != 3 && x.rank() != 4)) c.fail("grad_output ", g.str(), " and self ", x.str(), " must be 3-d or 4-d");
+  return {make_contiguous(x, x.dtype, x.sizes)};
+}
+
 std::vector<Type> embedding(Ctx& c) {
   const Type &w = c.tensor("weight"), &i = c.tensor("indices");
   if (w.rank() != 2) c.fail("weight must have rank 2, got ", w.str());
@@ -339,6 +356,8 @@ void add_data_rules(RuleTable& t) {
   set_rule(t, K::IndexTensor, index);
   set_rule(t, K::IndexSelect, index_select);
   set_rule(t, K::Gather, gather);
+  set_rule(t, K::ScatterAdd, scatter_add);
+  set_rule(t, K::MaxPool2dWithIndicesBackward, max_pool2d_backward);
   set_rule(t, K::Embedding, embedding);
   set_rule(t, K::MaxPool2d, max_pool2d);
   set_rule(t, K::MaxPool2dWithIndices, max_pool2d_with_indices);

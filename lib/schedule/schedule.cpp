@@ -259,9 +259,10 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
     if (c.kind == Computation::Kind::Extern) {
       k.kind = c.extern_kind == loop::ExternKind::Gemm          ? Kernel::Kind::Gemm
                : c.extern_kind == loop::ExternKind::Convolution ? Kernel::Kind::Conv
+               : c.extern_kind == loop::ExternKind::ScatterAdd  ? Kernel::Kind::Scatter
                                                                 : Kernel::Kind::Attention;
       size_t j = next_free(i + 1);
-      if (opts.extern_epilogues && k.kind != Kernel::Kind::Attention && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
+      if (opts.extern_epilogues && (k.kind == Kernel::Kind::Gemm || k.kind == Kernel::Kind::Conv) && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
         k.epilogue = static_cast<int>(j);
         take(j);
         s.elided[c.out] = true;
@@ -302,7 +303,7 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
 std::string print_schedule(const loop::Program& p, const Schedule& s) {
   std::ostringstream os;
   for (const auto& k : s.kernels) {
-    const char* kind = k.kind == Kernel::Kind::Loop ? "loop" : k.kind == Kernel::Kind::RowGroup ? "rows" : k.kind == Kernel::Kind::Gemm ? "gemm" : k.kind == Kernel::Kind::Conv ? "conv" : "attention";
+    const char* kind = k.kind == Kernel::Kind::Loop ? "loop" : k.kind == Kernel::Kind::RowGroup ? "rows" : k.kind == Kernel::Kind::Gemm ? "gemm" : k.kind == Kernel::Kind::Conv ? "conv" : k.kind == Kernel::Kind::Scatter ? "scatter" : "attention";
     os << k.name << " " << kind << ":";
     for (int c : k.comps) os << " " << p.buffers[p.comps[c].out].name;
     if (k.epilogue >= 0) os << " (epilogue)";

@@ -340,6 +340,65 @@ void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kerne
   os << indent << "  ptc_rt::attention_call(a);\n" << indent << "}\n";
 }
 
+// scatter_add: out = self, then out[.., index[i], ..] += src[i] along `dim`. The accumulation is
+// parallel over blocks of the last dimension when dim is not the last (no two threads then touch
+// one output element), else over the leading dimensions; an index out of range fails the run.
+void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& in) {
+  const Computation& c = p.comps[k.comps.front()];
+  const loop::View &self = c.operands[0], &index = c.operands[1], &src = c.operands[2];
+  const size_t r = c.domain.size(), dim = static_cast<size_t>(c.params[0]);
+  auto elem = [](const loop::View& v, const std::vector<std::string>& i) {
+    std::string e = "b" + std::to_string(v.buffer) + "[" + cpp_index(v.offset);
+    for (size_t d = 0; d < i.size(); ++d) e += " + (" + i[d] + ") * (" + cpp_index(v.strides[d]) + ")";
+    return e + "]";
+  };
+  std::vector<std::string> iv;
+  for (size_t d = 0; d < r; ++d) iv.push_back("i" + std::to_string(d));
+  auto out_elem = [&](const std::vector<std::string>& i) {
+    std::string e = "0";
+    for (size_t d = 0; d < r; ++d) e = "(" + e + ") * n" + std::to_string(d) + " + " + i[d];
+    return "b" + std::to_string(c.out) + "[" + e + "]";
+  };
+  os << in << "const char* ptc_node = " << wrapper::quote(c.origin) << ";\n";
+  for (size_t d = 0; d < r; ++d)
+    os << in << "const int64_t n" << d << " = " << cpp_index(c.domain[d]) << ", m" << d << " = " << cpp_index(index.sizes[d])
+       << "; (void)n" << d << "; (void)m" << d << ";\n";
+  // out = self
+  if (r > 0) os << in << "#pragma omp parallel for schedule(static)\n";
+  std::string ind = in;
+  for (size_t d = 0; d < r; ++d) {
+    os << ind << "for (int64_t i" << d << " = 0; i" << d << " < n" << d << "; ++i" << d << ")\n";
+    ind += "  ";
+  }
+  os << ind << out_elem(iv) << " = " << elem(self, iv) << ";\n";
+  if (r == 0) return;
+  std::vector<std::string> target = iv;
+  target[dim] = "k";
+  if (dim + 1 < r) {
+    os << in << "const int64_t nblk = (m" << r - 1 << " + 63) / 64;\n" << in << "#pragma omp parallel for schedule(static)\n"
+       << in << "for (int64_t blk = 0; blk < nblk; ++blk) {\n";
+    ind = in + "  ";
+    for (size_t d = 0; d + 1 < r; ++d) {
+      os << ind << "for (int64_t i" << d << " = 0; i" << d << " < m" << d << "; ++i" << d << ")\n";
+      ind += "  ";
+    }
+    os << ind << "for (int64_t i" << r - 1 << " = blk * 64; i" << r - 1 << " < std::min<int64_t>(m" << r - 1 << ", blk * 64 + 64); ++i"
+       << r - 1 << ") {\n";
+  } else {
+    if (r > 1) os << in << "#pragma omp parallel for schedule(static)\n";
+    os << in << "for (int64_t i0 = 0; i0 < m0; ++i0) {\n";
+    ind = in + "  ";
+    for (size_t d = 1; d < r; ++d) {
+      os << ind << "for (int64_t i" << d << " = 0; i" << d << " < m" << d << "; ++i" << d << ")\n";
+      ind += "  ";
+    }
+    os << ind << "{\n";
+  }
+  os << ind << "  const int64_t k = ptc_ix(static_cast<int64_t>(" << elem(index, iv) << "), n" << dim << ", ptc_node);\n"
+     << ind << "  " << out_elem(target) << " += " << elem(src, iv) << ";\n" << ind << "}\n";
+  os << in << "}\n";
+}
+
 void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
   const Computation& c = p.comps[k.comps.front()];
   const loop::View& A = c.operands[0];
@@ -481,6 +540,7 @@ bool kernel_checks_indices(const loop::Program& p, const sched::Kernel& k) {
       if (has(a)) return true;
     return false;
   };
+  if (k.kind == sched::Kernel::Kind::Scatter) return true;  // its indices are data
   for (int ci : k.comps)
     if (has(p.comps[ci].body)) return true;
   return false;
@@ -548,6 +608,7 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& 
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    "); break;
     case sched::Kernel::Kind::Conv: emit_conv(os, p, k, "    ", prepared); break;
     case sched::Kernel::Kind::Attention: emit_attention(os, p, k, "    "); break;
+    case sched::Kernel::Kind::Scatter: emit_scatter(os, p, k, "    "); break;
   }
   os << "  }\n";
 }

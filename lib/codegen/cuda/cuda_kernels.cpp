@@ -358,6 +358,8 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, index, syms); break;
     case sched::Kernel::Kind::Conv: emit_conv(os, p, k, index, syms); break;
     case sched::Kernel::Kind::Attention: emit_attention(os, p, k, index, syms); break;
+    case sched::Kernel::Kind::Scatter:
+      user_error("scatter_add (", p.comps[k.comps.front()].origin, ") is not supported by --device cuda yet");
   }
 }
 
