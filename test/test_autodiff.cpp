@@ -490,7 +490,7 @@ TEST_CASE("the partition saves matmul outputs and recomputes elementwise chains"
   CHECK(verify_graph(*min_cut.backward).empty());
 }
 
-TEST_CASE("--train errors are one sentence naming the node", "[autodiff][bad_input]") {
+TEST_CASE("training compile errors are one sentence naming the node", "[autodiff][bad_input]") {
   {
     test::GraphBuilder b;  // an op without a derivative on the path
     Value* x = b.input("x", DType::Float32, {Expr(4), Expr(6)});

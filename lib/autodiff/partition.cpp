@@ -49,6 +49,10 @@ bool is_cheap(OpKind k) {
     case OpKind::ClampMin: case OpKind::WhereSelf: case OpKind::WhereScalarSelf: case OpKind::WhereScalarOther:
     case OpKind::MaskedFillScalar: case OpKind::UnderscoreToCopy: case OpKind::ToDtype: case OpKind::LayerNorm:
     case OpKind::NativeLayerNorm: case OpKind::RmsNorm: case OpKind::Dropout:
+    case OpKind::ReluInplace: case OpKind::HardtanhInplace: case OpKind::AddTensorInplace: case OpKind::SubTensorInplace:
+    case OpKind::MulTensorInplace: case OpKind::MulScalarInplace: case OpKind::DivTensorInplace: case OpKind::DivScalarInplace:
+    case OpKind::SigmoidInplace: case OpKind::TanhInplace: case OpKind::GeluInplace: case OpKind::SiluInplace:
+    case OpKind::HardswishInplace: case OpKind::HardsigmoidInplace: case OpKind::ClampInplace:
     case OpKind::UnderscoreNativeBatchNormLegitNoTraining:  // eval-mode batch norm: per-channel affine
     case OpKind::BatchNorm: case OpKind::NativeBatchNorm:   // (training mode has no derivative rule yet)
       return true;

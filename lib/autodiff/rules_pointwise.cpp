@@ -23,14 +23,36 @@ void sub_tensor(GradContext& c) {
 }
 void identity_self(GradContext& c) { c.add_grad_to(c.in("self"), c.grad()); }
 void rsub_scalar(GradContext& c) { c.add_grad_to(c.in("self"), c.b.scale(c.grad(), -c.number("alpha"))); }
+// A non-tensor "other" operand (a number, or a SymInt value such as a size) as a Scalar argument.
+Arg scalar_operand(const GradContext& c, const char* name) {
+  const Arg* a = c.n.arg(name);
+  if (a) {
+    if (auto v = std::get_if<Value*>(a)) {
+      if (*v && (*v)->type.kind == Type::Kind::SymInt && (*v)->type.value) return *(*v)->type.value;
+    } else if (arg_number(*a) || std::holds_alternative<sym::Expr>(*a)) {
+      return *a;
+    }
+  }
+  c.fail(std::string("operand '") + name + "' is neither a tensor nor a number ptc can differentiate with");
+}
+bool is_tensor(const Value* v) { return v && v->type.is_tensor(); }
+
 void mul_tensor(GradContext& c) {
   Value *a = c.in("self"), *o = c.in("other"), *g = c.grad();
+  if (!is_tensor(o)) {
+    c.add_grad_to(a, c.b.op(OpKind::MulScalar, {{"self", g}, {"other", scalar_operand(c, "other")}}));
+    return;
+  }
   if (c.needs(a)) c.add_grad_to(a, c.b.mul(g, o));
   if (c.needs(o)) c.add_grad_to(o, c.b.mul(g, a));
 }
 void mul_scalar(GradContext& c) { c.add_grad_to(c.in("self"), c.b.scale(c.grad(), c.number("other"))); }
 void div_tensor(GradContext& c) {
   Value *a = c.in("self"), *o = c.in("other"), *g = c.grad();
+  if (!is_tensor(o)) {
+    c.add_grad_to(a, c.b.op(OpKind::DivScalar, {{"self", g}, {"other", scalar_operand(c, "other")}}));
+    return;
+  }
   if (c.needs(a)) c.add_grad_to(a, c.b.div(g, o));
   if (c.needs(o)) c.add_grad_to(o, c.b.neg(c.b.div(c.b.mul(g, c.out()), o)));  // -g * a / o^2 = -g * y / o
 }
@@ -198,7 +220,7 @@ void minimum(GradContext& c) { maximum_minimum(c, OpKind::LtTensor); }
 void dropout(GradContext& c) {
   if (c.flag("train") && c.number("p") != 0)
     c.fail("dropout in training mode is not supported by --train yet (export the model in eval mode, or with p = 0)");
-  c.add_grad_to(c.in("input"), c.grad());
+  c.add_grad_to(c.in("input") ? c.in("input") : c.in("self"), c.grad());
 }
 void to_copy(GradContext& c) { c.add_grad_to(c.in("self"), c.grad()); }
 
@@ -244,6 +266,25 @@ void register_pointwise_rules(RuleTable& t) {
   set_rule(t, OpKind::Maximum, maximum);
   set_rule(t, OpKind::Minimum, minimum);
   set_rule(t, OpKind::Dropout, dropout);
+  // In-place variants: the graph IR is functional (lowering checks that no later node reads the
+  // overwritten input), so their derivatives are their functional twins'.
+  set_rule(t, OpKind::ReluInplace, relu);
+  set_rule(t, OpKind::HardtanhInplace, hardtanh);
+  set_rule(t, OpKind::AddTensorInplace, add_tensor);
+  set_rule(t, OpKind::SubTensorInplace, sub_tensor);
+  set_rule(t, OpKind::MulTensorInplace, mul_tensor);
+  set_rule(t, OpKind::MulScalarInplace, mul_scalar);
+  set_rule(t, OpKind::DivTensorInplace, div_tensor);
+  set_rule(t, OpKind::DivScalarInplace, div_scalar);
+  set_rule(t, OpKind::SigmoidInplace, sigmoid);
+  set_rule(t, OpKind::TanhInplace, tanh);
+  set_rule(t, OpKind::GeluInplace, gelu);
+  set_rule(t, OpKind::SiluInplace, silu);
+  set_rule(t, OpKind::HardswishInplace, hardswish);
+  set_rule(t, OpKind::HardsigmoidInplace, hardsigmoid);
+  set_rule(t, OpKind::ClampInplace, clamp);
+  set_rule(t, OpKind::MaskedFillScalarInplace, masked_fill);
+  set_rule(t, OpKind::DropoutInplace, dropout);
   for (OpKind k : {OpKind::Clone, OpKind::Contiguous, OpKind::Alias, OpKind::LiftFreshCopy, OpKind::UnderscoreToCopy,
                    OpKind::ToDtype, OpKind::ToDtypeLayout, OpKind::TypeAs})
     set_rule(t, k, to_copy);

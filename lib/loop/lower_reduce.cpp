@@ -252,7 +252,10 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       // dx[.., ih, iw] = sum of dy[.., oh, ow] over the windows whose first maximum (torch's
       // index: the first position in row-major window order holding the max) is (ih, iw). The
       // windows covering a row: oh = (ih + p) // s - a for a < (K - 1) d // s + 1.
-      TensorRef g = a.tensor("grad_output"), x = a.tensor("self");
+      TensorRef g = a.tensor("grad_output");
+      // The input is stored once: the window maxima and the equality tests must see the same
+      // values (an inline recomputation may round differently in the two kernels, e.g. FMA).
+      TensorRef x = L.realize(a.tensor("self"), L.origin());
       auto two = [](std::vector<int64_t> v, int64_t dflt) {
         if (v.empty()) v = {dflt};
         if (v.size() == 1) v.push_back(v[0]);
