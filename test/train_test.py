@@ -197,6 +197,7 @@ def check_optimizer(lib, pt2, shapes, kind, **hp):
 
 
 def main():
+    global MODELS_DIR, GRAD_TOL
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
     ap.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
@@ -212,7 +213,6 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    global MODELS_DIR, GRAD_TOL
     MODELS_DIR = Path(args.models_dir)
     GRAD_TOL = args.grad_tol
     r = Runner(args.verbose)

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""One training step (forward + backward + SGD step), side by side: PyTorch eager,
+torch.compile (default) and a ptc training library (`ptc compile --train`), same model, same
+inputs, same threads. Prints a markdown table of median step times and ratios, and compile
+seconds (ptc: the cold compile, no cache; torch.compile: its first step minus an eager step).
+
+    .venv/bin/python scripts/bench_train.py --models tfm_dyn:8,64 small_cnn:8 resnet18:8 bert:4,128 \
+        [--threads 2] [--steps 10] [--no-inductor] [--models-dir models/cache]
+
+MODEL:DIMS: the fixture or real model (models/NAME.pt2, else --models-dir/NAME.pt2) and its
+dynamic input sizes (batch, or batch,seq for token-id models; images keep their recorded size).
+The loss is sum(output * w) for a fixed random w of unit norm, so its gradient input is w.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+warnings.filterwarnings("ignore")
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["tfm_dyn:8,64", "small_cnn:8"])
+    ap.add_argument("--models-dir", default=str(ROOT / "models" / "cache"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
+    ap.add_argument("--json", help="also write the results here")
+    return ap.parse_args()
+
+
+def main():
+    args = parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import numpy as np
+    import torch
+
+    import ptc_ctypes
+
+    torch.set_num_threads(args.threads)
+    work = tempfile.mkdtemp(prefix="ptc-bench-train-")
+    rows = []
+    for spec in args.models:
+        name, _, dims = spec.partition(":")
+        dims = [int(d) for d in dims.split(",")] if dims else []
+        pt2 = ROOT / "models" / f"{name}.pt2"
+        mdir = ROOT / "models"
+        if not pt2.exists():
+            pt2 = Path(args.models_dir) / f"{name}.pt2"
+            mdir = Path(args.models_dir)
+        expect = json.load(open(mdir / f"{name}.expect.json"))
+        gen = torch.Generator().manual_seed(0)
+        xs = []
+        for i in expect["cases"][0]["inputs"]:
+            shape = list(i["shape"])
+            shape[:len(dims)] = dims
+            if i["dtype"].startswith("float"):
+                xs.append(torch.randn(*shape, generator=gen))
+            else:
+                ids = torch.from_numpy(np.load(mdir / i["file"]))
+                xs.append(torch.randint(0, int(ids.max()) + 1, shape, generator=gen))
+        ref = torch.export.load(str(pt2)).module()
+        for p in ref.parameters():
+            p.requires_grad_(p.dtype.is_floating_point)
+        with torch.no_grad():
+            outs0 = ref(*xs)
+        outs0 = outs0 if isinstance(outs0, (tuple, list)) else (outs0,)
+        ws = [torch.randn(o.shape, generator=gen) / max(1, o.numel()) ** 0.5 for o in outs0]
+
+        def torch_step(mod, opt):
+            opt.zero_grad(set_to_none=False)
+            out = mod(*xs)
+            out = out if isinstance(out, (tuple, list)) else (out,)
+            sum((o * w).sum() for o, w in zip(out, ws)).backward()
+            opt.step()
+
+        def timed(fn, steps):
+            fn()
+            ts = []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t0)
+            return statistics.median(ts)
+
+        row = {"model": name, "dims": dims}
+        opt = torch.optim.SGD(ref.parameters(), lr=1e-4, momentum=0.9)
+        row["eager_ms"] = timed(lambda: torch_step(ref, opt), args.steps) * 1e3
+        if not args.no_inductor:
+            try:
+                cmod = torch.compile(ref)
+                copt = torch.optim.SGD(ref.parameters(), lr=1e-4, momentum=0.9)
+                t0 = time.perf_counter()
+                torch_step(cmod, copt)
+                row["inductor_compile_s"] = time.perf_counter() - t0 - row["eager_ms"] / 1e3
+                row["inductor_ms"] = timed(lambda: torch_step(cmod, copt), args.steps) * 1e3
+            except Exception as e:  # noqa: BLE001
+                row["inductor_error"] = f"{type(e).__name__}: {str(e)[:120]}"
+        lib = os.path.join(work, f"{name}.so")
+        t0 = time.perf_counter()
+        subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache"], check=True,
+                       capture_output=True)
+        row["ptc_compile_s"] = time.perf_counter() - t0
+        t = ptc_ctypes.PtcTrainer(lib)
+
+        def ptc_step():
+            t.zero_grad()
+            _, saved = t.forward_train(*xs)
+            t.backward(saved, ws)
+            saved.free()
+            t.sgd_step(1e-4, 0.9)
+
+        row["ptc_ms"] = timed(ptc_step, args.steps)
+        row["ptc_ms"] *= 1e3
+        t.close()
+        row["ptc_vs_eager"] = row["eager_ms"] / row["ptc_ms"]
+        if "inductor_ms" in row:
+            row["ptc_vs_inductor"] = row["inductor_ms"] / row["ptc_ms"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    print(f"\n{args.threads} threads, median of {args.steps} steps (forward + backward + SGD momentum step)\n")
+    print("| model | sizes | eager ms | torch.compile ms | ptc ms | ptc vs eager | ptc vs torch.compile | ptc compile s | torch.compile compile s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ind = f"{r['inductor_ms']:.1f}" if "inductor_ms" in r else r.get("inductor_error", "-")
+        pvi = f"{r['ptc_vs_inductor']:.2f}x" if "ptc_vs_inductor" in r else "-"
+        ics = f"{r['inductor_compile_s']:.1f}" if "inductor_compile_s" in r else "-"
+        print(f"| {r['model']} | {r['dims']} | {r['eager_ms']:.1f} | {ind} | {r['ptc_ms']:.1f} | {r['ptc_vs_eager']:.2f}x | {pvi} | "
+              f"{r['ptc_compile_s']:.1f} | {ics} |")
+    if len(rows) > 1:
+        geo = statistics.geometric_mean([r["ptc_vs_eager"] for r in rows])
+        print(f"\ngeomean ptc vs eager: {geo:.2f}x")
+    if args.json:
+        json.dump(rows, open(args.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
