@@ -36,7 +36,7 @@ import ptc_ctypes  # noqa: E402
 
 GRAD_TOL = 1e-4
 STEP_TOL = 2e-5
-DEFAULT_MODELS = ["mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops"]
+DEFAULT_MODELS = ["mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"]
 
 
 def close(a, b, tol):
@@ -111,7 +111,7 @@ def check_gradients(lib, pt2, shapes_list):
     ref = load_ref(pt2)
     t = ptc_ctypes.PtcTrainer(lib)
     names = [p.name for p in t.param_infos]
-    ref_params = dict(ref.named_parameters())
+    ref_params = dict(ref.named_parameters(remove_duplicate=False))
     missing = [n for n in names if n not in ref_params]
     if missing:
         raise AssertionError(f"parameters {missing} not in the eager module")
@@ -159,8 +159,12 @@ def check_optimizer(lib, pt2, shapes, kind, **hp):
     # loss = sum(out * w) with w of unit norm: gradients of order one, so 5 steps stay in range.
     weights = [torch.randn(o.shape, generator=gen) / max(1, o.numel()) ** 0.5 for o in outs0]
     t = ptc_ctypes.PtcTrainer(lib)
-    params = dict(ref.named_parameters())
-    opt = (torch.optim.SGD if kind == "sgd" else torch.optim.AdamW)(list(params.values()), **hp)
+    # By ptc's names (a tied weight is one parameter under one of its names in both).
+    every = dict(ref.named_parameters(remove_duplicate=False))
+    params = {p.name: every[p.name] for p in t.param_infos}
+    if len({id(p) for p in params.values()}) != len(set(id(p) for p in ref.parameters())):
+        raise AssertionError("ptc's parameters are not the eager module's")
+    opt = (torch.optim.SGD if kind == "sgd" else torch.optim.AdamW)(list(ref.parameters()), **hp)
     worst = 0.0
     for step in range(5):
         opt.zero_grad(set_to_none=False)

@@ -13,6 +13,7 @@
 // --save-all saves every non-free value the backward reads (views of free values are still
 // recomputed).
 #include <algorithm>
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -172,8 +173,21 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
     else saved.insert(v);
   }
   if (!opts.save_all) {
-    // Greedy to a fixpoint, latest first (a chain recomputes from its start): a saved value
-    // produced by a cheap node whose tensor inputs are all available without new saves.
+    // Greedy to a fixpoint, latest first: a saved value produced by a cheap node is recomputed
+    // when the chain of cheap nodes behind it reaches only values available anyway (free,
+    // saved, recomputed) — so recomputing never adds a saved value. A chain may pass through
+    // values the backward does not read (bn -> relu: the batch norm's output is not saved).
+    std::function<bool(const Value*, std::vector<size_t>&, int)> reachable = [&](const Value* u, std::vector<size_t>& chain,
+                                                                                 int depth) {
+      if (!u->type.is_tensor() || free_vals.count(u) || saved.count(u) || recomputed.count(u)) return true;
+      auto it = fwd_index.find(u);
+      if (it == fwd_index.end() || depth > 16 || !is_cheap(g.nodes()[it->second]->kind)) return false;
+      if (std::find(chain.begin(), chain.end(), it->second) != chain.end()) return true;
+      chain.push_back(it->second);
+      for (const Value* w : g.nodes()[it->second]->inputs())
+        if (!reachable(w, chain, depth + 1)) return false;
+      return true;
+    };
     bool changed = true;
     while (changed) {
       changed = false;
@@ -183,17 +197,19 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
         bool wanted = false;
         for (const Value* o : n.outputs) wanted = wanted || saved.count(o);
         if (!wanted) continue;
+        std::vector<size_t> chain{i};
         bool ok = true;
-        for (const Value* u : n.inputs())
-          ok = ok && (!u->type.is_tensor() || free_vals.count(u) || saved.count(u) || recomputed.count(u));
+        for (const Value* u : n.inputs()) ok = ok && reachable(u, chain, 0);
         if (!ok) continue;
-        recompute_nodes.insert(i);
-        for (const Value* o : n.outputs) {
-          saved.erase(o);
-          recomputed.insert(o);
+        for (size_t ci : chain) {
+          recompute_nodes.insert(ci);
+          for (const Value* o : g.nodes()[ci]->outputs) {
+            saved.erase(o);
+            recomputed.insert(o);
+          }
+          for (const Value* u : g.nodes()[ci]->inputs())
+            if (free_vals.count(u)) need_free(u);
         }
-        for (const Value* u : n.inputs())
-          if (free_vals.count(u)) need_free(u);
         changed = true;
       }
     }

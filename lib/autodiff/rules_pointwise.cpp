@@ -138,19 +138,20 @@ void leaky_relu(GradContext& c) {
   Value* g = c.grad();
   c.add_grad_to(x, b.op(OpKind::WhereSelf, {{"condition", pos}, {"self", g}, {"other", b.scale(g, c.number("negative_slope"))}}));
 }
-// Gradient passes where lo < x < hi (torch: where lo <= x <= hi for hardtanh/clamp).
-void pass_between(GradContext& c, Value* x, std::optional<double> lo, std::optional<double> hi) {
+// The gradient passes where lo <= x <= hi (clamp, as torch), or lo < x < hi (strict: hardtanh
+// and relu6, as torch's hardtanh_backward).
+void pass_between(GradContext& c, Value* x, std::optional<double> lo, std::optional<double> hi, bool strict = false) {
   Builder& b = c.b;
   Value* keep = nullptr;
-  if (lo) keep = cmp(b, OpKind::GeScalar, x, *lo);
+  if (lo) keep = cmp(b, strict ? OpKind::GtScalar : OpKind::GeScalar, x, *lo);
   if (hi) {
-    Value* k2 = cmp(b, OpKind::LeScalar, x, *hi);
+    Value* k2 = cmp(b, strict ? OpKind::LtScalar : OpKind::LeScalar, x, *hi);
     keep = keep ? b.op(OpKind::LogicalAnd, {{"self", keep}, {"other", k2}}) : k2;
   }
   c.add_grad_to(x, keep ? b.where_zero(keep, c.grad()) : c.grad());
 }
-void hardtanh(GradContext& c) { pass_between(c, c.in("self"), c.number("min_val"), c.number("max_val")); }
-void relu6(GradContext& c) { pass_between(c, c.in("self"), 0.0, 6.0); }
+void hardtanh(GradContext& c) { pass_between(c, c.in("self"), c.number("min_val"), c.number("max_val"), true); }
+void relu6(GradContext& c) { pass_between(c, c.in("self"), 0.0, 6.0, true); }
 void clamp(GradContext& c) {
   std::optional<double> lo, hi;
   if (!c.is_none("min")) lo = c.number("min");
