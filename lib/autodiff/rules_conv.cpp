@@ -1,10 +1,10 @@
 // Derivatives of 2-d convolution and of batch norm with running statistics (eval mode).
 //
-// Both convolution gradients are themselves forward convolutions, so they run on the same
-// convolution code as the forward (x: [N, C, H, W], w: [O, C/G, KH, KW], dy: [N, O, OH, OW]):
-//   dW: a convolution of the input (channels and batch swapped, per group) with dy as the
-//       kernel: stride = the forward's dilation, dilation = the forward's stride, same padding;
-//       the result's first KH x KW positions are dW.
+// The input gradient is itself a forward convolution (the same convolution code as the forward);
+// the weight gradient is a GEMM over im2col columns (x: [N, C, H, W], w: [O, C/G, KH, KW],
+// dy: [N, O, OH, OW]):
+//   dW: im2col of the input (aten::im2col, a gather) times dy, one GEMM per image and group over
+//       the output positions, summed over the images.
 //   dX: a valid convolution of dy, with zeros stuffed between its elements (stride > 1) and
 //       padded by d (K - 1) - p before and what makes H rows after, by the flipped, per-group
 //       transposed weight with dilation d.
@@ -61,15 +61,15 @@ void convolution(GradContext& c) {
   const Expr N = xs[0];
   if (!c.is_none("bias")) c.add_grad(c.in("bias"), b.sum(g, {0, 2, 3}, false));
   if (c.needs(w)) {
-    Value* xi = b.reshape(b.permute(b.reshape(x, {N, G, Cg, xs[2], xs[3]}), {2, 1, 0, 3, 4}), {Cg, N * G, xs[2], xs[3]});
-    Value* gw = b.reshape(b.permute(b.reshape(g, {N, G, Og, gs[2], gs[3]}), {1, 2, 0, 3, 4}), {Expr(O), N, gs[2], gs[3]});
-    Value* r = b.op(OpKind::Conv2d, {{"input", xi}, {"weight", gw}, {"stride", std::vector<Expr>{d[0], d[1]}},
-                                     {"padding", std::vector<Expr>{p[0], p[1]}}, {"dilation", std::vector<Expr>{s[0], s[1]}},
-                                     {"groups", Expr(G)}});
-    for (int i = 0; i < 2; ++i)
-      if (r->type.sizes[2 + i] != Expr(K(i)))
-        r = b.op(OpKind::SliceTensor, {{"self", r}, {"dim", int64_t(2 + i)}, {"start", Expr(0)}, {"end", Expr(K(i))}});
-    c.add_grad(w, b.permute(r, {1, 0, 2, 3}));
+    // dW[o, c, kh, kw] = sum over images and positions of dy[n, o, l] im2col(x)[n, (c, kh, kw), l]:
+    // one batched GEMM per (image, group) over the positions, then a sum over the images.
+    Value* cols = b.op(OpKind::Im2col, {{"self", x}, {"kernel_size", std::vector<int64_t>{K(0), K(1)}},
+                                        {"dilation", d}, {"padding", p}, {"stride", s}});  // [N, C K K, L]
+    const Expr L = gs[2] * gs[3], CKK = Expr(Cg * K(0) * K(1));
+    Value* gm = b.reshape(g, {N, Expr(G), Expr(Og), L});
+    Value* cm = b.transpose(b.reshape(cols, {N, Expr(G), CKK, L}), -2, -1);  // [N, G, L, Cg K K]
+    Value* per_image = b.matmul(gm, cm);                                     // [N, G, Og, Cg K K]
+    c.add_grad(w, b.reshape(b.sum(per_image, {0}, false), ws));
   }
   if (c.needs(x)) {
     // Input row i gets dy[oh] w[kh] for i = oh s - p + kh d: the stuffed dy (row j = oh s) padded

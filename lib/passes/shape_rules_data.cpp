@@ -217,6 +217,30 @@ std::vector<Type> scatter_add(Ctx& c) {
   return {make_contiguous(x, x.dtype, x.sizes)};
 }
 
+// im2col: [N, C, H, W] -> [N, C * KH * KW, OH * OW] (unbatched: without N).
+std::vector<Type> im2col(Ctx& c) {
+  const Type& x = c.tensor("self");
+  if (x.rank() != 3 && x.rank() != 4) c.fail("self ", x.str(), " must be 3-d or 4-d");
+  auto two = [&](const char* name) {
+    std::vector<int64_t> v = c.ints(name);
+    if (v.size() == 1) v.push_back(v[0]);
+    if (v.size() != 2) c.fail(name, " must have 2 entries");
+    return v;
+  };
+  auto k = two("kernel_size"), d = two("dilation"), p = two("padding"), s = two("stride");
+  const size_t r = x.rank();
+  Exprs out;
+  if (r == 4) out.push_back(x.sizes[0]);
+  sym::Expr L = 1;
+  for (int j = 0; j < 2; ++j) {
+    if (k[j] < 1 || d[j] < 1 || s[j] < 1 || p[j] < 0) c.fail("kernel, dilation and stride must be positive, padding non-negative");
+    L = L * (sym::floordiv(x.sizes[r - 2 + j] + 2 * p[j] - d[j] * (k[j] - 1) - 1, sym::Expr(s[j])) + 1);
+  }
+  out.push_back(x.sizes[r - 3] * (k[0] * k[1]));
+  out.push_back(L);
+  return {make_contiguous(x, x.dtype, out)};
+}
+
 // max_pool2d_with_indices_backward: the input's shape.
 std::vector<Type> max_pool2d_backward(Ctx& c) {
   const Type &g = c.tensor("grad_output"), &x = c.tensor("self");
@@ -357,6 +381,7 @@ void add_data_rules(RuleTable& t) {
   set_rule(t, K::IndexSelect, index_select);
   set_rule(t, K::Gather, gather);
   set_rule(t, K::ScatterAdd, scatter_add);
+  set_rule(t, K::Im2col, im2col);
   set_rule(t, K::MaxPool2dWithIndicesBackward, max_pool2d_backward);
   set_rule(t, K::Embedding, embedding);
   set_rule(t, K::MaxPool2d, max_pool2d);
