@@ -134,6 +134,23 @@ void check_gradients(Case& c, double tol = 1e-6) {
   }
 }
 
+template <class T>
+Bytes bytes_of(const std::vector<T>& v) {
+  Bytes b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// The joint graph of `g` run by the interpreter on these inputs (the user inputs, then the output
+// gradients); returns output `index` as floats.
+std::vector<float> joint_output(const Graph& g, const std::vector<Bytes>& ins, size_t index) {
+  JointGraph j = build_joint_graph(g);
+  auto outs = interpret(lower_to_loops(*j.graph), *j.graph, ins, {});
+  std::vector<float> v(outs.at(index).size() / 4);
+  std::memcpy(v.data(), outs[index].data(), v.size() * 4);
+  return v;
+}
+
 Arg ints(std::vector<int64_t> v) { return v; }
 Arg syms(std::vector<int64_t> v) { return std::vector<Expr>(v.begin(), v.end()); }
 constexpr DType F64 = DType::Float64;
@@ -347,17 +364,7 @@ TEST_CASE("derivatives of indexing, max reductions, pooling and cumsum match fin
     Value* w = b.weight("w", "w", DType::Float32, {3, 2}, {1, 2, 3, 4, 5, 6});
     Value* ids = b.input("ids", DType::Int64, {Expr(3)});
     b.g->outputs.push_back(b.op(OpKind::Embedding, "e", {{"weight", w}, {"indices", ids}, {"padding_idx", Expr(1)}}));
-    JointGraph j = build_joint_graph(*b.g);
-    std::vector<int64_t> iv{1, 1, 2};
-    std::vector<float> gv{1, 1, 1, 1, 1, 1};
-    std::vector<Bytes> ins(2);
-    ins[0].resize(24);
-    std::memcpy(ins[0].data(), iv.data(), 24);
-    ins[1].resize(24);
-    std::memcpy(ins[1].data(), gv.data(), 24);
-    auto outs = interpret(lower_to_loops(*j.graph), *j.graph, ins, {});
-    std::vector<float> dw(6);
-    std::memcpy(dw.data(), outs[1].data(), 24);
+    auto dw = joint_output(*b.g, {bytes_of(std::vector<int64_t>{1, 1, 2}), bytes_of(std::vector<float>(6, 1.0f))}, 1);
     CHECK(dw == std::vector<float>{0, 0, 0, 0, 1, 1});
   }
   {
@@ -406,16 +413,8 @@ TEST_CASE("max pooling's gradient goes to each window's first maximum, as torch'
   x->type.requires_grad = true;
   Value* y = b.op(OpKind::MaxPool2d, "mp", {{"self", x}, {"kernel_size", ints({2, 2})}, {"stride", ints({1, 2})}});
   b.g->outputs.push_back(y);  // [1, 1, 2, 2]
-  JointGraph j = build_joint_graph(*b.g);
   std::vector<float> xv{0, 0, 5, 1, 0, 0, 5, 0, 0, 0, 0, 0}, gv{1, 2, 3, 4};
-  std::vector<Bytes> ins(2);
-  ins[0].resize(48);
-  std::memcpy(ins[0].data(), xv.data(), 48);
-  ins[1].resize(16);
-  std::memcpy(ins[1].data(), gv.data(), 16);
-  auto outs = interpret(lower_to_loops(*j.graph), *j.graph, ins, {});
-  std::vector<float> dx(12);
-  std::memcpy(dx.data(), outs[1].data(), 48);
+  auto dx = joint_output(*b.g, {bytes_of(xv), bytes_of(gv)}, 1);
   // Windows (rows 0-1, cols 0-1): all zero -> (0,0); (rows 0-1, cols 2-3): 5 first at (0,2);
   // (rows 1-2, cols 0-1): zeros -> (1,0); (rows 1-2, cols 2-3): 5 at (1,2).
   CHECK(dx == std::vector<float>{1, 0, 2, 0, 3, 0, 4, 0, 0, 0, 0, 0});
@@ -454,16 +453,8 @@ TEST_CASE("a parameter's gradient sums the contributions of all its uses", "[aut
   REQUIRE(j.grad_inputs.empty());  // x does not require grad
   REQUIRE(j.graph->inputs.size() == 3);  // x, w, a_grad
   // The gradient of w: sum over rows of (g * x) plus sum over rows of g.
-  std::vector<float> xv{1, 2, 3, 4, 5, 6}, gv{1, 1, 1, 2, 2, 2};
-  std::vector<Bytes> ins(2);
-  ins[0].resize(24);
-  std::memcpy(ins[0].data(), xv.data(), 24);
-  ins[1].resize(24);
-  std::memcpy(ins[1].data(), gv.data(), 24);
-  auto outs = interpret(lower_to_loops(*j.graph), *j.graph, ins, {});
-  REQUIRE(outs.size() == 2);
-  std::vector<float> gw(3);
-  std::memcpy(gw.data(), outs[1].data(), 12);
+  auto gw = joint_output(*b.g, {bytes_of(std::vector<float>{1, 2, 3, 4, 5, 6}), bytes_of(std::vector<float>{1, 1, 1, 2, 2, 2})}, 1);
+  REQUIRE(gw.size() == 3);
   CHECK(gw[0] == Approx(1 * 1 + 4 * 2 + 3));
   CHECK(gw[1] == Approx(2 * 1 + 5 * 2 + 3));
   CHECK(gw[2] == Approx(3 * 1 + 6 * 2 + 3));

@@ -22,7 +22,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import traceback
 import warnings
 from pathlib import Path
 
@@ -33,6 +32,7 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
 import ptc_ctypes  # noqa: E402
+from test_ctypes import Runner  # noqa: E402  (one check line each, pass/fail counts)
 
 GRAD_TOL = 1e-4
 STEP_TOL = 2e-5
@@ -75,24 +75,6 @@ def close(a, b, tol):
     scale = max(1.0, b.abs().max().item() if b.numel() else 1.0)
     err = (a - b).abs().max().item() if b.numel() else 0.0
     return err <= tol * scale, f"max err {err:.3g} (scale {scale:.3g})"
-
-
-class Runner:
-    def __init__(self, verbose):
-        self.passed = self.failed = 0
-        self.verbose = verbose
-
-    def check(self, name, fn):
-        try:
-            msg = fn()
-        except Exception as e:  # noqa: BLE001
-            self.failed += 1
-            print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
-            if self.verbose:
-                traceback.print_exc()
-            return
-        self.passed += 1
-        print(f"ok   {name}" + (f"  ({msg})" if msg else ""), flush=True)
 
 
 def compile_train(ptc, model, out, extra=()):
