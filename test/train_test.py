@@ -161,6 +161,29 @@ def check_gradients(lib, pt2, shapes_list):
     return "; ".join(notes)
 
 
+def check_bad_calls(lib):
+    t = ptc_ctypes.PtcTrainer(lib)
+    x = torch.randn(4, 64)
+    before = {n: p.clone() for n, p in t.params.items()}
+    msgs = []
+    for what, fn in [
+        ("AdamW beta1 = 1", lambda: t.adamw_step(1e-3, (1.0, 0.999))),
+        ("SGD lr < 0", lambda: t.sgd_step(-1.0)),
+        ("backward with no gradients", lambda: t.backward(t.forward_train(x)[1], [])),
+        ("forward_train with two inputs", lambda: t.forward_train(x, x)),
+    ]:
+        try:
+            fn()
+        except RuntimeError as e:
+            msgs.append(str(e))
+            continue
+        raise AssertionError(f"{what}: no error")
+    if any(not torch.equal(before[n], t.params[n]) for n in before):
+        raise AssertionError("a refused step changed the parameters")
+    t.close()
+    return msgs[0]
+
+
 def check_optimizer(lib, pt2, shapes, kind, **hp):
     ref = load_ref(pt2)
     gen = torch.Generator().manual_seed(7)
@@ -266,6 +289,8 @@ def main():
                 return f"{a:.0f} <= {b:.0f} B/sample"
 
             r.check(f"{tag}: min-cut saves no more than --save-all", saved_less)
+            if name == "mlp":
+                r.check(f"{tag}: bad training calls raise errors with a message", lambda: check_bad_calls(libs["min_cut"][0]))
             lib = libs["min_cut"][0]
             shapes = shapes_list[0]
             r.check(f"{tag}: SGD momentum+wd vs torch.optim.SGD",

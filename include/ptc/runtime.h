@@ -108,7 +108,8 @@ PTC_API int ptc_num_params(const ptc_model* model);
 /* info->name is the parameter's state-dict name ("l1.weight"). */
 PTC_API int ptc_param_info(const ptc_model* model, int index, ptc_tensor_info* info);
 /* The parameter's values and its gradient: dense float32 arrays of the library, readable and
- * writable by the caller between calls. NULL for a bad index. */
+ * writable by the caller between calls (the next ptc_backward adds to gradients obtained here).
+ * NULL for a bad index. */
 PTC_API float* ptc_param_data(ptc_model* model, int index);
 PTC_API float* ptc_grad_data(ptc_model* model, int index);
 /* Runs the forward as ptc_run does and keeps in *saved what the backward needs (until

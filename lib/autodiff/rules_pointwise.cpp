@@ -128,6 +128,7 @@ void pow_scalar(GradContext& c) {
   Builder& b = c.b;
   double e = c.number("exponent");
   Value* x = c.in("self");
+  if (e == 0) return;  // x^0 = 1: no gradient (torch's pow_backward gives zeros, not 0 * x^-1)
   Value* d = e == 2 ? b.scale(x, 2.0) : b.scale(b.op(OpKind::PowTensorScalar, {{"self", x}, {"exponent", e - 1}}), e);
   c.add_grad_to(x, b.mul(c.grad(), d));
 }

@@ -371,7 +371,14 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
     ind += "  ";
   }
   os << ind << out_elem(iv) << " = " << elem(self, iv) << ";\n";
-  if (r == 0) return;
+  if (r == 0) {  // one element: index 0 is the only valid one
+    os << in << "(void)ptc_ix(static_cast<int64_t>(" << elem(index, {}) << "), 1, ptc_node);\n"
+       << in << out_elem({}) << " += " << elem(src, {}) << ";\n";
+    return;
+  }
+  // torch's rule: index no larger than self in the other dimensions (else out of bounds).
+  for (size_t d = 0; d < r; ++d)
+    if (d != dim) os << in << "if (m" << d << " > n" << d << ") return \"scatter_add: the index is larger than self in dimension " << d << "\";\n";
   std::vector<std::string> target = iv;
   target[dim] = "k";
   if (dim + 1 < r) {

@@ -43,6 +43,14 @@ LibrarySource generate_cpu_training(const TrainProgram& fwd, const TrainProgram&
     const TensorData& td = g.weights.at(t.param_targets[i]);
     auto off = td.type.storage_offset.as_const();
     PTC_CHECK(off, "training: parameter ", t.param_targets[i], " has a symbolic storage offset");
+    // The library's copy is dense: the stored parameter must be too, and inside its storage.
+    std::vector<sym::Expr> dense = contiguous_strides(td.type.sizes);
+    for (size_t d = 0; d < dense.size(); ++d)
+      if (td.type.sizes[d] != sym::Expr(1) && !(td.type.strides.at(d) == dense[d]))
+        user_error("parameter '", t.param_targets[i], "' is stored non-contiguously (strides ", td.type.str(),
+                   "); --train needs contiguous parameters (make it contiguous before exporting)");
+    PTC_CHECK((static_cast<uint64_t>(*off) + static_cast<uint64_t>(*td.type.static_numel())) * dtype_size(td.type.dtype) <= e->bytes,
+              "training: parameter ", t.param_targets[i], " extends past its storage");
     os << (i ? ", " : "") << e->offset + static_cast<uint64_t>(*off) * dtype_size(td.type.dtype) << "u";
   }
   os << (np ? "" : "0") << "};\n";
@@ -127,6 +135,7 @@ float* ptc_param_data(ptc_model* model, int index) {
 }
 float* ptc_grad_data(ptc_model* model, int index) {
   if (!model || index < 0 || index >= kLayout.num_params) return nullptr;
+  M(model)->grads_zero = false;  // the caller may write gradients: the next backward adds to them
   return M(model)->grads.p + M(model)->off[static_cast<size_t>(index)];
 }
 int ptc_forward_train(ptc_model* model, int num_inputs, const ptc_tensor* inputs, int num_outputs, ptc_tensor* outputs,

@@ -266,11 +266,13 @@ inline int backward(Model* m, Saved* s, int n_g, const ptc_tensor* g, int n_ig, 
     int oi = L.grad_output_index[k];
     ptc_tensor t = g[oi];
     const std::vector<int64_t>& want = s->output_sizes[static_cast<size_t>(oi)];
-    if (!t.data) {  // no gradient given: zeros
+    if (!t.data) {  // no gradient given: zeros of the backward's dtype (at most 8 bytes an element)
+      ptc_tensor_info info;
+      m->bwd.input_info(L.num_saved + L.num_backward_params + k, &info);
       size_t n = 1;
       for (int64_t d : want) n *= static_cast<size_t>(d);
-      if (!zeros[static_cast<size_t>(k)].alloc(n + 1)) return fail("out of memory");
-      t = ptc_tensor{zeros[static_cast<size_t>(k)].p, PTC_FLOAT32, static_cast<int32_t>(want.size()), want.data()};
+      if (!zeros[static_cast<size_t>(k)].alloc(2 * n + 1)) return fail("out of memory");
+      t = ptc_tensor{zeros[static_cast<size_t>(k)].p, info.dtype, static_cast<int32_t>(want.size()), want.data()};
     }
     if (t.rank != static_cast<int32_t>(want.size())) return fail("ptc_backward: output gradient " + std::to_string(oi) + " has rank " + std::to_string(t.rank) + ", the output has rank " + std::to_string(want.size()));
     for (int d = 0; d < t.rank; ++d)
@@ -289,8 +291,10 @@ inline int backward(Model* m, Saved* s, int n_g, const ptc_tensor* g, int n_ig, 
   std::vector<ptc_tensor> outs;
   for (int i = 0; i < L.num_grad_params; ++i) outs.push_back(param_tensor(m, L.grad_param_index[i], dst));
   for (int i = 0; i < n_ig; ++i) outs.push_back(ig[i]);
-  if (m->bwd.run(m->bm, static_cast<int>(ins.size()), ins.data(), static_cast<int>(outs.size()), outs.data()) != PTC_OK)
+  if (m->bwd.run(m->bm, static_cast<int>(ins.size()), ins.data(), static_cast<int>(outs.size()), outs.data()) != PTC_OK) {
+    if (m->grads_zero) std::memset(m->grads.p, 0, m->total * sizeof(float));  // no partial gradients stay behind
     return PTC_ERROR;
+  }
   if (!m->grads_zero) {
     float* a = m->grads.p;
     const float* b = scratch.p;
@@ -314,6 +318,8 @@ inline int zero_grad(Model* m) {
 // p -= lr d.
 inline int sgd_step(Model* m, float lr, float momentum, float dampening, float weight_decay, int nesterov) {
   if (!m) return fail("ptc_sgd_step: model is null");
+  if (!(lr >= 0) || !(momentum >= 0) || !(weight_decay >= 0) || !(dampening == dampening))
+    return fail("ptc_sgd_step: lr, momentum and weight_decay must be >= 0 (as torch.optim.SGD requires)");
   if (m->optimizer == 2) return fail("ptc_sgd_step: this handle's optimizer state is AdamW's");
   if (nesterov && (momentum <= 0 || dampening != 0)) return fail("ptc_sgd_step: Nesterov momentum requires a momentum and zero dampening");
   if (momentum != 0 && !m->state1.p && !m->state1.alloc(m->total)) return fail("out of memory");
@@ -342,6 +348,8 @@ inline int sgd_step(Model* m, float lr, float momentum, float dampening, float w
 // (1 - beta2) g^2; p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
 inline int adamw_step(Model* m, float lr, float beta1, float beta2, float eps, float weight_decay) {
   if (!m) return fail("ptc_adamw_step: model is null");
+  if (!(lr >= 0) || !(eps >= 0) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(weight_decay >= 0))
+    return fail("ptc_adamw_step: need lr >= 0, eps >= 0, 0 <= beta1, beta2 < 1 and weight_decay >= 0 (as torch.optim.AdamW)");
   if (m->optimizer == 1) return fail("ptc_adamw_step: this handle's optimizer state is SGD's");
   if ((!m->state1.p && !m->state1.alloc(m->total)) || (!m->state2.p && !m->state2.alloc(m->total))) return fail("out of memory");
   m->optimizer = 2;
