@@ -81,13 +81,15 @@ std::optional<TensorRef> opt_tensor(const Args& a, const char* name) {
 }
 
 // Sliding-window reduction over the last two dims (pooling). `pad_value` fills outside.
+// A 2-d window argument (kernel, stride, padding, dilation): empty -> {dflt, dflt}, {a} -> {a, a}.
+std::vector<int64_t> two(std::vector<int64_t> v, int64_t dflt) {
+  if (v.empty()) v = {dflt};
+  if (v.size() == 1) v.push_back(v[0]);
+  return v;
+}
+
 TensorRef pool2d(Lowering& L, const TensorRef& x, const Index& out_sizes, std::vector<int64_t> k, std::vector<int64_t> s,
                  std::vector<int64_t> p, std::vector<int64_t> d, ReduceOp op, DType dt) {
-  auto two = [](std::vector<int64_t> v, int64_t dflt) {
-    if (v.empty()) v = {dflt};
-    if (v.size() == 1) v.push_back(v[0]);
-    return v;
-  };
   k = two(k, 1);
   s = s.empty() ? k : two(s, 1);
   p = two(p, 0);
@@ -250,11 +252,8 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
     }
     case OpKind::Im2col: {  // out[n, (c KH + kh) KW + kw, oh OW + ow] = x[n, c, oh s - p + kh d, ow s - p + kw d], 0 outside
       TensorRef x = a.tensor("self");
-      auto two = [](std::vector<int64_t> v) {
-        if (v.size() == 1) v.push_back(v[0]);
-        return v;
-      };
-      auto k = two(a.ints("kernel_size")), d = two(a.ints("dilation")), p = two(a.ints("padding")), s = two(a.ints("stride"));
+      auto k = two(a.ints("kernel_size"), 1), d = two(a.ints("dilation"), 1), p = two(a.ints("padding"), 0),
+           s = two(a.ints("stride"), 1);
       const size_t r = x.rank();
       Index out = a.out_sizes();
       sym::Expr OW = sym::floordiv(x.sizes[r - 1] + 2 * p[1] - d[1] * (k[1] - 1) - 1, sym::Expr(s[1])) + 1;
@@ -286,11 +285,6 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       // The input is stored once: the window maxima and the equality tests must see the same
       // values (an inline recomputation may round differently in the two kernels, e.g. FMA).
       TensorRef x = L.realize(a.tensor("self"), L.origin());
-      auto two = [](std::vector<int64_t> v, int64_t dflt) {
-        if (v.empty()) v = {dflt};
-        if (v.size() == 1) v.push_back(v[0]);
-        return v;
-      };
       std::vector<int64_t> k = two(a.ints("kernel_size"), 1);
       std::vector<int64_t> st = a.ints("stride").empty() ? k : two(a.ints("stride"), 1);
       std::vector<int64_t> pd = two(a.ints("padding"), 0), dl = two(a.ints("dilation"), 1);

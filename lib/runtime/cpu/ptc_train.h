@@ -125,7 +125,6 @@ struct Saved {
   std::vector<void*> bufs;
   std::vector<std::vector<int64_t>> sizes;           // saved values
   std::vector<std::vector<int64_t>> output_sizes;    // the model outputs
-  std::vector<std::vector<int64_t>> input_sizes;     // the user inputs
   ~Saved() {
     for (void* b : bufs) std::free(b);
   }
@@ -208,6 +207,9 @@ inline int forward_train(Model* m, int n_in, const ptc_tensor* in, int n_out, pt
   if (!s) return fail("out of memory");
   s->owner = m;
   std::vector<ptc_tensor> outs(out, out + n_out);
+  // Each saved value gets its own allocation, sized by the forward's output sizes for these inputs.
+  s->bufs.reserve(static_cast<size_t>(L.num_saved));
+  s->sizes.reserve(static_cast<size_t>(L.num_saved));  // (the tensors below point into these)
   for (int i = 0; i < L.num_saved; ++i) {
     ptc_tensor_info info;
     m->fwd.output_info(L.num_model_outputs + i, &info);
@@ -227,18 +229,13 @@ inline int forward_train(Model* m, int n_in, const ptc_tensor* in, int n_out, pt
     }
     s->bufs.push_back(buf);
     s->sizes.push_back(std::move(sz));
-  }
-  for (int i = 0; i < L.num_saved; ++i) {
-    ptc_tensor_info info;
-    m->fwd.output_info(L.num_model_outputs + i, &info);
-    outs.push_back(ptc_tensor{s->bufs[i], info.dtype, info.rank, s->sizes[i].data()});
+    outs.push_back(ptc_tensor{buf, info.dtype, info.rank, s->sizes.back().data()});
   }
   if (m->fwd.run(m->fm, static_cast<int>(all.size()), all.data(), static_cast<int>(outs.size()), outs.data()) != PTC_OK) {
     delete s;
     return PTC_ERROR;
   }
   for (int i = 0; i < n_out; ++i) s->output_sizes.emplace_back(out[i].sizes, out[i].sizes + out[i].rank);
-  for (int i = 0; i < n_in; ++i) s->input_sizes.emplace_back(in[i].sizes, in[i].sizes + in[i].rank);
   *saved = s;
   return PTC_OK;
 }
