@@ -54,6 +54,14 @@ PYTHON_OPS = [
     ("SymNeg", "_operator::neg(SymInt a) -> SymInt"),
 ]
 
+# ptc's own ops: nodes its passes write that no aten op expresses.
+PTC_OPS = [
+    # Training-mode dropout with the library's counter-based RNG (lib/autodiff/dropout.cpp): keeps
+    # element i where philox_uniform(seed, i, stream) < 1 - p, scaled by 1 / (1 - p). The same
+    # (seed, stream) gives the same mask, so the backward applies the op to the gradient.
+    ("PtcDropout", "ptc::dropout(Tensor self, Tensor seed, float p, int stream) -> Tensor"),
+]
+
 
 def camel(s):
     return "".join(p[:1].upper() + p[1:] for p in re.split(r"[_.]", s) if p)
@@ -73,6 +81,7 @@ def rows():
             enum = "Underscore" + enum
         out.append((enum, schema))
     out.extend(PYTHON_OPS)
+    out.extend(PTC_OPS)
     return out
 
 

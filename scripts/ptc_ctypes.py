@@ -125,6 +125,7 @@ def _declare(lib):
         "ptc_sgd_step": (ctypes.c_int, [P, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_int]),
         "ptc_adamw_step": (ctypes.c_int, [P, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float,
                                           ctypes.c_float]),
+        "ptc_manual_seed": (ctypes.c_int, [P, ctypes.c_uint64]),
     })
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name, None)
@@ -427,4 +428,8 @@ class PtcTrainer(PtcModel):
 
     def adamw_step(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         self._check(self._lib.ptc_adamw_step(self._m, lr, betas[0], betas[1], eps, weight_decay), "ptc_adamw_step")
+
+    def manual_seed(self, seed):
+        """Seeds training-mode dropout (the same seed replays the same masks)."""
+        self._check(self._lib.ptc_manual_seed(self._m, seed), "ptc_manual_seed")
 

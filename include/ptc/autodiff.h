@@ -31,6 +31,9 @@ struct JointGraph {
   std::vector<const Value*> grad_outputs;   // forward outputs that get a gradient input
   std::vector<const Value*> grad_params;    // parameter inputs with a gradient (float dtype)
   std::vector<const Value*> grad_inputs;    // user inputs the export marked requires_grad
+  // The 0-d int64 user input that training-mode dropouts draw their masks from (ptc::dropout);
+  // nullptr when the model has none. Not a model input: the library fills it per forward call.
+  const Value* rng_seed = nullptr;
 };
 
 // Pre:  verify_graph(g) is empty; every value has its type.
@@ -40,15 +43,17 @@ JointGraph build_joint_graph(const Graph& g);
 
 struct TrainGraphs {
   // Forward: inputs = the user inputs, then the parameters (as user inputs, in graph order; the
-  // training library passes its own copies), buffers and constants as weights. Outputs = the
-  // model's outputs, then the saved values.
+  // training library passes its own copies), then the dropout seed (when forward_seed), buffers
+  // and constants as weights. Outputs = the model's outputs, then the saved values.
   std::unique_ptr<Graph> forward;
   // Backward: inputs = the saved values (in the forward's order), the parameters it reads (as user
-  // inputs), then the gradient inputs. Outputs = the parameters' gradients (grad_params order),
+  // inputs), the dropout seed (when backward_seed: it recomputes a mask), then the gradient inputs. Outputs = the parameters' gradients (grad_params order),
   // then the user inputs' gradients.
   std::unique_ptr<Graph> backward;
   size_t num_model_outputs = 0;
   size_t num_saved = 0;
+  bool forward_seed = false;   // the forward takes the dropout seed after the parameters
+  bool backward_seed = false;  // the backward takes it after its parameters
   std::vector<std::string> params;           // parameter input names of the forward, in order
   std::vector<std::string> param_targets;    // their state-dict names
   std::vector<int> grad_param_index;          // backward output i -> index into params

@@ -38,6 +38,8 @@ enum class Op : uint8_t {
   Add, Sub, Mul, Div, Pow, Max, Min, FloorDiv, Mod,  // FloorDiv/Mod: Python semantics
   CheckIndex,  // args: i, n (int64): i when 0 <= i < n; else 0, and the run fails with an
                // "index out of range" error naming the node (embedding / gather / index ids)
+  Rand,        // args: key, counter (int64); `value` holds the stream: a float32 in [0, 1),
+               // ptc_rt::philox_uniform(key, counter, stream) (training-mode dropout)
   Eq, Ne, Lt, Le, Gt, Ge, And, Or,
   // ternary
   Where,     // args: cond, a, b — only the chosen branch is evaluated (guards out-of-range loads)
@@ -84,6 +86,8 @@ ExprRef cast(ExprRef a, DType dt);
 ExprRef binary(Op op, ExprRef a, ExprRef b);  // result dtype: bool for comparisons, else a's
 // A data-dependent index `i` checked against its dimension's size `n` (Op::CheckIndex).
 ExprRef check_index(ExprRef i, sym::Expr n);
+// A counter-based random float32 in [0, 1) (Op::Rand): the same for the same key, counter, stream.
+ExprRef rand_uniform(ExprRef key, ExprRef counter, uint32_t stream);
 ExprRef where(ExprRef c, ExprRef a, ExprRef b);   // lazy: for padding, cat, pooling windows
 ExprRef select(ExprRef c, ExprRef a, ExprRef b);  // eager: for value masks (where.self, causal)
 

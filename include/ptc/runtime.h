@@ -133,6 +133,11 @@ PTC_API int ptc_zero_grad(ptc_model* model);
  * handle. A handle uses one optimizer. */
 PTC_API int ptc_sgd_step(ptc_model* model, float lr, float momentum, float dampening, float weight_decay, int nesterov);
 PTC_API int ptc_adamw_step(ptc_model* model, float lr, float beta1, float beta2, float eps, float weight_decay);
+/* Training-mode dropout draws its masks from a counter-based generator (Philox-4x32-10) keyed by
+ * this seed and the number of forward calls since it was set (0 at ptc_open): the same seed
+ * replays the same masks; each ptc_forward_train (and ptc_run) call draws new ones, and its
+ * ptc_backward applies the same masks. */
+PTC_API int ptc_manual_seed(ptc_model* model, uint64_t seed);
 
 #ifdef __cplusplus
 }

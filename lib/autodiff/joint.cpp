@@ -1,6 +1,7 @@
 // The joint forward + backward graph (AOTAutograd's joint graph, built ahead of time).
 //
-// 1. The forward graph is cloned.
+// 1. The forward graph is cloned; in-place ops are made functional where allowed, and
+//    training-mode dropouts draw their masks from a seed input (dropout.cpp).
 // 2. Values that need a gradient: float parameters, user inputs the export marked requires_grad,
 //    and every float tensor output of a node (with a derivative) that reads one of them.
 // 3. One gradient input per forward output that needs a gradient.
@@ -12,6 +13,7 @@
 #include <unordered_set>
 
 #include "builder.h"
+#include "dropout.h"
 #include "ptc/autodiff.h"
 #include "ptc/error.h"
 #include "ptc/passes.h"
@@ -63,6 +65,7 @@ JointGraph build_joint_graph(const Graph& src) {
   j.graph = clone_graph(src);
   Graph& g = *j.graph;
   functionalize_inplace(g);
+  j.rng_seed = autodiff::seed_dropout(g);
   j.num_forward_nodes = g.nodes().size();
   j.num_forward_outputs = g.outputs.size();
 

@@ -54,6 +54,9 @@ bool is_cheap(OpKind k) {
     case OpKind::MulTensorInplace: case OpKind::MulScalarInplace: case OpKind::DivTensorInplace: case OpKind::DivScalarInplace:
     case OpKind::SigmoidInplace: case OpKind::TanhInplace: case OpKind::GeluInplace: case OpKind::SiluInplace:
     case OpKind::HardswishInplace: case OpKind::HardsigmoidInplace: case OpKind::ClampInplace:
+    case OpKind::PtcDropout:  // the mask is recomputed from the seed
+    case OpKind::LtScalar: case OpKind::LeScalar: case OpKind::GtScalar: case OpKind::GeScalar: case OpKind::EqScalar:
+    case OpKind::NeScalar:
     case OpKind::UnderscoreNativeBatchNormLegitNoTraining:  // eval-mode batch norm: per-channel affine
     case OpKind::BatchNorm: case OpKind::NativeBatchNorm:   // (training mode has no derivative rule yet)
       return true;
@@ -135,9 +138,12 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
     else if (in.role != GraphInput::Role::User) is_weight.insert(in.value);
   }
 
-  // Free values: held by the library, or views of those.
+  // Free values: held by the library (the dropout seed too: the library passes it to both
+  // graphs), or views of those.
+  const Value* seed = j.rng_seed;
   std::unordered_set<const Value*> free_vals(is_param.begin(), is_param.end());
   free_vals.insert(is_weight.begin(), is_weight.end());
+  if (seed) free_vals.insert(seed);
   for (size_t i = 0; i < nf; ++i) {
     const Node& n = *g.nodes()[i];
     if (!is_view(n.kind)) continue;
@@ -150,7 +156,9 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
   // Forward values the backward nodes read.
   std::vector<const Value*> read;
   std::unordered_set<const Value*> read_set;
-  auto forward_value = [&](const Value* v) { return fwd_index.count(v) || (v->producer == nullptr && !is_param.count(v) && !is_weight.count(v)); };
+  auto forward_value = [&](const Value* v) {
+    return fwd_index.count(v) || (v->producer == nullptr && !is_param.count(v) && !is_weight.count(v) && v != seed);
+  };
   for (size_t i = nf; i < g.nodes().size(); ++i)
     for (const Value* v : g.nodes()[i]->inputs())
       if (forward_value(v) && v->type.is_tensor() && read_set.insert(v).second) read.push_back(v);
@@ -239,13 +247,18 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
   {
     Extractor x(g, *t.forward);
     for (size_t i = 0; i < n_fwd_inputs; ++i)
-      if (g.inputs[i].role == GraphInput::Role::User) x.input(g.inputs[i].value, GraphInput::Role::User, "", false);
+      if (g.inputs[i].role == GraphInput::Role::User && g.inputs[i].value != seed)
+        x.input(g.inputs[i].value, GraphInput::Role::User, "", false);
     for (size_t i = 0; i < n_fwd_inputs; ++i)
       if (is_param.count(g.inputs[i].value)) {
         x.input(g.inputs[i].value, GraphInput::Role::User, "", true);
         t.params.push_back(g.inputs[i].value->name);
         t.param_targets.push_back(g.inputs[i].target);
       }
+    if (seed) {
+      x.input(seed, GraphInput::Role::User, "", true);
+      t.forward_seed = true;
+    }
     for (size_t i = 0; i < n_fwd_inputs; ++i)
       if (is_weight.count(g.inputs[i].value)) x.input(g.inputs[i].value, g.inputs[i].role, g.inputs[i].target, false);
     for (size_t i = 0; i < nf; ++i) x.copy(*g.nodes()[i]);
@@ -271,6 +284,10 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
         t.backward_params.push_back(v->name);
       }
     }
+    if (seed && used.count(seed)) {
+      x.input(seed, GraphInput::Role::User, "", true);
+      t.backward_seed = true;
+    }
     for (size_t i = 0; i < n_fwd_inputs; ++i)
       if (is_weight.count(g.inputs[i].value) && used.count(g.inputs[i].value))
         x.input(g.inputs[i].value, g.inputs[i].role, g.inputs[i].target, false);
@@ -294,7 +311,7 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
   {
     int user = 0;
     for (size_t i = 0; i < n_fwd_inputs; ++i) {
-      if (g.inputs[i].role != GraphInput::Role::User) continue;
+      if (g.inputs[i].role != GraphInput::Role::User || g.inputs[i].value == seed) continue;
       for (const Value* v : j.grad_inputs)
         if (v == g.inputs[i].value) t.grad_input_index.push_back(user);
       ++user;

@@ -2,6 +2,7 @@
 // its own sizes (GradContext::add_grad_to). y = f(x) rules use y where that is cheaper than x.
 #include <cmath>
 
+#include "ptc/error.h"
 #include "rules.h"
 
 namespace ptc::autodiff {
@@ -219,10 +220,21 @@ void maximum_minimum(GradContext& c, OpKind pick_self) {  // ties split evenly, 
 }
 void maximum(GradContext& c) { maximum_minimum(c, OpKind::GtTensor); }
 void minimum(GradContext& c) { maximum_minimum(c, OpKind::LtTensor); }
+// Eval-mode (or p = 0) dropout is the identity; training-mode dropout became ptc::dropout
+// before differentiation (lib/autodiff/dropout.cpp).
 void dropout(GradContext& c) {
-  if (c.flag("train") && c.number("p") != 0)
-    c.fail("dropout in training mode is not supported by --train yet (export the model in eval mode, or with p = 0)");
+  PTC_CHECK(!(c.flag("train") && c.number("p") != 0), "autodiff: a training-mode dropout was not rewritten");
   c.add_grad_to(c.in("input") ? c.in("input") : c.in("self"), c.grad());
+}
+void native_dropout(GradContext& c) {  // eval mode: (x, all-true mask)
+  PTC_CHECK(c.is_none("train") || !c.flag("train") || c.number("p") == 0, "autodiff: a training-mode native_dropout was not rewritten");
+  if (c.grad(0)) c.add_grad_to(c.in("input"), c.grad(0));
+}
+// y = mask * x / (1 - p) with the mask a function of (seed, stream): the same op on the gradient.
+void ptc_dropout(GradContext& c) {
+  Value* g = c.b.op(OpKind::PtcDropout,
+                    {{"self", c.grad()}, {"seed", c.in("seed")}, {"p", c.number("p")}, {"stream", c.integer("stream")}});
+  c.add_grad_to(c.in("self"), g);
 }
 void to_copy(GradContext& c) { c.add_grad_to(c.in("self"), c.grad()); }
 
@@ -268,6 +280,8 @@ void register_pointwise_rules(RuleTable& t) {
   set_rule(t, OpKind::Maximum, maximum);
   set_rule(t, OpKind::Minimum, minimum);
   set_rule(t, OpKind::Dropout, dropout);
+  set_rule(t, OpKind::PtcDropout, ptc_dropout);
+  set_rule(t, OpKind::NativeDropout, native_dropout);
   // In-place variants: the graph IR is functional (lowering checks that no later node reads the
   // overwritten input), so their derivatives are their functional twins'.
   set_rule(t, OpKind::ReluInplace, relu);

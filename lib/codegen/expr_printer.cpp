@@ -196,6 +196,9 @@ std::string ExprPrinter::inline_text(const ExprRef& e) {
     case Op::CheckIndex:
       if (dialect_ == Dialect::Cuda) return "ptc_rt::index_in_range(" + a(0) + ", " + a(1) + ")";
       return "ptc_ix(" + a(0) + ", " + a(1) + ", " + wrapper::quote(e->origin) + ")";
+    case Op::Rand:
+      return "ptc_rt::philox_uniform(static_cast<uint64_t>(" + a(0) + "), static_cast<uint64_t>(" + a(1) + "), " +
+             std::to_string(static_cast<uint32_t>(e->value)) + "u)";
     case Op::Mod:
       return dtype_is_float(e->dtype) ? "ptc_rt::fmod_py(" + a(0) + ", " + a(1) + ")"
                                       : "static_cast<" + T + ">(ptc_rt::pymod(" + a(0) + ", " + a(1) + "))";

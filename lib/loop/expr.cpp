@@ -48,6 +48,7 @@ const char* op_name(Op op) {
     case Op::FloorDiv: return "floordiv";
     case Op::Mod: return "mod";
     case Op::CheckIndex: return "check_index";
+    case Op::Rand: return "rand";
     case Op::Eq: return "eq";
     case Op::Ne: return "ne";
     case Op::Lt: return "lt";
@@ -148,6 +149,12 @@ ExprRef check_index(ExprRef i, sym::Expr n) {
   return make(Expr{Op::CheckIndex, DType::Int64, {std::move(i), index_value(n)}, -1, sym::Expr(), 0, {}});
 }
 
+ExprRef rand_uniform(ExprRef key, ExprRef counter, uint32_t stream) {
+  if (key->dtype != DType::Int64) key = cast(key, DType::Int64);
+  if (counter->dtype != DType::Int64) counter = cast(counter, DType::Int64);
+  return make(Expr{Op::Rand, DType::Float32, {std::move(key), std::move(counter)}, -1, sym::Expr(), static_cast<double>(stream), {}});
+}
+
 ExprRef where(ExprRef c, ExprRef a, ExprRef b) {
   if (c->op == Op::Const) return c->value != 0 ? a : b;
   DType dt = a->dtype;
@@ -236,6 +243,9 @@ std::string print_expr(const Program& p, const ExprRef& e) {
       return name + "[" + e->index.str() + " + " + print_expr(p, e->args[0]) + "]";
     }
     case Op::Cast: return std::string("cast<") + dtype_short(e->dtype) + ">(" + print_expr(p, e->args[0]) + ")";
+    case Op::Rand:
+      return "rand(" + print_expr(p, e->args[0]) + ", " + print_expr(p, e->args[1]) + ", stream " +
+             std::to_string(static_cast<uint32_t>(e->value)) + ")";
     default: break;
   }
   std::string s = std::string(op_name(e->op)) + "(";

@@ -6,6 +6,7 @@
 
 #include "ptc/error.h"
 #include "ptc/lower.h"
+#include "runtime/cpu/ptc_philox.h"
 
 namespace ptc {
 namespace {
@@ -148,6 +149,9 @@ class Interp {
       case Op::Min: return (std::isnan(a) || a < b) ? a : b;
       case Op::FloorDiv: return std::floor(a / b);
       case Op::Mod: return a - b * std::floor(a / b);
+      case Op::Rand:
+        return ptc_rt::philox_uniform(static_cast<uint64_t>(static_cast<int64_t>(a)), static_cast<uint64_t>(static_cast<int64_t>(b)),
+                                      static_cast<uint32_t>(e->value));
       case Op::CheckIndex:
         if (!(a >= 0 && a < b))
           user_error("node '", e->origin, "': index ", static_cast<int64_t>(a), " is out of range for a dimension of size ",

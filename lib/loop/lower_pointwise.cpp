@@ -271,6 +271,25 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
         return select(keep, cast(x.at(i), dt), constant(0, dt));
       }));
     }
+    case OpKind::PtcDropout: {  // keep where philox(seed, row-major element index, stream) < 1 - p
+      DType dt = a.out_dtype();
+      TensorRef x = a.tensor("self"), seed = a.tensor("seed");
+      const double p = a.f("p");
+      const int64_t stream = a.i("stream");
+      if (!(p >= 0 && p <= 1)) L.fail("dropout probability must be in [0, 1], got ", p);
+      if (stream < 0 || stream > 0xFFFFFFFFll) L.fail("dropout stream out of range: ", stream);
+      if (seed.rank() != 0) L.fail("the dropout seed must be a 0-d tensor");
+      // Both constants rounded to the output dtype first, as the generated code holds them.
+      if (dt != DType::Float32 && dt != DType::Float64) L.fail("training-mode dropout needs float32 or float64, got ", dtype_name(dt));
+      auto as_dt = [dt](double v) { return dt == DType::Float32 ? static_cast<double>(static_cast<float>(v)) : v; };
+      const double keep_below = static_cast<double>(static_cast<float>(1 - p)), scale = as_dt(p < 1 ? 1 / (1 - p) : 0);
+      Index strides = row_major_strides(x.sizes);
+      return out(L.pointwise(dt, x.sizes, [=](const Index& i) {
+        ExprRef u = rand_uniform(seed.at({}), index_value(flat_index(i, strides, 0)), static_cast<uint32_t>(stream));
+        return select(binary(Op::Lt, u, constant(keep_below, DType::Float32)), binary(Op::Mul, cast(x.at(i), dt), constant(scale, dt)),
+                      constant(0, dt));
+      }));
+    }
     case OpKind::ArangeStartStep: case OpKind::ArangeStart: case OpKind::ArangeDefault: {
       DType dt = a.out_dtype();
       ExprRef start = k == OpKind::ArangeDefault ? constant(0, dt) : a.scalar("start", dt);

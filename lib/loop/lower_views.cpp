@@ -310,13 +310,13 @@ Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
     case OpKind::LiftFreshCopy:
       return one(a.tensor("self"));
     case OpKind::Dropout:
-      if (a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles");
+      if (a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles (export the model in eval mode, or compile with --train)");
       return one(a.tensor("input"));
     case OpKind::DropoutInplace:
-      if (a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles");
+      if (a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles (export the model in eval mode, or compile with --train)");
       return one(a.tensor("self"));
     case OpKind::NativeDropout: {
-      if (!a.is_none("train") && a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles");
+      if (!a.is_none("train") && a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles (export the model in eval mode, or compile with --train)");
       TensorRef x = a.tensor("input");
       return std::vector<TensorRef>{x, L.pointwise(DType::Bool, x.sizes, [](const Index&) { return constant(1, DType::Bool); })};
     }

@@ -40,6 +40,18 @@ std::vector<Type> dropout(Ctx& c) {
   return one(elementwise(c, {&x}, x.dtype));
 }
 
+// ptc::dropout (training-mode dropout with the library's RNG): self's sizes, contiguous.
+std::vector<Type> ptc_dropout(Ctx& c) {
+  const Type& x = c.tensor("self");
+  const Type& seed = c.tensor("seed");
+  if (seed.rank() != 0 || seed.dtype != DType::Int64) c.fail("the seed must be a 0-d int64 tensor, got ", seed.str());
+  if (!dtype_is_float(x.dtype)) c.fail("dropout needs a float tensor, got ", x.str());
+  double p = c.float_("p");
+  if (!(p >= 0 && p <= 1)) c.fail("dropout probability must be in [0, 1], got ", p);
+  c.int_("stream");
+  return one(make_contiguous(x, x.dtype, x.sizes));
+}
+
 // diff(n, dim, prepend, append): `dim` shrinks by n after prepend/append are concatenated.
 std::vector<Type> diff(Ctx& c) {
   const Type& x = c.tensor("self");
@@ -212,6 +224,7 @@ void add_pointwise_rules(RuleTable& t) {
   set_rule(t, K::Tril, tril_triu);
   set_rule(t, K::Triu, tril_triu);
   set_rule(t, K::Dropout, dropout);
+  set_rule(t, K::PtcDropout, ptc_dropout);
   set_rule(t, K::DropoutInplace, inplace);
   set_rule(t, K::NativeDropout, native_dropout);
 

@@ -69,11 +69,11 @@ LibrarySource generate_cpu_training(const TrainProgram& fwd, const TrainProgram&
   ints("kGradInputIndex", t.grad_input_index);
   size_t n_user = 0;
   for (const GraphInput& in : t.forward->inputs) n_user += in.role == GraphInput::Role::User;
-  n_user -= np;
+  n_user -= np + (t.forward_seed ? 1 : 0);
   os << "const ptc_train::Layout kLayout = {" << n_user << ", " << t.num_model_outputs << ", " << t.num_saved << ", " << np
      << ", kParams, kParamOffsets, " << bwd_params.size() << ", kBackwardParams, " << t.grad_output_index.size()
      << ", kGradOutputIndex, " << t.grad_param_index.size() << ", kGradParamIndex, " << t.grad_input_index.size()
-     << ", kGradInputIndex};\n";
+     << ", kGradInputIndex, " << t.forward_seed << ", " << t.backward_seed << "};\n";
   os << "const ptc_train::Part kFwd = PTC_TRAIN_PART(ptc_part_fwd);\nconst ptc_train::Part kBwd = PTC_TRAIN_PART(ptc_part_bwd);\n\n"
      << "ptc_train::Model* M(ptc_model* m) { return reinterpret_cast<ptc_train::Model*>(m); }\n"
      << "const ptc_train::Model* M(const ptc_model* m) { return reinterpret_cast<const ptc_train::Model*>(m); }\n\n"
@@ -164,6 +164,12 @@ int ptc_sgd_step(ptc_model* model, float lr, float momentum, float dampening, fl
 }
 int ptc_adamw_step(ptc_model* model, float lr, float beta1, float beta2, float eps, float weight_decay) {
   return ptc_train::adamw_step(M(model), lr, beta1, beta2, eps, weight_decay);
+}
+int ptc_manual_seed(ptc_model* model, uint64_t seed) {
+  if (!model) return ptc_train::fail("ptc_manual_seed: model is null");
+  M(model)->seed = seed;
+  M(model)->forward_calls = 0;
+  return PTC_OK;
 }
 
 }  // extern "C"

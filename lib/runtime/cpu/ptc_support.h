@@ -12,6 +12,8 @@
 #include <limits>
 #include <string>
 
+#include "ptc_philox.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif

@@ -82,6 +82,8 @@ struct Layout {
   const int* grad_param_index;        // backward output i -> parameter index
   int num_grad_inputs;
   const int* grad_input_index;        // backward output num_grad_params + i -> user input index
+  int forward_seed;                   // the forward's input after the parameters is the dropout seed
+  int backward_seed;                  // the backward's input after its parameters is the seed
 };
 
 inline int fail(const std::string& m) {
@@ -118,10 +120,13 @@ struct Model {
   bool sgd_started = false;
   int64_t adam_steps = 0;
   int optimizer = 0;  // 0 none yet, 1 SGD, 2 AdamW: the state belongs to one
+  uint64_t seed = 0;           // ptc_manual_seed
+  uint64_t forward_calls = 0;  // since then: each forward call draws fresh dropout masks
 };
 
 struct Saved {
   Model* owner = nullptr;
+  int64_t seed = 0;  // the dropout key of its forward call (the backward recomputes masks from it)
   std::vector<void*> bufs;
   std::vector<std::vector<int64_t>> sizes;           // saved values
   std::vector<std::vector<int64_t>> output_sizes;    // the model outputs
@@ -171,8 +176,22 @@ inline ptc_tensor param_tensor(const Model* m, int i, float* base) {
   return ptc_tensor{base + m->off[i], PTC_FLOAT32, t.rank, t.sizes};
 }
 
-// The forward's inputs: the user's, then the parameters.
-inline bool forward_inputs(const Model* m, int n, const ptc_tensor* in, std::vector<ptc_tensor>& all) {
+// The dropout key of the next forward call: splitmix64 of the seed and the call number, so calls
+// draw independent masks and the same seed replays them.
+inline int64_t next_call_seed(Model* m) {
+  uint64_t z = m->seed + 0x9E3779B97F4A7C15ull * ++m->forward_calls;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<int64_t>(z ^ (z >> 31));
+}
+
+inline ptc_tensor seed_tensor(int64_t* seed) {
+  static const int64_t no_sizes[1] = {0};
+  return ptc_tensor{seed, PTC_INT64, 0, no_sizes};
+}
+
+// The forward's inputs: the user's, the parameters, then the dropout seed (when it takes one).
+inline bool forward_inputs(const Model* m, int n, const ptc_tensor* in, std::vector<ptc_tensor>& all, int64_t* seed) {
   const Layout& L = *m->L;
   if (n != L.num_user_inputs) {
     fail("expected " + std::to_string(L.num_user_inputs) + " inputs, got " + std::to_string(n));
@@ -184,6 +203,7 @@ inline bool forward_inputs(const Model* m, int n, const ptc_tensor* in, std::vec
   }
   all.assign(in, in + n);
   for (int i = 0; i < L.num_params; ++i) all.push_back(param_tensor(m, i, m->params.p));
+  if (L.forward_seed) all.push_back(seed_tensor(seed));
   return true;
 }
 
@@ -191,21 +211,27 @@ inline int output_shape(const Model* m, int n, const ptc_tensor* in, int index, 
   if (!m) return fail("ptc_output_shape: model is null");
   if (index < 0 || index >= m->L->num_model_outputs) return fail("ptc_output_shape: output index out of range");
   std::vector<ptc_tensor> all;
-  if (!forward_inputs(m, n, in, all)) return PTC_ERROR;
+  int64_t seed = 0;  // (sizes do not depend on it)
+  if (!forward_inputs(m, n, in, all, &seed)) return PTC_ERROR;
   return m->fwd.output_shape(m->fm, static_cast<int>(all.size()), all.data(), index, sizes);
 }
 
 inline int forward_train(Model* m, int n_in, const ptc_tensor* in, int n_out, ptc_tensor* out, Saved** saved) {
   if (!m) return fail("ptc_forward_train: model is null");
   const Layout& L = *m->L;
-  std::vector<ptc_tensor> all;
-  if (!forward_inputs(m, n_in, in, all)) return PTC_ERROR;
-  if (n_out != L.num_model_outputs)
-    return fail("expected " + std::to_string(L.num_model_outputs) + " outputs, got " + std::to_string(n_out));
-  if (n_out > 0 && !out) return fail("the outputs array is null");
   Saved* s = new (std::nothrow) Saved;
   if (!s) return fail("out of memory");
   s->owner = m;
+  std::vector<ptc_tensor> all;
+  int rc = !forward_inputs(m, n_in, in, all, &s->seed) ? PTC_ERROR
+           : n_out != L.num_model_outputs ? fail("expected " + std::to_string(L.num_model_outputs) + " outputs, got " + std::to_string(n_out))
+           : n_out > 0 && !out            ? fail("the outputs array is null")
+                                          : PTC_OK;
+  if (rc != PTC_OK) {
+    delete s;
+    return rc;
+  }
+  if (L.forward_seed) s->seed = next_call_seed(m);
   std::vector<ptc_tensor> outs(out, out + n_out);
   // Each saved value gets its own allocation, sized by the forward's output sizes for these inputs.
   s->bufs.reserve(static_cast<size_t>(L.num_saved));
@@ -258,6 +284,7 @@ inline int backward(Model* m, Saved* s, int n_g, const ptc_tensor* g, int n_ig, 
     ins.push_back(ptc_tensor{s->bufs[i], info.dtype, info.rank, s->sizes[i].data()});
   }
   for (int i = 0; i < L.num_backward_params; ++i) ins.push_back(param_tensor(m, L.backward_params[i], m->params.p));
+  if (L.backward_seed) ins.push_back(seed_tensor(&s->seed));
   std::vector<Block> zeros(static_cast<size_t>(L.num_grad_outputs));
   for (int k = 0; k < L.num_grad_outputs; ++k) {
     int oi = L.grad_output_index[k];
@@ -265,7 +292,7 @@ inline int backward(Model* m, Saved* s, int n_g, const ptc_tensor* g, int n_ig, 
     const std::vector<int64_t>& want = s->output_sizes[static_cast<size_t>(oi)];
     if (!t.data) {  // no gradient given: zeros of the backward's dtype (at most 8 bytes an element)
       ptc_tensor_info info;
-      m->bwd.input_info(L.num_saved + L.num_backward_params + k, &info);
+      m->bwd.input_info(L.num_saved + L.num_backward_params + L.backward_seed + k, &info);
       size_t n = 1;
       for (int64_t d : want) n *= static_cast<size_t>(d);
       if (!zeros[static_cast<size_t>(k)].alloc(2 * n + 1)) return fail("out of memory");

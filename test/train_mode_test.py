@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Training-mode layers under `ptc compile --train`: models exported in train() mode (both export
+flavours: torch.export's training IR and its core-aten decomposition), compiled, and checked
+against torch.
+
+Dropout (the library's counter-based RNG cannot reproduce torch's generator, so the reference
+uses ptc's masks, read off the outputs the fixture returns):
+  - masks: every element either dropped (0) or scaled by 1/(1-p) (within 1e-5); the dropped fraction
+    within 5 sigma of p; two dropouts of one call draw different masks; the next call draws new
+    ones; ptc_manual_seed replays them;
+  - the outputs and every parameter's gradient against torch.autograd on the same model with
+    those masks (tolerance 1e-4 relative to max(1, max|torch|)), so the backward applied the
+    forward's masks (recomputed from the seed in the min-cut split, saved with --save-all);
+  - an inference compile of the same export is refused with a sentence.
+
+    .venv/bin/python test/train_mode_test.py [--ptc-binary build/ptc] [-v]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "test"))
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import ptc_ctypes  # noqa: E402
+from test_ctypes import Runner  # noqa: E402
+
+TOL = 1e-4
+P1, P2 = 0.3, 0.5
+
+
+class DropMLP(nn.Module):
+    """Two dropouts on one activation (different streams), both returned so masks are visible."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(16, 64)
+        self.d1 = nn.Dropout(P1)
+        self.d2 = nn.Dropout(P2)
+        self.l2 = nn.Linear(64, 4)
+
+    def forward(self, x):
+        t = torch.tanh(self.l1(x))
+        h1, h2 = self.d1(t), self.d2(t)
+        return self.l2(h1 + h2), h1, h2
+
+
+def export(model, args, path, core):
+    ep = torch.export.export(model, args, dynamic_shapes=({0: torch.export.Dim("batch", min=2, max=256)},))
+    if core:
+        ep = ep.run_decompositions()
+    torch.export.save(ep, path)
+
+
+def compile_lib(ptc, pt2, out, extra=()):
+    r = subprocess.run([ptc, "compile", pt2, "-o", out, "--no-cache", *extra], capture_output=True, text=True)
+    return r
+
+
+def masked_reference(model, x, masks):
+    """DropMLP's outputs with the given keep-masks instead of random ones (torch's arithmetic:
+    x * mask * (1 / (1 - p)))."""
+    t = torch.tanh(model.l1(x))
+    h1 = t * masks[0] * (1 / (1 - P1))
+    h2 = t * masks[1] * (1 / (1 - P2))
+    return model.l2(h1 + h2), h1, h2
+
+
+def close(a, b, tol=TOL):
+    a, b = a.detach().double(), b.detach().double()
+    scale = max(1.0, b.abs().max().item())
+    err = (a - b).abs().max().item()
+    return err <= tol * scale, f"max err {err:.3g}"
+
+
+def check_masks(lib):
+    t = ptc_ctypes.PtcTrainer(lib)
+    x = torch.randn(128, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        tt = torch.tanh(torch.nn.functional.linear(x, t.params["l1.weight"], t.params["l1.bias"]))
+    (y, h1, h2), s = t.forward_train(x)
+    s.free()
+    notes = []
+    for h, p in ((h1, P1), (h2, P2)):
+        kept = h != 0
+        scaled = tt * (1 / (1 - p))
+        ok, msg = close(h[kept], scaled[kept], 1e-5)
+        if not ok:
+            raise AssertionError(f"p={p}: kept elements are not x / (1 - p): {msg}")
+        frac = 1 - kept.double().mean().item()
+        sigma = (p * (1 - p) / h.numel()) ** 0.5
+        if abs(frac - p) > 5 * sigma:
+            raise AssertionError(f"p={p}: dropped fraction {frac:.3f}, more than 5 sigma from p")
+        notes.append(f"p={p}: dropped {frac:.3f}")
+    if torch.equal(h1 != 0, h2 != 0):
+        raise AssertionError("the two dropouts drew the same mask")
+    (_, h1b, _), s = t.forward_train(x)
+    s.free()
+    if torch.equal(h1 != 0, h1b != 0):
+        raise AssertionError("the next forward call drew the same mask")
+    t.manual_seed(1234)
+    (_, a, _), s = t.forward_train(x)
+    s.free()
+    t.manual_seed(1234)
+    (_, b, _), s = t.forward_train(x)
+    s.free()
+    if not torch.equal(a, b):
+        raise AssertionError("ptc_manual_seed did not replay the masks")
+    t.close()
+    return "; ".join(notes)
+
+
+def check_gradients(lib, model):
+    t = ptc_ctypes.PtcTrainer(lib)
+    ref = DropMLP()
+    ref.load_state_dict(model.state_dict())
+    gen = torch.Generator().manual_seed(3)
+    notes = []
+    for batch in (2, 8, 33):
+        x = torch.randn(batch, 16, generator=gen)
+        t.zero_grad()
+        outs, saved = t.forward_train(x)
+        masks = [outs[1] != 0, outs[2] != 0]
+        ref.zero_grad(set_to_none=True)
+        want = masked_reference(ref, x, masks)
+        for k, (a, b) in enumerate(zip(outs, want)):
+            ok, msg = close(a, b)
+            if not ok:
+                raise AssertionError(f"batch {batch}: output {k}: {msg}")
+        gouts = [torch.randn(o.shape, generator=gen) for o in want]
+        torch.autograd.backward(want, gouts)
+        t.backward(saved, gouts)
+        saved.free()
+        for n, p in ref.named_parameters():
+            ok, msg = close(t.grads[n], p.grad)
+            if not ok:
+                raise AssertionError(f"batch {batch}: grad of {n}: {msg}")
+        notes.append(f"batch {batch} ok")
+    t.close()
+    return ", ".join(notes)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    r = Runner(args.verbose)
+    work = tempfile.mkdtemp(prefix="ptc-train-mode-")
+    torch.manual_seed(0)
+    model = DropMLP().train()
+    for core in (False, True):
+        tag = "dropout." + ("core" if core else "pt2")
+        pt2 = os.path.join(work, tag + ".pt2")
+        export(model, (torch.randn(8, 16),), pt2, core)
+        libs = {}
+        for mode, extra in (("min_cut", ["--train"]), ("save_all", ["--train", "--save-all"])):
+            def build(mode=mode, extra=extra):
+                out = os.path.join(work, f"{tag}.{mode}.so")
+                res = compile_lib(args.ptc_binary, pt2, out, extra)
+                if res.returncode != 0:
+                    raise AssertionError(res.stderr.strip())
+                libs[mode] = out
+                return "compiled"
+            r.check(f"{tag} [{mode}]: compile", build)
+            if mode in libs:
+                r.check(f"{tag} [{mode}]: outputs and gradients vs torch.autograd with ptc's masks",
+                        lambda mode=mode: check_gradients(libs[mode], model))
+        if "min_cut" in libs:
+            r.check(f"{tag}: masks (rate, scale, streams, calls, manual_seed)", lambda: check_masks(libs["min_cut"]))
+
+        def refused():
+            res = compile_lib(args.ptc_binary, pt2, os.path.join(work, tag + ".infer.so"))
+            if res.returncode == 0 or "dropout in training mode" not in res.stderr:
+                raise AssertionError(f"inference compile: rc {res.returncode}: {res.stderr.strip()}")
+            return res.stderr.strip().splitlines()[-1]
+        r.check(f"{tag}: an inference compile is refused", refused)
+    print(f"{r.passed} passed, {r.failed} failed")
+    sys.exit(1 if r.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
