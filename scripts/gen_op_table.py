@@ -17,7 +17,7 @@ import torch
 ATEN_OPS = """
 linear matmul mm bmm addmm baddbmm t
 conv1d conv2d conv3d convolution conv_transpose2d.input _convolution
-batch_norm _native_batch_norm_legit_no_training native_batch_norm
+batch_norm _native_batch_norm_legit_no_training native_batch_norm _native_batch_norm_legit _native_batch_norm_legit_functional
 layer_norm native_layer_norm group_norm native_group_norm rms_norm
 relu relu_ gelu silu silu_ sigmoid tanh hardswish hardswish_ hardsigmoid hardtanh hardtanh_ mish
 add_.Tensor sub_.Tensor mul_.Tensor mul_.Scalar div_.Tensor div_.Scalar sigmoid_ tanh_ gelu_ hardsigmoid_ clamp_ relu6

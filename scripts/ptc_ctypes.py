@@ -126,6 +126,9 @@ def _declare(lib):
         "ptc_adamw_step": (ctypes.c_int, [P, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float,
                                           ctypes.c_float]),
         "ptc_manual_seed": (ctypes.c_int, [P, ctypes.c_uint64]),
+        "ptc_num_buffers": (ctypes.c_int, [P]),
+        "ptc_buffer_info": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(_TensorInfo)]),
+        "ptc_buffer_data": (ctypes.c_void_p, [P, ctypes.c_int]),
     })
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name, None)
@@ -428,6 +431,21 @@ class PtcTrainer(PtcModel):
 
     def adamw_step(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         self._check(self._lib.ptc_adamw_step(self._m, lr, betas[0], betas[1], eps, weight_decay), "ptc_adamw_step")
+
+    def buffers(self):
+        """The buffers the forward updates (batch-norm running statistics), as copies by
+        state-dict name (each forward call moves them, so no view stays valid)."""
+        out = {}
+        for i in range(self._lib.ptc_num_buffers(self._m)):
+            info = self._info(self._lib.ptc_buffer_info, i)
+            n = 1
+            for d in info.sizes:
+                n *= d
+            nbytes = n * torch.empty((), dtype=info.dtype).element_size()
+            buf = (ctypes.c_char * max(nbytes, 1)).from_address(self._lib.ptc_buffer_data(self._m, i))
+            out[info.name] = torch.frombuffer(bytearray(buf.raw[:nbytes]), dtype=info.dtype, count=n).view(info.sizes) \
+                if n else torch.empty(info.sizes, dtype=info.dtype)
+        return out
 
     def manual_seed(self, seed):
         """Seeds training-mode dropout (the same seed replays the same masks)."""

@@ -49,9 +49,10 @@ class Runner:
             print(f"FAIL {name}: {type(e).__name__}: {e}")
             if self.verbose:
                 traceback.print_exc()
-            return
+            return False
         self.passed += 1
         print(f"ok   {name}" + (f"  ({msg})" if msg else ""))
+        return True
 
 
 def wait_for(path, seconds=120):

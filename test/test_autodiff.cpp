@@ -350,6 +350,60 @@ TEST_CASE("derivatives of convolution and eval-mode batch norm match finite diff
   check_gradients(bn);
 }
 
+TEST_CASE("training-mode batch norm, decomposed, matches finite differences", "[autodiff]") {
+  for (std::vector<int64_t> sizes : {std::vector<int64_t>{3, 2, 2, 3}, std::vector<int64_t>{5, 3}}) {
+    for (bool affine : {true, false}) {
+      INFO("input rank " << sizes.size() << (affine ? ", affine" : ""));
+      Case bn;
+      Value* x = bn.x("x", sizes);
+      std::map<std::string, Arg> args{{"input", x},          {"weight", Arg{}},       {"bias", Arg{}},
+                                      {"running_mean", Arg{}}, {"running_var", Arg{}}, {"training", true},
+                                      {"momentum", 0.1},       {"eps", 1e-5},          {"cudnn_enabled", false}};
+      if (affine) {
+        args["weight"] = bn.x("w", {sizes[1]});
+        args["bias"] = bn.x("b", {sizes[1]});
+      }
+      bn.b.g->outputs.push_back(bn.b.op(OpKind::BatchNorm, "y", args));
+      bn.b.g = decompose_training_batch_norm(*bn.b.g);
+      check_gradients(bn);
+    }
+  }
+}
+
+TEST_CASE("training-mode batch norm updates its running statistics as buffer updates", "[autodiff]") {
+  test::GraphBuilder b;
+  Value* x = b.input("x", F64, {b.sym("n"), Expr(2)});
+  Value* rm = b.weight("rm", "bn.running_mean", F64, {2}, {0.5, -1}, GraphInput::Role::Buffer);
+  Value* rv = b.weight("rv", "bn.running_var", F64, {2}, {2, 3}, GraphInput::Role::Buffer);
+  Value* nbt = b.weight("nbt", "bn.num_batches_tracked", DType::Int64, {}, {7}, GraphInput::Role::Buffer);
+  b.g->outputs.push_back(b.op(OpKind::BatchNorm, "y", {{"input", x}, {"weight", Arg{}}, {"bias", Arg{}}, {"running_mean", rm},
+                                                        {"running_var", rv}, {"training", true},
+                                                        {"momentum", 0.25}, {"eps", 1e-5}, {"cudnn_enabled", false}}));
+  b.node(OpKind::AddTensorInplace, "bump", {{"self", nbt}, {"other", int64_t{1}}});
+  auto d = decompose_training_batch_norm(*b.g);
+  INFO(print_graph(*d));
+  REQUIRE(verify_graph(*d).empty());
+  REQUIRE(d->updated_buffers == std::vector<std::string>{"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"});
+  REQUIRE(d->outputs.size() == 4);
+  CHECK(print_graph(*d).find("the last 3 outputs update buffers") != std::string::npos);
+  // Batch n = 3: x = [[1, 2], [3, 4], [5, 9]]: means 3, 5; unbiased variances 4, 13.
+  std::vector<double> xv{1, 2, 3, 4, 5, 9};
+  auto outs = interpret(lower_to_loops(*d), *d, {to_bytes(xv)}, {{"n", 3}});
+  auto nm = to_doubles(outs[1]), nv = to_doubles(outs[2]);
+  CHECK(nm[0] == Approx(0.75 * 0.5 + 0.25 * 3));
+  CHECK(nm[1] == Approx(0.75 * -1 + 0.25 * 5));
+  CHECK(nv[0] == Approx(0.75 * 2 + 0.25 * 4));
+  CHECK(nv[1] == Approx(0.75 * 3 + 0.25 * 13));
+  int64_t count = 0;
+  std::memcpy(&count, outs[3].data(), 8);
+  CHECK(count == 8);
+  // An inference compile drops the updates.
+  auto dropped = drop_buffer_updates(*d);
+  CHECK(dropped->outputs.size() == 1);
+  CHECK(dropped->updated_buffers.empty());
+  CHECK(verify_graph(*dropped).empty());
+}
+
 TEST_CASE("derivatives of indexing, max reductions, pooling and cumsum match finite differences", "[autodiff]") {
   {
     Case c;  // repeated ids accumulate; a padding row gets none

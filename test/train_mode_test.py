@@ -13,6 +13,13 @@ uses ptc's masks, read off the outputs the fixture returns):
     forward's masks (recomputed from the seed in the min-cut split, saved with --save-all);
   - an inference compile of the same export is refused with a sentence.
 
+Batch norm (BatchNorm2d with and without affine, BatchNorm1d with another momentum, a dynamic
+batch): against the same nn.Module in train() mode, per batch size:
+  - outputs and every parameter's gradient (tolerance 1e-4 relative to max(1, max|torch|));
+  - the running statistics and num_batches_tracked the library holds after each forward
+    (ptc_buffer_data), against the module's buffers (1e-5);
+  - 3 steps of SGD with momentum: parameters and buffers after every step.
+
     .venv/bin/python test/train_mode_test.py [--ptc-binary build/ptc] [-v]
 """
 import argparse
@@ -52,6 +59,91 @@ class DropMLP(nn.Module):
         t = torch.tanh(self.l1(x))
         h1, h2 = self.d1(t), self.d2(t)
         return self.l2(h1 + h2), h1, h2
+
+
+class BNNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.c2 = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.bn2 = nn.BatchNorm2d(8, affine=False)
+        self.fc = nn.Linear(8, 16)
+        self.bn3 = nn.BatchNorm1d(16, momentum=0.3)
+        self.out = nn.Linear(16, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.c1(x)))
+        h = torch.relu(self.bn2(self.c2(h)))
+        return self.out(torch.relu(self.bn3(self.fc(h.mean((2, 3))))))
+
+
+def bn_model():
+    torch.manual_seed(5)
+    m = BNNet()
+    with torch.no_grad():  # running statistics away from their defaults, so the update shows
+        for mod in m.modules():
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+                mod.running_mean.copy_(torch.randn(mod.num_features) * 0.1)
+                mod.running_var.copy_(torch.rand(mod.num_features) + 0.5)
+                mod.num_batches_tracked.fill_(3)
+    return m.train()
+
+
+def compare_buffers(t, ref, what):
+    got = t.buffers()
+    want = dict(ref.named_buffers())
+    if set(got) != set(want):
+        raise AssertionError(f"{what}: the library's buffers {sorted(got)} are not the module's {sorted(want)}")
+    for n, b in want.items():
+        ok, msg = close(got[n], b, 1e-5)
+        if not ok:
+            raise AssertionError(f"{what}: buffer {n}: {msg}")
+
+
+def check_batch_norm(lib, model):
+    import copy
+    t = ptc_ctypes.PtcTrainer(lib)
+    ref = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(11)
+    compare_buffers(t, ref, "at open")
+    for batch in (2, 5, 16):
+        x = torch.randn(batch, 3, 12, 12, generator=gen)
+        ref.zero_grad(set_to_none=True)
+        want = ref(x)
+        t.zero_grad()
+        (got,), saved = t.forward_train(x)
+        ok, msg = close(got, want)
+        if not ok:
+            raise AssertionError(f"batch {batch}: output: {msg}")
+        compare_buffers(t, ref, f"batch {batch}")
+        g = torch.randn(want.shape, generator=gen)
+        want.backward(g)
+        t.backward(saved, [g])
+        saved.free()
+        for n, p in ref.named_parameters():
+            ok, msg = close(t.grads[n], p.grad)
+            if not ok:
+                raise AssertionError(f"batch {batch}: grad of {n}: {msg}")
+    opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    x = torch.randn(8, 3, 12, 12, generator=gen)
+    w = torch.randn(8, 5, generator=gen)
+    for step in range(3):
+        opt.zero_grad()
+        (ref(x) * w).sum().backward()
+        t.zero_grad()
+        _, saved = t.forward_train(x)
+        t.backward(saved, [w])
+        saved.free()
+        opt.step()
+        t.sgd_step(0.05, 0.9, 0.0, 0.0, False)
+        for n, p in ref.named_parameters():
+            ok, msg = close(t.params[n], p, 2e-5)
+            if not ok:
+                raise AssertionError(f"SGD step {step + 1}: parameter {n}: {msg}")
+        compare_buffers(t, ref, f"SGD step {step + 1}")
+    t.close()
+    return "batches 2, 5, 16 and 3 SGD steps agree"
 
 
 def export(model, args, path, core):
@@ -185,6 +277,30 @@ def main():
                 raise AssertionError(f"inference compile: rc {res.returncode}: {res.stderr.strip()}")
             return res.stderr.strip().splitlines()[-1]
         r.check(f"{tag}: an inference compile is refused", refused)
+    bn = bn_model()
+    for core in (False, True):
+        tag = "batch_norm." + ("core" if core else "pt2")
+        pt2 = os.path.join(work, tag + ".pt2")
+        import copy
+        export(copy.deepcopy(bn), (torch.randn(4, 3, 12, 12),), pt2, core)
+        for mode, extra in (("min_cut", ["--train"]), ("save_all", ["--train", "--save-all"])):
+            out = os.path.join(work, f"{tag}.{mode}.so")
+
+            def build(out=out, extra=extra):
+                res = compile_lib(args.ptc_binary, pt2, out, extra)
+                if res.returncode != 0:
+                    raise AssertionError(res.stderr.strip())
+                return "compiled"
+            if r.check(f"{tag} [{mode}]: compile", build):
+                r.check(f"{tag} [{mode}]: outputs, gradients, running statistics, SGD vs torch train()",
+                        lambda out=out: check_batch_norm(out, bn))
+
+        def refused_bn(pt2=pt2, tag=tag):
+            res = compile_lib(args.ptc_binary, pt2, os.path.join(work, tag + ".infer.so"))
+            if res.returncode == 0 or "batch norm in training mode" not in res.stderr:
+                raise AssertionError(f"inference compile: rc {res.returncode}: {res.stderr.strip()}")
+            return res.stderr.strip().splitlines()[-1]
+        r.check(f"{tag}: an inference compile is refused", refused_bn)
     print(f"{r.passed} passed, {r.failed} failed")
     sys.exit(1 if r.failed else 0)
 

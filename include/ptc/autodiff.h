@@ -20,14 +20,26 @@
 
 namespace ptc {
 
+// Training-mode batch norm (batch_norm / native_batch_norm / _native_batch_norm_legit with
+// training=True, _native_batch_norm_legit_functional) decomposed into mean, sub, mul, rsqrt,
+// add, and its running-statistics update into buffer updates (Graph::updated_buffers); an
+// in-place add_ on a buffer (num_batches_tracked) into add + a buffer update
+// (lib/autodiff/batch_norm.cpp). A graph without either comes back as a clone.
+// Errors (UserError): one value per channel, non-float inputs, an in-place update of a
+// non-buffer, a buffer updated twice.
+std::unique_ptr<Graph> decompose_training_batch_norm(const Graph& g);
+
 struct JointGraph {
   // Inputs: the forward graph's inputs (same names, roles, weights), then one user input per
   // differentiable output: its gradient ("<output>_grad", the output's sizes, contiguous).
-  // Outputs: the forward outputs, then the gradients of `grad_params` in order, then those of
-  // `grad_inputs`. Nodes: the forward nodes first (num_forward_nodes of them), then the backward.
+  // Outputs: the forward outputs (the model's, then the buffer updates), then the gradients of
+  // `grad_params` in order, then those of `grad_inputs`. Nodes: the forward nodes first (num_forward_nodes of them), then the backward.
   std::unique_ptr<Graph> graph;
   size_t num_forward_nodes = 0;
   size_t num_forward_outputs = 0;
+  // The forward's last outputs are new contents of these buffers (the forward graph's
+  // updated_buffers; the joint graph's own field is empty, its gradients come after them).
+  std::vector<std::string> updated_buffers;
   std::vector<const Value*> grad_outputs;   // forward outputs that get a gradient input
   std::vector<const Value*> grad_params;    // parameter inputs with a gradient (float dtype)
   std::vector<const Value*> grad_inputs;    // user inputs the export marked requires_grad
@@ -43,8 +55,10 @@ JointGraph build_joint_graph(const Graph& g);
 
 struct TrainGraphs {
   // Forward: inputs = the user inputs, then the parameters (as user inputs, in graph order; the
-  // training library passes its own copies), then the dropout seed (when forward_seed), buffers
-  // and constants as weights. Outputs = the model's outputs, then the saved values.
+  // training library passes its own copies), then the dropout seed (when forward_seed), then the
+  // buffers it updates (state_targets, as user inputs: the library holds them), other buffers and
+  // constants as weights. Outputs = the model's outputs, the new contents of the state_targets
+  // buffers, then the saved values.
   std::unique_ptr<Graph> forward;
   // Backward: inputs = the saved values (in the forward's order), the parameters it reads (as user
   // inputs), the dropout seed (when backward_seed: it recomputes a mask), then the gradient inputs. Outputs = the parameters' gradients (grad_params order),
@@ -56,6 +70,8 @@ struct TrainGraphs {
   bool backward_seed = false;  // the backward takes it after its parameters
   std::vector<std::string> params;           // parameter input names of the forward, in order
   std::vector<std::string> param_targets;    // their state-dict names
+  std::vector<std::string> state;            // buffer input names of the forward the library holds and updates
+  std::vector<std::string> state_targets;    // their state-dict names
   std::vector<int> grad_param_index;          // backward output i -> index into params
   std::vector<int> grad_input_index;          // backward output num_grad_params + i -> user input index
   std::vector<std::string> backward_params;  // parameters the backward reads (names), in its input order

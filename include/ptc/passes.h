@@ -72,6 +72,12 @@ std::unique_ptr<Graph> dead_code_elimination(const Graph& g);
 // Pre/Post: as dead_code_elimination; nodes are unchanged.
 std::unique_ptr<Graph> prune_unused_weights(const Graph& g);
 
+// ---- buffer updates (lib/passes/buffer_updates.cpp) -------------------------------------------
+//
+// Drops the graph outputs that update buffers (Graph::updated_buffers), with a warning naming
+// them: an inference library does not keep buffers between calls.
+std::unique_ptr<Graph> drop_buffer_updates(const Graph& g);
+
 // ---- common-subexpression elimination (lib/passes/cse.cpp) -------------------------------------
 //
 // A node with the same op, the same arguments (the same Values after earlier merges; equal
@@ -138,14 +144,14 @@ namespace ptc {
 
 // ---- the pass pipeline (lib/passes/pipeline.cpp) ------------------------------------------------
 //
-// The graph passes of `ptc compile`, in order: fold_batch_norm, fold_constants, cse, dce,
-// prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
+// The graph passes of `ptc compile`, in order: drop_buffer_updates, fold_batch_norm,
+// fold_constants, cse, dce, prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
 // a ptc bug); `after(name, graph)`, when given, sees each pass's result (--dump-after).
 // Pre:  verify_graph(g) is empty; every value has its type (read or shape-propagated).
 std::unique_ptr<Graph> run_graph_passes(const Graph& g,
                                         const std::function<void(const char* pass, const Graph&)>& after = {});
 // The passes of a training compile (--train), before the joint graph and on each of its parts:
-// cse, dce, prune_unused_weights. No folding: parameters change as the model trains, and an
+// decompose_training_batch_norm (autodiff.h), cse, dce, prune_unused_weights. No folding: parameters change as the model trains, and an
 // inference batch norm must stay one for its gradient.
 std::unique_ptr<Graph> run_training_graph_passes(const Graph& g,
                                                  const std::function<void(const char* pass, const Graph&)>& after = {});

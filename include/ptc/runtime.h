@@ -133,6 +133,14 @@ PTC_API int ptc_zero_grad(ptc_model* model);
  * handle. A handle uses one optimizer. */
 PTC_API int ptc_sgd_step(ptc_model* model, float lr, float momentum, float dampening, float weight_decay, int nesterov);
 PTC_API int ptc_adamw_step(ptc_model* model, float lr, float beta1, float beta2, float eps, float weight_decay);
+/* The buffers the forward updates (batch-norm running statistics, num_batches_tracked of a model
+ * exported in train() mode): the library holds them, initialized from the export, and each
+ * ptc_forward_train / ptc_run call replaces their contents, as torch's forward in train mode
+ * does. info->name is the state-dict name; ptc_buffer_data points at the current contents (of
+ * info->dtype, dense), readable and writable between calls; NULL for a bad index. */
+PTC_API int ptc_num_buffers(const ptc_model* model);
+PTC_API int ptc_buffer_info(const ptc_model* model, int index, ptc_tensor_info* info);
+PTC_API void* ptc_buffer_data(ptc_model* model, int index);
 /* Training-mode dropout draws its masks from a counter-based generator (Philox-4x32-10) keyed by
  * this seed and the number of forward calls since it was set (0 at ptc_open): the same seed
  * replays the same masks; each ptc_forward_train (and ptc_run) call draws new ones, and its

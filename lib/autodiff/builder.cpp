@@ -10,7 +10,7 @@ namespace ptc::autodiff {
 std::string Builder::fresh_name(const std::string& base) {
   for (;;) {
     std::string name = base + "_" + std::to_string(counter_++);
-    if (!g_.find_value(name)) return name;
+    if (!g_.find_value(name) && !(avoid_ && avoid_->find_value(name))) return name;
   }
 }
 
@@ -36,12 +36,14 @@ std::vector<Value*> Builder::emit(OpKind kind, std::vector<std::pair<std::string
   for (const auto& [name, a] : given) PTC_CHECK(name.empty(), "autodiff: ", node->target, " has no argument ", name);
   std::vector<Type> types = infer_node_types(*node);
   PTC_CHECK(!types.empty(), "autodiff: no type for a new ", node->target, " node");
-  std::string base = (origin_ ? origin_->name : std::string("grad")) + "_bw";
+  std::string base = (origin_ ? origin_->name : std::string("grad")) + suffix_;
   node->name = fresh_name(base);
   if (origin_) node->source = origin_->source;
   node->list_output = !info.schema.returns.empty() && info.schema.returns[0].type == ArgType::TensorList;
   for (size_t i = 0; i < types.size(); ++i) {
-    Value* v = g_.add_value(i == 0 && !g_.find_value(node->name) ? node->name : fresh_name(node->name), types[i]);
+    Value* v = g_.add_value(i == 0 && !g_.find_value(node->name) && !(avoid_ && avoid_->find_value(node->name)) ? node->name
+                                                                                                              : fresh_name(node->name),
+                            types[i]);
     node->outputs.push_back(v);
   }
   return g_.add_node(std::move(node))->outputs;

@@ -15,7 +15,10 @@ namespace ptc::autodiff {
 
 class Builder {
  public:
-  explicit Builder(Graph& g) : g_(g) {}
+  // `avoid`: a graph whose value names new values must not take either (the source of a rewrite
+  // that copies its values into `g` later). `suffix`: what new node names add to their origin's.
+  explicit Builder(Graph& g, const Graph* avoid = nullptr, std::string suffix = "_bw")
+      : g_(g), avoid_(avoid), suffix_(std::move(suffix)) {}
   Graph& graph() { return g_; }
 
   // The forward node the next nodes belong to: their names start with its name and they carry its
@@ -56,6 +59,8 @@ class Builder {
 
  private:
   Graph& g_;
+  const Graph* avoid_;
+  std::string suffix_;
   const Node* origin_ = nullptr;
   int counter_ = 0;
 };

@@ -68,6 +68,9 @@ JointGraph build_joint_graph(const Graph& src) {
   j.rng_seed = autodiff::seed_dropout(g);
   j.num_forward_nodes = g.nodes().size();
   j.num_forward_outputs = g.outputs.size();
+  j.updated_buffers = std::move(g.updated_buffers);  // (the gradient outputs go after them)
+  g.updated_buffers.clear();
+  const size_t num_model_outputs = j.num_forward_outputs - j.updated_buffers.size();
 
   auto differentiable = [](const Value* v) { return v && v->type.is_tensor() && dtype_is_float(v->type.dtype); };
   std::unordered_set<const Value*> needs;
@@ -104,7 +107,7 @@ JointGraph build_joint_graph(const Graph& src) {
     if (it == grads.end()) grads[v] = gv;
     else it->second = b.add(it->second, gv);
   };
-  for (size_t i = 0; i < j.num_forward_outputs; ++i) {
+  for (size_t i = 0; i < num_model_outputs; ++i) {  // buffer updates get no gradient
     const Value* out = g.outputs[i];
     if (!needs.count(out)) continue;
     bool seen = false;

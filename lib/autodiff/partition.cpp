@@ -131,12 +131,23 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
   std::unordered_map<const Value*, size_t> fwd_index;  // forward node outputs -> node index
   for (size_t i = 0; i < nf; ++i)
     for (const Value* o : g.nodes()[i]->outputs) fwd_index[o] = i;
+  // Buffers the forward updates are state: forward inputs the library passes (not weights).
+  std::vector<const Value*> state(j.updated_buffers.size(), nullptr);
   std::unordered_set<const Value*> is_param, is_weight;
   for (size_t i = 0; i < n_fwd_inputs; ++i) {
     const GraphInput& in = g.inputs[i];
+    bool updated = false;
+    for (size_t k = 0; k < j.updated_buffers.size(); ++k)
+      if (in.role == GraphInput::Role::Buffer && in.target == j.updated_buffers[k]) {
+        state[k] = in.value;
+        updated = true;
+      }
+    if (updated) continue;
     if (in.role == GraphInput::Role::Parameter) is_param.insert(in.value);
     else if (in.role != GraphInput::Role::User) is_weight.insert(in.value);
   }
+  for (size_t k = 0; k < state.size(); ++k)
+    PTC_CHECK(state[k], "partition: updated buffer ", j.updated_buffers[k], " is no buffer input");
 
   // Free values: held by the library (the dropout seed too: the library passes it to both
   // graphs), or views of those.
@@ -232,7 +243,7 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
   }
 
   TrainGraphs t;
-  t.num_model_outputs = j.num_forward_outputs;
+  t.num_model_outputs = j.num_forward_outputs - j.updated_buffers.size();
   // Saved values in forward order: user inputs, then node outputs.
   std::vector<const Value*> saved_list;
   for (size_t i = 0; i < n_fwd_inputs; ++i)
@@ -258,6 +269,11 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
     if (seed) {
       x.input(seed, GraphInput::Role::User, "", true);
       t.forward_seed = true;
+    }
+    for (size_t k = 0; k < state.size(); ++k) {
+      x.input(state[k], GraphInput::Role::User, "", true);
+      t.state.push_back(state[k]->name);
+      t.state_targets.push_back(j.updated_buffers[k]);
     }
     for (size_t i = 0; i < n_fwd_inputs; ++i)
       if (is_weight.count(g.inputs[i].value)) x.input(g.inputs[i].value, g.inputs[i].role, g.inputs[i].target, false);

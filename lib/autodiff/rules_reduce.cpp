@@ -42,28 +42,25 @@ void sum_all(GradContext& c) {
   for (size_t i = 0; i < x->type.rank(); ++i) dims.push_back(static_cast<int64_t>(i));
   c.add_grad(x, c.b.cast(broadcast_back(c.b, c.grad(), x, dims, false), x->type.dtype));
 }
-int64_t static_count(const GradContext& c, Value* x, const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) {
-    auto k = x->type.sizes[d].as_const();
-    if (!k) c.fail("--train does not differentiate a mean over a symbolic dimension yet");
-    n *= *k;
-  }
-  return n;
+// g / (the number of elements of x over `dims`): a constant factor, or a division by the size
+// expression when a dimension is symbolic (a dynamic batch).
+Value* divide_by_count(GradContext& c, Value* g, Value* x, const std::vector<int64_t>& dims) {
+  sym::Expr n(1);
+  for (int64_t d : dims) n = n * x->type.sizes[static_cast<size_t>(d)];
+  if (auto k = n.as_const()) return c.b.scale(g, 1.0 / static_cast<double>(std::max<int64_t>(*k, 1)));
+  return c.b.op(OpKind::DivScalar, {{"self", g}, {"other", n}});
 }
 void mean_dim(GradContext& c) {
   Value* x = c.in("self");
   auto dims = reduced_dims(c, "dim", x->type.rank());
-  int64_t n = static_count(c, x, dims);
-  Value* g = c.b.scale(c.grad(), 1.0 / static_cast<double>(std::max<int64_t>(n, 1)));
+  Value* g = divide_by_count(c, c.grad(), x, dims);
   c.add_grad(x, c.b.cast(broadcast_back(c.b, g, x, dims, c.flag("keepdim")), x->type.dtype));
 }
 void mean_all(GradContext& c) {
   Value* x = c.in("self");
   std::vector<int64_t> dims;
   for (size_t i = 0; i < x->type.rank(); ++i) dims.push_back(static_cast<int64_t>(i));
-  int64_t n = static_count(c, x, dims);
-  Value* g = c.b.scale(c.grad(), 1.0 / static_cast<double>(std::max<int64_t>(n, 1)));
+  Value* g = divide_by_count(c, c.grad(), x, dims);
   c.add_grad(x, c.b.cast(broadcast_back(c.b, g, x, dims, false), x->type.dtype));
 }
 void adaptive_avg_pool2d(GradContext& c) {  // global pooling (output 1x1) only
@@ -73,8 +70,7 @@ void adaptive_avg_pool2d(GradContext& c) {  // global pooling (output 1x1) only
     c.fail("--train differentiates adaptive average pooling to 1x1 only yet");
   size_t r = x->type.rank();
   std::vector<int64_t> dims{static_cast<int64_t>(r - 2), static_cast<int64_t>(r - 1)};
-  int64_t n = static_count(c, x, dims);
-  c.add_grad(x, broadcast_back(c.b, c.b.scale(c.grad(), 1.0 / static_cast<double>(n)), x, dims, true));
+  c.add_grad(x, broadcast_back(c.b, divide_by_count(c, c.grad(), x, dims), x, dims, true));
 }
 
 std::vector<int64_t> last_dims(size_t rank, size_t k) {

@@ -320,6 +320,7 @@ void compile_model(const CompileOptions& in) {
       });
     }
     std::vector<std::string> names = t.param_targets;
+    names.insert(names.end(), t.state_targets.begin(), t.state_targets.end());
     for (const loop::Program* p : {&prog, &bprog})
       for (const auto& b : p->buffers)
         if (b.kind == loop::Buffer::Kind::Weight) names.push_back(b.weight);

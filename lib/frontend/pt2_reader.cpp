@@ -229,12 +229,19 @@ void read_node(Context& ctx, const json& jn, size_t index) {
 void read_outputs(Context& ctx, const json& signature) {
   const json& specs = ctx.member(signature, "output_specs", "signature");
   if (!specs.is_array()) ctx.fail("output_specs must be a list");
+  std::vector<std::pair<std::string, Value*>> mutations;  // buffer -> its new value (after the user outputs)
   for (const auto& spec : specs) {
     if (!spec.is_object() || spec.size() != 1) ctx.fail("an output spec must be a one-key object");
     const std::string& kind = spec.begin().key();
     const json& arg = ctx.member(spec.begin().value(), "arg", "output spec");
+    if (kind == "buffer_mutation") {
+      std::string buffer = ctx.as_string(ctx.member(spec.begin().value(), "buffer_name", "buffer mutation"), "buffer name");
+      std::string name = ctx.as_string(ctx.member(arg, "name", "buffer mutation"), "buffer mutation value");
+      mutations.emplace_back(buffer, ctx.value(name));
+      continue;
+    }
     if (kind != "user_output") {
-      spdlog::warn("{}: output spec '{}' ignored (only user outputs are kept)", ctx.file, kind);
+      spdlog::warn("{}: output spec '{}' ignored (only user outputs and buffer mutations are kept)", ctx.file, kind);
       continue;
     }
     if (!arg.is_object() || arg.size() != 1) ctx.fail("an output argument must be a one-key object");
@@ -245,6 +252,13 @@ void read_outputs(Context& ctx, const json& signature) {
     else if (key == "as_sym_int") name = ctx.as_string(ctx.member(v, "as_name", "output"), "output name");
     else ctx.fail("user output of kind '", key, "' is not supported (ptc returns tensors and SymInts)");
     ctx.graph->outputs.push_back(ctx.value(name));
+  }
+  for (auto& [buffer, v] : mutations) {
+    bool found = false;
+    for (const GraphInput& in : ctx.graph->inputs) found = found || (in.role == GraphInput::Role::Buffer && in.target == buffer);
+    if (!found) ctx.fail("a buffer mutation names '", buffer, "', which is no buffer input");
+    ctx.graph->outputs.push_back(v);
+    ctx.graph->updated_buffers.push_back(buffer);
   }
 }
 

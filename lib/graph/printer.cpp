@@ -9,6 +9,9 @@
 //     return %y
 //   }
 //
+// A graph that updates buffers ends its return line with
+// "  # the last N outputs update buffers: bn.running_mean ...".
+//
 // Positional arguments are printed up to the last one that differs from its schema default;
 // keyword-only arguments only when they differ, as name=value.
 #include <cmath>
@@ -180,6 +183,10 @@ std::string print_graph(const Graph& g) {
   }
   os << "  return ";
   for (size_t i = 0; i < g.outputs.size(); ++i) os << (i ? ", " : "") << "%" << g.outputs[i]->name;
+  if (!g.updated_buffers.empty()) {
+    os << "  # the last " << g.updated_buffers.size() << " outputs update buffers:";
+    for (const auto& b : g.updated_buffers) os << " " << b;
+  }
   os << "\n}\n";
   return os.str();
 }

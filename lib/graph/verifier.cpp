@@ -114,6 +114,13 @@ std::vector<std::string> verify_graph(const Graph& g) {
   }
   for (const Value* v : g.outputs)
     if (!defined.count(v)) out.push_back("graph output %" + v->name + " is never defined");
+  if (g.updated_buffers.size() > g.outputs.size()) out.push_back("more updated buffers than graph outputs");
+  for (size_t i = 0; i < g.updated_buffers.size() && i < g.outputs.size(); ++i) {
+    const std::string& target = g.updated_buffers[i];
+    bool found = false;
+    for (const auto& in : g.inputs) found = found || (in.role == GraphInput::Role::Buffer && in.target == target);
+    if (!found) out.push_back("updated buffer \"" + target + "\" is no buffer input of the graph");
+  }
   for (const auto& [name, w] : g.weights) {
     if (w.type.kind != Type::Kind::Tensor) continue;
     // Every element reachable through sizes/strides/offset must lie inside the storage: the

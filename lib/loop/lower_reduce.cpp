@@ -189,8 +189,12 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       if (n.kind != OpKind::NativeLayerNorm) return one(y);
       return std::vector<TensorRef>{y, nm.mean, nm.rstd};
     }
-    case OpKind::BatchNorm: case OpKind::UnderscoreNativeBatchNormLegitNoTraining: case OpKind::NativeBatchNorm: {
-      if (n.arg("training") && a.b("training")) L.fail("batch norm in training mode is not supported for inference compiles");
+    case OpKind::UnderscoreNativeBatchNormLegitFunctional:  // (only ever seen in training mode)
+    case OpKind::BatchNorm: case OpKind::UnderscoreNativeBatchNormLegitNoTraining: case OpKind::NativeBatchNorm:
+    case OpKind::UnderscoreNativeBatchNormLegit: {
+      if ((n.arg("training") && a.b("training")) || n.kind == OpKind::UnderscoreNativeBatchNormLegitFunctional)
+        L.fail("batch norm in training mode is not supported for inference compiles (export the model in eval mode, or compile "
+               "with --train)");
       TensorRef x = a.tensor("input");
       DType dt = a.out_dtype();
       DType compute = dtype_size(dt) < 4 ? DType::Float32 : dt;

@@ -13,6 +13,7 @@ std::unique_ptr<Graph> clone_graph(const Graph& g) {
   out->source_format = g.source_format;
   out->weights = g.weights;
   out->symbols = g.symbols;
+  out->updated_buffers = g.updated_buffers;
 
   std::unordered_map<const Value*, Value*> vmap;
   for (const auto& v : g.values()) {

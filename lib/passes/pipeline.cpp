@@ -1,4 +1,5 @@
 // The graph pass pipeline (see passes.h).
+#include "ptc/autodiff.h"
 #include "ptc/error.h"
 #include "ptc/passes.h"
 
@@ -23,6 +24,7 @@ std::unique_ptr<Graph> run(const Graph& g, const std::pair<const char*, Pass> (&
 
 std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after) {
   static const std::pair<const char*, Pass> passes[] = {
+      {"drop_buffer_updates", drop_buffer_updates},
       {"fold_batch_norm", fold_batch_norm},
       {"fold_constants", fold_constants},
       {"cse", common_subexpression_elimination},
@@ -34,6 +36,7 @@ std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void
 
 std::unique_ptr<Graph> run_training_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after) {
   static const std::pair<const char*, Pass> passes[] = {
+      {"batch_norm_training", decompose_training_batch_norm},
       {"cse", common_subexpression_elimination},
       {"dce", dead_code_elimination},
       {"prune_unused_weights", prune_unused_weights},

@@ -15,6 +15,7 @@ GraphRewriter::GraphRewriter(const Graph& src, const std::function<bool(const Gr
   out_->source_format = src.source_format;
   out_->weights = src.weights;
   out_->symbols = src.symbols;
+  out_->updated_buffers = src.updated_buffers;
   for (const GraphInput& in : src.inputs)
     if (!keep_input || keep_input(in)) vmap_[in.value] = out_->add_input(in.value->name, in.value->type, in.role, in.target);
 }

@@ -39,9 +39,12 @@ std::vector<Type> batch_norm(Ctx& c) {
 std::vector<Type> native_batch_norm(Ctx& c) {
   const Type& x = c.tensor("input");
   check_bn_params(c, x);
-  bool training = c.node.kind == OpKind::NativeBatchNorm && c.bool_("training");
+  bool training = c.node.kind != OpKind::UnderscoreNativeBatchNormLegitNoTraining && c.bool_("training");
   Expr n = training ? x.sizes[1] : Expr(0);
-  return {bn_out(x), make_contiguous(x, x.dtype, {n}), make_contiguous(x, x.dtype, {n})};
+  std::vector<Type> out{bn_out(x), make_contiguous(x, x.dtype, {n}), make_contiguous(x, x.dtype, {n})};
+  if (c.node.kind == OpKind::UnderscoreNativeBatchNormLegitFunctional)  // the new running statistics
+    for (const char* s : {"running_mean", "running_var"}) out.push_back(make_contiguous(c.tensor(s), c.tensor(s).dtype, c.tensor(s).sizes));
+  return out;
 }
 
 // The number of leading (batch) dims of a layer norm over `normalized_shape`.
@@ -265,6 +268,8 @@ void add_reduce_rules(RuleTable& t) {
   set_rule(t, K::BatchNorm, batch_norm);
   set_rule(t, K::UnderscoreNativeBatchNormLegitNoTraining, native_batch_norm);
   set_rule(t, K::NativeBatchNorm, native_batch_norm);
+  set_rule(t, K::UnderscoreNativeBatchNormLegit, native_batch_norm);
+  set_rule(t, K::UnderscoreNativeBatchNormLegitFunctional, native_batch_norm);
   set_rule(t, K::LayerNorm, layer_norm);
   set_rule(t, K::RmsNorm, layer_norm);
   set_rule(t, K::NativeLayerNorm, native_layer_norm);

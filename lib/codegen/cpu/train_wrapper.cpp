@@ -19,41 +19,50 @@ LibrarySource generate_cpu_training(const TrainProgram& fwd, const TrainProgram&
      << "extern \"C\" const unsigned char ptc_model_weights[];\n\n"
      << "PTC_TRAIN_DECLARE_PART(ptc_part_fwd)\nPTC_TRAIN_DECLARE_PART(ptc_part_bwd)\n\nnamespace {\n\n";
   const size_t np = t.params.size();
-  for (size_t i = 0; i < np; ++i) {
-    const Value* v = t.forward->find_value(t.params[i]);
-    PTC_CHECK(v, "training: parameter ", t.params[i], " is not a forward input");
-    if (v->type.dtype != DType::Float32 || !v->type.static_numel())
-      user_error("parameter '", t.param_targets[i], "' is ", v->type.str(), "; --train needs float32 parameters with static sizes");
-    os << "const int64_t kParamSizes" << i << "[] = {";
-    for (size_t d = 0; d < v->type.sizes.size(); ++d) os << (d ? ", " : "") << *v->type.sizes[d].as_const();
-    os << (v->type.sizes.empty() ? "0" : "") << "};\nconst char* const kParamDims" << i << "[] = {";
-    for (size_t d = 0; d < v->type.sizes.size(); ++d) os << (d ? ", " : "") << wrapper::quote(v->type.sizes[d].str());
-    os << (v->type.sizes.empty() ? "nullptr" : "") << "};\n";
-  }
-  os << "const ptc_tensor_info kParams[] = {";
-  for (size_t i = 0; i < np; ++i) {
-    const Value* v = t.forward->find_value(t.params[i]);
-    os << (i ? ",\n    " : "") << "{" << wrapper::quote(t.param_targets[i]) << ", PTC_FLOAT32, " << v->type.rank() << ", kParamSizes" << i
-       << ", kParamDims" << i << "}";
-  }
-  os << (np ? "" : "{}") << "};\nconst uint64_t kParamOffsets[] = {";
-  for (size_t i = 0; i < np; ++i) {
-    const WeightLayout::Entry* e = weights.find(t.param_targets[i]);
-    PTC_CHECK(e, "training: parameter ", t.param_targets[i], " has no place in the weights blob");
-    const TensorData& td = g.weights.at(t.param_targets[i]);
-    auto off = td.type.storage_offset.as_const();
-    PTC_CHECK(off, "training: parameter ", t.param_targets[i], " has a symbolic storage offset");
-    // The library's copy is dense: the stored parameter must be too, and inside its storage.
-    std::vector<sym::Expr> dense = contiguous_strides(td.type.sizes);
-    for (size_t d = 0; d < dense.size(); ++d)
-      if (td.type.sizes[d] != sym::Expr(1) && !(td.type.strides.at(d) == dense[d]))
-        user_error("parameter '", t.param_targets[i], "' is stored non-contiguously (strides ", td.type.str(),
-                   "); --train needs contiguous parameters (make it contiguous before exporting)");
-    PTC_CHECK((static_cast<uint64_t>(*off) + static_cast<uint64_t>(*td.type.static_numel())) * dtype_size(td.type.dtype) <= e->bytes,
-              "training: parameter ", t.param_targets[i], " extends past its storage");
-    os << (i ? ", " : "") << e->offset + static_cast<uint64_t>(*off) * dtype_size(td.type.dtype) << "u";
-  }
-  os << (np ? "" : "0") << "};\n";
+  // A table of library-held tensors (parameters, updated buffers): their infos and where their
+  // initial values are in the weights blob. `what` names them in messages.
+  auto held = [&](const char* prefix, const char* what, const std::vector<std::string>& names,
+                  const std::vector<std::string>& targets, bool float_only) {
+    const size_t n = names.size();
+    for (size_t i = 0; i < n; ++i) {
+      const Value* v = t.forward->find_value(names[i]);
+      PTC_CHECK(v, "training: ", what, " ", names[i], " is not a forward input");
+      if ((float_only && v->type.dtype != DType::Float32) || !v->type.static_numel())
+        user_error(what, " '", targets[i], "' is ", v->type.str(), "; --train needs ", float_only ? "float32 " : "", what,
+                   "s with static sizes");
+      os << "const int64_t k" << prefix << "Sizes" << i << "[] = {";
+      for (size_t d = 0; d < v->type.sizes.size(); ++d) os << (d ? ", " : "") << *v->type.sizes[d].as_const();
+      os << (v->type.sizes.empty() ? "0" : "") << "};\nconst char* const k" << prefix << "Dims" << i << "[] = {";
+      for (size_t d = 0; d < v->type.sizes.size(); ++d) os << (d ? ", " : "") << wrapper::quote(v->type.sizes[d].str());
+      os << (v->type.sizes.empty() ? "nullptr" : "") << "};\n";
+    }
+    os << "const ptc_tensor_info k" << prefix << "s[] = {";
+    for (size_t i = 0; i < n; ++i) {
+      const Value* v = t.forward->find_value(names[i]);
+      os << (i ? ",\n    " : "") << "{" << wrapper::quote(targets[i]) << ", " << wrapper::dtype_code(v->type.dtype) << ", "
+         << v->type.rank() << ", k" << prefix << "Sizes" << i << ", k" << prefix << "Dims" << i << "}";
+    }
+    os << (n ? "" : "{}") << "};\nconst uint64_t k" << prefix << "Offsets[] = {";
+    for (size_t i = 0; i < n; ++i) {
+      const WeightLayout::Entry* e = weights.find(targets[i]);
+      PTC_CHECK(e, "training: ", what, " ", targets[i], " has no place in the weights blob");
+      const TensorData& td = g.weights.at(targets[i]);
+      auto off = td.type.storage_offset.as_const();
+      PTC_CHECK(off, "training: ", what, " ", targets[i], " has a symbolic storage offset");
+      // The library's copy is dense: the stored tensor must be too, and inside its storage.
+      std::vector<sym::Expr> dense = contiguous_strides(td.type.sizes);
+      for (size_t d = 0; d < dense.size(); ++d)
+        if (td.type.sizes[d] != sym::Expr(1) && !(td.type.strides.at(d) == dense[d]))
+          user_error(what, " '", targets[i], "' is stored non-contiguously (strides ", td.type.str(), "); --train needs contiguous ",
+                     what, "s (make it contiguous before exporting)");
+      PTC_CHECK((static_cast<uint64_t>(*off) + static_cast<uint64_t>(*td.type.static_numel())) * dtype_size(td.type.dtype) <= e->bytes,
+                "training: ", what, " ", targets[i], " extends past its storage");
+      os << (i ? ", " : "") << e->offset + static_cast<uint64_t>(*off) * dtype_size(td.type.dtype) << "u";
+    }
+    os << (n ? "" : "0") << "};\n";
+  };
+  held("Param", "parameter", t.params, t.param_targets, true);
+  held("Buffer", "buffer", t.state, t.state_targets, false);
   auto ints = [&](const char* name, const std::vector<int>& v) {
     os << "const int " << name << "[] = {";
     for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
@@ -69,11 +78,11 @@ LibrarySource generate_cpu_training(const TrainProgram& fwd, const TrainProgram&
   ints("kGradInputIndex", t.grad_input_index);
   size_t n_user = 0;
   for (const GraphInput& in : t.forward->inputs) n_user += in.role == GraphInput::Role::User;
-  n_user -= np + (t.forward_seed ? 1 : 0);
+  n_user -= np + (t.forward_seed ? 1 : 0) + t.state.size();
   os << "const ptc_train::Layout kLayout = {" << n_user << ", " << t.num_model_outputs << ", " << t.num_saved << ", " << np
      << ", kParams, kParamOffsets, " << bwd_params.size() << ", kBackwardParams, " << t.grad_output_index.size()
      << ", kGradOutputIndex, " << t.grad_param_index.size() << ", kGradParamIndex, " << t.grad_input_index.size()
-     << ", kGradInputIndex, " << t.forward_seed << ", " << t.backward_seed << "};\n";
+     << ", kGradInputIndex, " << t.forward_seed << ", " << t.backward_seed << ", " << t.state.size() << ", kBuffers, kBufferOffsets};\n";
   os << "const ptc_train::Part kFwd = PTC_TRAIN_PART(ptc_part_fwd);\nconst ptc_train::Part kBwd = PTC_TRAIN_PART(ptc_part_bwd);\n\n"
      << "ptc_train::Model* M(ptc_model* m) { return reinterpret_cast<ptc_train::Model*>(m); }\n"
      << "const ptc_train::Model* M(const ptc_model* m) { return reinterpret_cast<const ptc_train::Model*>(m); }\n\n"
@@ -164,6 +173,16 @@ int ptc_sgd_step(ptc_model* model, float lr, float momentum, float dampening, fl
 }
 int ptc_adamw_step(ptc_model* model, float lr, float beta1, float beta2, float eps, float weight_decay) {
   return ptc_train::adamw_step(M(model), lr, beta1, beta2, eps, weight_decay);
+}
+int ptc_num_buffers(const ptc_model*) { return kLayout.num_buffers; }
+int ptc_buffer_info(const ptc_model*, int index, ptc_tensor_info* info) {
+  if (index < 0 || index >= kLayout.num_buffers || !info) return ptc_train::fail("ptc_buffer_info: bad index or null info");
+  *info = kBuffers[index];
+  return PTC_OK;
+}
+void* ptc_buffer_data(ptc_model* model, int index) {
+  if (!model || index < 0 || index >= kLayout.num_buffers) return nullptr;
+  return M(model)->buffers[static_cast<size_t>(index)];
 }
 int ptc_manual_seed(ptc_model* model, uint64_t seed) {
   if (!model) return ptc_train::fail("ptc_manual_seed: model is null");

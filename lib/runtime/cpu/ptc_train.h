@@ -84,6 +84,9 @@ struct Layout {
   const int* grad_input_index;        // backward output num_grad_params + i -> user input index
   int forward_seed;                   // the forward's input after the parameters is the dropout seed
   int backward_seed;                  // the backward's input after its parameters is the seed
+  int num_buffers;                    // buffers the forward updates: its inputs after the seed, and
+  const ptc_tensor_info* buffers;     // its outputs after the model's (their new contents)
+  const uint64_t* buffer_blob_offset;
 };
 
 inline int fail(const std::string& m) {
@@ -95,6 +98,13 @@ inline int64_t numel(const ptc_tensor_info& t) {
   int64_t n = 1;
   for (int d = 0; d < t.rank; ++d) n *= t.sizes[d];
   return n;
+}
+
+inline size_t dtype_bytes(int dtype) {
+  return dtype == PTC_FLOAT64 || dtype == PTC_INT64                          ? 8
+         : dtype == PTC_BOOL || dtype == PTC_UINT8 || dtype == PTC_INT8     ? 1
+         : dtype == PTC_FLOAT16 || dtype == PTC_BFLOAT16 || dtype == PTC_INT16 ? 2
+                                                                              : 4;
 }
 
 struct Block {  // 64-byte aligned floats
@@ -122,6 +132,13 @@ struct Model {
   int optimizer = 0;  // 0 none yet, 1 SGD, 2 AdamW: the state belongs to one
   uint64_t seed = 0;           // ptc_manual_seed
   uint64_t forward_calls = 0;  // since then: each forward call draws fresh dropout masks
+  // The buffers the forward updates (batch-norm running statistics): current contents, and where
+  // the next forward call writes (swapped after it succeeds).
+  std::vector<void*> buffers, buffers_next;
+  ~Model() {
+    for (void* b : buffers) std::free(b);
+    for (void* b : buffers_next) std::free(b);
+  }
 };
 
 struct Saved {
@@ -151,6 +168,18 @@ inline int open(const Layout& L, const Part& fwd, const Part& bwd, const unsigne
   }
   for (int i = 0; i < L.num_params; ++i)
     std::memcpy(m->params.p + m->off[i], blob + L.param_blob_offset[i], static_cast<size_t>(numel(L.params[i])) * sizeof(float));
+  for (int i = 0; i < L.num_buffers; ++i) {
+    const size_t bytes = static_cast<size_t>(numel(L.buffers[i])) * dtype_bytes(L.buffers[i].dtype);
+    void* a = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    void* b = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    m->buffers.push_back(a);
+    m->buffers_next.push_back(b);
+    if (!a || !b) {
+      delete m;
+      return fail("out of memory for the buffers");
+    }
+    std::memcpy(a, blob + L.buffer_blob_offset[i], bytes);
+  }
   if (fwd.open(&m->fm) != PTC_OK) {
     delete m;
     return PTC_ERROR;
@@ -204,6 +233,8 @@ inline bool forward_inputs(const Model* m, int n, const ptc_tensor* in, std::vec
   all.assign(in, in + n);
   for (int i = 0; i < L.num_params; ++i) all.push_back(param_tensor(m, i, m->params.p));
   if (L.forward_seed) all.push_back(seed_tensor(seed));
+  for (int i = 0; i < L.num_buffers; ++i)
+    all.push_back(ptc_tensor{m->buffers[static_cast<size_t>(i)], L.buffers[i].dtype, L.buffers[i].rank, L.buffers[i].sizes});
   return true;
 }
 
@@ -233,21 +264,23 @@ inline int forward_train(Model* m, int n_in, const ptc_tensor* in, int n_out, pt
   }
   if (L.forward_seed) s->seed = next_call_seed(m);
   std::vector<ptc_tensor> outs(out, out + n_out);
+  for (int i = 0; i < L.num_buffers; ++i)
+    outs.push_back(ptc_tensor{m->buffers_next[static_cast<size_t>(i)], L.buffers[i].dtype, L.buffers[i].rank, L.buffers[i].sizes});
+  const int first_saved = L.num_model_outputs + L.num_buffers;
   // Each saved value gets its own allocation, sized by the forward's output sizes for these inputs.
   s->bufs.reserve(static_cast<size_t>(L.num_saved));
   s->sizes.reserve(static_cast<size_t>(L.num_saved));  // (the tensors below point into these)
   for (int i = 0; i < L.num_saved; ++i) {
     ptc_tensor_info info;
-    m->fwd.output_info(L.num_model_outputs + i, &info);
+    m->fwd.output_info(first_saved + i, &info);
     std::vector<int64_t> sz(static_cast<size_t>(info.rank) + 1);
-    if (m->fwd.output_shape(m->fm, static_cast<int>(all.size()), all.data(), L.num_model_outputs + i, sz.data()) != PTC_OK) {
+    if (m->fwd.output_shape(m->fm, static_cast<int>(all.size()), all.data(), first_saved + i, sz.data()) != PTC_OK) {
       delete s;
       return PTC_ERROR;
     }
     sz.resize(static_cast<size_t>(info.rank));
-    size_t bytes = 1;
+    size_t bytes = dtype_bytes(info.dtype);
     for (int64_t d : sz) bytes *= static_cast<size_t>(d);
-    bytes *= info.dtype == PTC_FLOAT64 || info.dtype == PTC_INT64 ? 8 : info.dtype == PTC_BOOL || info.dtype == PTC_UINT8 || info.dtype == PTC_INT8 ? 1 : info.dtype == PTC_FLOAT16 || info.dtype == PTC_BFLOAT16 || info.dtype == PTC_INT16 ? 2 : 4;
     void* buf = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     if (!buf) {
       delete s;
@@ -262,6 +295,7 @@ inline int forward_train(Model* m, int n_in, const ptc_tensor* in, int n_out, pt
     return PTC_ERROR;
   }
   for (int i = 0; i < n_out; ++i) s->output_sizes.emplace_back(out[i].sizes, out[i].sizes + out[i].rank);
+  m->buffers.swap(m->buffers_next);  // the updated buffers become current
   *saved = s;
   return PTC_OK;
 }
