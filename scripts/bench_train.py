@@ -36,6 +36,11 @@ def parse_args():
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="run everything on the GPU (ptc: compile with --device cuda; torch: the model moved to cuda)")
+    ap.add_argument("--build-only", action="store_true", help="only compile the ptc libraries (into --libs)")
+    ap.add_argument("--libs", help="where the libraries are (NAME.so; with --build-only: where to write them); "
+                                   "without it they are compiled into a temporary directory")
     return ap.parse_args()
 
 
@@ -48,7 +53,10 @@ def main():
     import ptc_ctypes
 
     torch.set_num_threads(args.threads)
-    work = tempfile.mkdtemp(prefix="ptc-bench-train-")
+    work = args.libs or tempfile.mkdtemp(prefix="ptc-bench-train-")
+    os.makedirs(work, exist_ok=True)
+    dev = args.device
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     rows = []
     for spec in args.models:
         name, _, dims = spec.partition(":")
@@ -58,6 +66,13 @@ def main():
         if not pt2.exists():
             pt2 = Path(args.models_dir) / f"{name}.pt2"
             mdir = Path(args.models_dir)
+        lib = os.path.join(work, f"{name}.so")
+        if args.build_only:
+            t0 = time.perf_counter()
+            subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache", "--device", dev], check=True,
+                           capture_output=True)
+            print(f"{lib}: compiled in {time.perf_counter() - t0:.1f} s", flush=True)
+            continue
         expect = json.load(open(mdir / f"{name}.expect.json"))
         if not expect.get("dynamic"):
             dims = []  # a static model runs at its exported sizes
@@ -78,6 +93,10 @@ def main():
             outs0 = ref(*xs)
         outs0 = outs0 if isinstance(outs0, (tuple, list)) else (outs0,)
         ws = [torch.randn(o.shape, generator=gen) / max(1, o.numel()) ** 0.5 for o in outs0]
+        if dev == "cuda":
+            ref = ref.to("cuda")
+            xs = [x.cuda() for x in xs]
+            ws = [w.cuda() for w in ws]
 
         def torch_step(mod, opt):
             opt.zero_grad(set_to_none=False)
@@ -88,10 +107,12 @@ def main():
 
         def timed(fn, steps):
             fn()
+            sync()
             ts = []
             for _ in range(steps):
                 t0 = time.perf_counter()
                 fn()
+                sync()
                 ts.append(time.perf_counter() - t0)
             return statistics.median(ts)
 
@@ -104,15 +125,18 @@ def main():
                 copt = torch.optim.SGD(ref.parameters(), lr=1e-4, momentum=0.9)
                 t0 = time.perf_counter()
                 torch_step(cmod, copt)
+                sync()
                 row["inductor_compile_s"] = time.perf_counter() - t0 - row["eager_ms"] / 1e3
                 row["inductor_ms"] = timed(lambda: torch_step(cmod, copt), args.steps) * 1e3
             except Exception as e:  # noqa: BLE001
                 row["inductor_error"] = f"{type(e).__name__}: {str(e)[:120]}"
-        lib = os.path.join(work, f"{name}.so")
-        t0 = time.perf_counter()
-        subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache"], check=True,
-                       capture_output=True)
-        row["ptc_compile_s"] = time.perf_counter() - t0
+        if args.libs:
+            row["ptc_compile_s"] = float("nan")  # compiled beforehand
+        else:
+            t0 = time.perf_counter()
+            subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache", "--device", dev], check=True,
+                           capture_output=True)
+            row["ptc_compile_s"] = time.perf_counter() - t0
         t = ptc_ctypes.PtcTrainer(lib)
 
         def ptc_step():
@@ -131,7 +155,10 @@ def main():
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    print(f"\n{args.threads} threads, median of {args.steps} steps (forward + backward + SGD momentum step)\n")
+    if args.build_only:
+        return
+    where = "the GPU" if dev == "cuda" else f"{args.threads} threads"
+    print(f"\n{where}, median of {args.steps} steps (forward + backward + SGD momentum step)\n")
     print("| model | sizes | eager ms | torch.compile ms | ptc ms | ptc vs eager | ptc vs torch.compile | ptc compile s | torch.compile compile s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:

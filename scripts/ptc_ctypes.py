@@ -340,9 +340,33 @@ if __name__ == "__main__":
             print(m)
 
 
+class _CudaArray:
+    """A device pointer as torch.as_tensor takes it (__cuda_array_interface__), without a copy."""
+
+    TYPESTR = {torch.float32: "<f4", torch.float64: "<f8", torch.int64: "<i8", torch.int32: "<i4",
+               torch.float16: "<f2", torch.uint8: "|u1", torch.int8: "|i1", torch.bool: "|b1"}
+
+    def __init__(self, ptr, shape, dtype):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": self.TYPESTR[dtype], "data": (ptr, False),
+                                         "version": 2, "strides": None}
+
+
+def _library_tensor(ptr, shape, dtype, device):
+    """A torch view of library-held memory (host or CUDA device)."""
+    n = 1
+    for d in shape:
+        n *= d
+    if device == "cuda":
+        return torch.as_tensor(_CudaArray(ptr, shape, dtype), device="cuda")
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    buf = (ctypes.c_char * max(nbytes, 1)).from_address(ptr)
+    return torch.frombuffer(buf, dtype=dtype, count=n).view(shape) if n else torch.empty(shape, dtype=dtype)
+
+
 class PtcTrainer(PtcModel):
     """A training library (`ptc compile --train`): parameters held by the library, a forward
-    that keeps what the backward needs, the backward, and fused optimizer steps.
+    that keeps what the backward needs, the backward, and fused optimizer steps. For a CUDA
+    library (--device cuda) inputs, outputs, params and grads are CUDA tensors.
 
         t = ptc_ctypes.PtcTrainer("mlp_train.so")
         t.params["l1.weight"]        # a torch view of the library's parameter (writable)
@@ -377,13 +401,8 @@ class PtcTrainer(PtcModel):
         for i in range(lib.ptc_num_params(self._m)):
             info = self._info(lib.ptc_param_info, i)
             self.param_infos.append(info)
-            n = 1
-            for d in info.sizes:
-                n *= d
             for table, fn in ((self.params, lib.ptc_param_data), (self.grads, lib.ptc_grad_data)):
-                ptr = fn(self._m, i)
-                buf = (ctypes.c_float * max(n, 1)).from_address(ptr)
-                table[info.name] = torch.frombuffer(buf, dtype=torch.float32, count=n).view(info.sizes)
+                table[info.name] = _library_tensor(fn(self._m, i), info.sizes, torch.float32, self.device)
         self.input_grads = [lib.ptc_input_grad_index(self._m, i) for i in range(lib.ptc_num_input_grads(self._m))]
 
     def forward_train(self, *tensors):
@@ -415,7 +434,7 @@ class PtcTrainer(PtcModel):
                 g = g.detach().contiguous()
                 keep.append(g)
                 g_arr[j] = self._c_tensor(g, f"grad_output {j}", keep)
-        ig = [torch.empty(saved.input_shapes[i], dtype=self.inputs[i].dtype) for i in self.input_grads]
+        ig = [torch.empty(saved.input_shapes[i], dtype=self.inputs[i].dtype, device=self.device) for i in self.input_grads]
         ig_arr = (_Tensor * max(len(ig), 1))()
         for j, t in enumerate(ig):
             ig_arr[j] = self._c_tensor(t, f"input grad {j}", keep)
@@ -438,13 +457,8 @@ class PtcTrainer(PtcModel):
         out = {}
         for i in range(self._lib.ptc_num_buffers(self._m)):
             info = self._info(self._lib.ptc_buffer_info, i)
-            n = 1
-            for d in info.sizes:
-                n *= d
-            nbytes = n * torch.empty((), dtype=info.dtype).element_size()
-            buf = (ctypes.c_char * max(nbytes, 1)).from_address(self._lib.ptc_buffer_data(self._m, i))
-            out[info.name] = torch.frombuffer(bytearray(buf.raw[:nbytes]), dtype=info.dtype, count=n).view(info.sizes) \
-                if n else torch.empty(info.sizes, dtype=info.dtype)
+            ptr = self._lib.ptc_buffer_data(self._m, i)
+            out[info.name] = _library_tensor(ptr, info.sizes, info.dtype, self.device).clone()
         return out
 
     def manual_seed(self, seed):

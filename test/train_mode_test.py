@@ -23,6 +23,7 @@ batch): against the same nn.Module in train() mode, per batch size:
     .venv/bin/python test/train_mode_test.py [--ptc-binary build/ptc] [-v]
 """
 import argparse
+import copy
 import os
 import subprocess
 import sys
@@ -38,10 +39,11 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-import ptc_ctypes  # noqa: E402
 from test_ctypes import Runner  # noqa: E402
+from train_device import trainer  # noqa: E402
 
 TOL = 1e-4
+DEVICE = "cpu"  # --device cuda
 P1, P2 = 0.3, 0.5
 
 
@@ -102,8 +104,7 @@ def compare_buffers(t, ref, what):
 
 
 def check_batch_norm(lib, model):
-    import copy
-    t = ptc_ctypes.PtcTrainer(lib)
+    t = trainer(lib, DEVICE)
     ref = copy.deepcopy(model)
     gen = torch.Generator().manual_seed(11)
     compare_buffers(t, ref, "at open")
@@ -168,14 +169,14 @@ def masked_reference(model, x, masks):
 
 
 def close(a, b, tol=TOL):
-    a, b = a.detach().double(), b.detach().double()
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
     scale = max(1.0, b.abs().max().item())
     err = (a - b).abs().max().item()
     return err <= tol * scale, f"max err {err:.3g}"
 
 
 def check_masks(lib):
-    t = ptc_ctypes.PtcTrainer(lib)
+    t = trainer(lib, DEVICE)
     x = torch.randn(128, 16, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         tt = torch.tanh(torch.nn.functional.linear(x, t.params["l1.weight"], t.params["l1.bias"]))
@@ -212,9 +213,12 @@ def check_masks(lib):
 
 
 def check_gradients(lib, model):
-    t = ptc_ctypes.PtcTrainer(lib)
+    t = trainer(lib, DEVICE)
     ref = DropMLP()
     ref.load_state_dict(model.state_dict())
+    for n, p in ref.named_parameters():  # (the library was exported from the same model)
+        if not torch.equal(t.params[n], p.detach()):
+            raise AssertionError(f"the library's initial {n} is not the model's")
     gen = torch.Generator().manual_seed(3)
     notes = []
     for batch in (2, 8, 33):
@@ -242,65 +246,71 @@ def check_gradients(lib, model):
 
 
 def main():
+    global DEVICE
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="compile with --device cuda and run the libraries on the GPU (torch's reference on the CPU)")
+    ap.add_argument("--build-only", help="only export and compile, into this directory")
+    ap.add_argument("--libs", help="use what a --build-only run wrote here (a GPU machine without ptc)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
+    DEVICE = args.device
     torch.set_num_threads(2)
     r = Runner(args.verbose)
-    work = tempfile.mkdtemp(prefix="ptc-train-mode-")
+    work = args.libs or args.build_only or tempfile.mkdtemp(prefix="ptc-train-mode-")
+    os.makedirs(work, exist_ok=True)
+    checking = not args.build_only
+
+    def build(pt2, out, extra):
+        if args.libs:
+            if not os.path.exists(out):
+                raise AssertionError(f"{out} was not built")
+            return "prebuilt"
+        res = compile_lib(args.ptc_binary, pt2, out, [*extra, "--device", DEVICE])
+        if res.returncode != 0:
+            raise AssertionError(res.stderr.strip())
+        return "compiled"
+
+    def refused(pt2, tag, what):
+        def run():
+            res = compile_lib(args.ptc_binary, pt2, os.path.join(work, tag + ".infer.so"))
+            if res.returncode == 0 or what not in res.stderr:
+                raise AssertionError(f"inference compile: rc {res.returncode}: {res.stderr.strip()}")
+            return res.stderr.strip().splitlines()[-1]
+        if not args.libs:
+            r.check(f"{tag}: an inference compile is refused", run)
+
     torch.manual_seed(0)
     model = DropMLP().train()
+    bn = bn_model()
     for core in (False, True):
         tag = "dropout." + ("core" if core else "pt2")
         pt2 = os.path.join(work, tag + ".pt2")
-        export(model, (torch.randn(8, 16),), pt2, core)
+        if not args.libs:
+            export(model, (torch.randn(8, 16),), pt2, core)
         libs = {}
         for mode, extra in (("min_cut", ["--train"]), ("save_all", ["--train", "--save-all"])):
-            def build(mode=mode, extra=extra):
-                out = os.path.join(work, f"{tag}.{mode}.so")
-                res = compile_lib(args.ptc_binary, pt2, out, extra)
-                if res.returncode != 0:
-                    raise AssertionError(res.stderr.strip())
+            out = os.path.join(work, f"{tag}.{mode}.so")
+            if r.check(f"{tag} [{mode}]: compile", lambda out=out, extra=extra: build(pt2, out, extra)):
                 libs[mode] = out
-                return "compiled"
-            r.check(f"{tag} [{mode}]: compile", build)
-            if mode in libs:
+            if mode in libs and checking:
                 r.check(f"{tag} [{mode}]: outputs and gradients vs torch.autograd with ptc's masks",
                         lambda mode=mode: check_gradients(libs[mode], model))
-        if "min_cut" in libs:
+        if "min_cut" in libs and checking:
             r.check(f"{tag}: masks (rate, scale, streams, calls, manual_seed)", lambda: check_masks(libs["min_cut"]))
-
-        def refused():
-            res = compile_lib(args.ptc_binary, pt2, os.path.join(work, tag + ".infer.so"))
-            if res.returncode == 0 or "dropout in training mode" not in res.stderr:
-                raise AssertionError(f"inference compile: rc {res.returncode}: {res.stderr.strip()}")
-            return res.stderr.strip().splitlines()[-1]
-        r.check(f"{tag}: an inference compile is refused", refused)
-    bn = bn_model()
+        refused(pt2, tag, "dropout in training mode")
     for core in (False, True):
         tag = "batch_norm." + ("core" if core else "pt2")
         pt2 = os.path.join(work, tag + ".pt2")
-        import copy
-        export(copy.deepcopy(bn), (torch.randn(4, 3, 12, 12),), pt2, core)
+        if not args.libs:
+            export(copy.deepcopy(bn), (torch.randn(4, 3, 12, 12),), pt2, core)
         for mode, extra in (("min_cut", ["--train"]), ("save_all", ["--train", "--save-all"])):
             out = os.path.join(work, f"{tag}.{mode}.so")
-
-            def build(out=out, extra=extra):
-                res = compile_lib(args.ptc_binary, pt2, out, extra)
-                if res.returncode != 0:
-                    raise AssertionError(res.stderr.strip())
-                return "compiled"
-            if r.check(f"{tag} [{mode}]: compile", build):
+            if r.check(f"{tag} [{mode}]: compile", lambda out=out, extra=extra: build(pt2, out, extra)) and checking:
                 r.check(f"{tag} [{mode}]: outputs, gradients, running statistics, SGD vs torch train()",
                         lambda out=out: check_batch_norm(out, bn))
-
-        def refused_bn(pt2=pt2, tag=tag):
-            res = compile_lib(args.ptc_binary, pt2, os.path.join(work, tag + ".infer.so"))
-            if res.returncode == 0 or "batch norm in training mode" not in res.stderr:
-                raise AssertionError(f"inference compile: rc {res.returncode}: {res.stderr.strip()}")
-            return res.stderr.strip().splitlines()[-1]
-        r.check(f"{tag}: an inference compile is refused", refused_bn)
+        refused(pt2, tag, "batch norm in training mode")
     print(f"{r.passed} passed, {r.failed} failed")
     sys.exit(1 if r.failed else 0)
 

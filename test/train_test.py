@@ -27,12 +27,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "test"))
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-import ptc_ctypes  # noqa: E402
+import ptc_ctypes  # noqa: E402,F401
 from test_ctypes import Runner  # noqa: E402  (one check line each, pass/fail counts)
+from train_device import trainer  # noqa: E402
 
 GRAD_TOL = 1e-4
 STEP_TOL = 2e-5
@@ -40,10 +42,12 @@ DEFAULT_MODELS = ["mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_o
 
 
 F64_REF = False  # --f64-ref: judge gradients against float64 torch (ill-conditioned real models)
+PREBUILT = False
+DEVICE = "cpu"   # --device cuda: the libraries run on the GPU (torch's reference stays on the CPU)
 
 
 def rel_err(a, b):
-    a, b = a.detach().double(), b.detach().double()
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
     return (a - b).abs().max().item() / max(1.0, b.abs().max().item()) if b.numel() else 0.0
 
 
@@ -69,7 +73,7 @@ def grad_check(name, got, t32, p64):
 
 
 def close(a, b, tol):
-    a, b = a.detach().double(), b.detach().double()
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
     if a.shape != b.shape:
         return False, f"shape {tuple(a.shape)} vs {tuple(b.shape)}"
     scale = max(1.0, b.abs().max().item() if b.numel() else 1.0)
@@ -79,7 +83,9 @@ def close(a, b, tol):
 
 def compile_train(ptc, model, out, extra=()):
     report = out[:-3] + ".json"
-    cmd = [ptc, "compile", str(model), "-o", out, "--train", "--report", report, *extra]
+    if PREBUILT:  # --libs: compiled beforehand (--build-only), e.g. for a GPU machine without ptc
+        return json.load(open(report))["training"]
+    cmd = [ptc, "compile", str(model), "-o", out, "--train", "--report", report, "--device", DEVICE, *extra]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
@@ -120,7 +126,7 @@ def load_ref(pt2):
 def check_gradients(lib, pt2, shapes_list):
     torch.manual_seed(0)
     ref = load_ref(pt2)
-    t = ptc_ctypes.PtcTrainer(lib)
+    t = trainer(lib, DEVICE)
     names = [p.name for p in t.param_infos]
     ref_params = dict(ref.named_parameters(remove_duplicate=False))
     missing = [n for n in names if n not in ref_params]
@@ -162,7 +168,7 @@ def check_gradients(lib, pt2, shapes_list):
 
 
 def check_bad_calls(lib):
-    t = ptc_ctypes.PtcTrainer(lib)
+    t = trainer(lib, DEVICE)
     x = torch.randn(4, 64)
     before = {n: p.clone() for n, p in t.params.items()}
     msgs = []
@@ -193,7 +199,7 @@ def check_optimizer(lib, pt2, shapes, kind, **hp):
     outs0 = outs0 if isinstance(outs0, (tuple, list)) else (outs0,)
     # loss = sum(out * w) with w of unit norm: gradients of order one, so 5 steps stay in range.
     weights = [torch.randn(o.shape, generator=gen) / max(1, o.numel()) ** 0.5 for o in outs0]
-    t = ptc_ctypes.PtcTrainer(lib)
+    t = trainer(lib, DEVICE)
     # By ptc's names (a tied weight is one parameter under one of its names in both).
     every = dict(ref.named_parameters(remove_duplicate=False))
     params = {p.name: every[p.name] for p in t.param_infos}
@@ -236,7 +242,7 @@ def check_optimizer(lib, pt2, shapes, kind, **hp):
 
 
 def main():
-    global MODELS_DIR, GRAD_TOL, F64_REF
+    global MODELS_DIR, GRAD_TOL, F64_REF, DEVICE, PREBUILT
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
     ap.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
@@ -252,12 +258,20 @@ def main():
                     help="judge gradients against torch in float64: ptc's error may be at most twice torch fp32's "
                          "own (for real models, whose fp32 gradients are ill-conditioned)")
     ap.add_argument("--keep", help="write the libraries here")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="compile with --device cuda and run the libraries on the GPU (torch's reference on the CPU)")
+    ap.add_argument("--build-only", action="store_true", help="only compile the libraries (into --keep)")
+    ap.add_argument("--libs", help="use the libraries a --build-only run wrote here instead of compiling (a GPU machine)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(2)
     MODELS_DIR = Path(args.models_dir)
     GRAD_TOL = args.grad_tol
     F64_REF = args.f64_ref
+    DEVICE = args.device
+    PREBUILT = bool(args.libs)
+    if args.libs:
+        args.keep = args.libs
     r = Runner(args.verbose)
     work = args.keep or tempfile.mkdtemp(prefix="ptc-train-")
     os.makedirs(work, exist_ok=True)
@@ -275,7 +289,7 @@ def main():
 
             r.check(f"{tag}: compile --train", lambda: build("min_cut"))
             r.check(f"{tag}: compile --train --save-all", lambda: build("save_all"))
-            if len(libs) < 2:
+            if len(libs) < 2 or args.build_only:
                 continue
             shapes_list = cases(name)
             for mode in ("min_cut", "save_all"):

@@ -59,14 +59,15 @@ struct LibrarySource {
 LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
                            const std::string& part = "");
 // A training library (ptc compile --train; lib/runtime/cpu/ptc_train.h): the forward and backward
-// programs as parts "fwd" and "bwd", and a model.cpp with the parameters' layout and the C ABI
-// (runtime.h, training functions included). `g` is the graph whose weights the blob holds.
+// programs as parts "fwd" and "bwd" (generate_cpu, or generate_cuda when `cuda`), and a model.cpp
+// (model.cu) with the parameters' layout and the C ABI (runtime.h, training functions included).
+// `g` is the graph whose weights the blob holds.
 struct TrainProgram {
   const loop::Program* program;
   const sched::Schedule* schedule;
 };
-LibrarySource generate_cpu_training(const TrainProgram& fwd, const TrainProgram& bwd, const TrainGraphs& t, const Graph& g,
-                                    const WeightLayout& weights);
+LibrarySource generate_training(const TrainProgram& fwd, const TrainProgram& bwd, const TrainGraphs& t, const Graph& g,
+                                const WeightLayout& weights, bool cuda);
 // Lays out the named weights of `g` (storages shared by several names are stored once).
 WeightLayout layout_weight_names(const std::vector<std::string>& names, const Graph& g, bool external = false);
 
@@ -74,8 +75,10 @@ WeightLayout layout_weight_names(const std::vector<std::string>& names, const Gr
 // convolution) is the library's other translation unit. The schedule must have no extern
 // epilogues (ScheduleOptions::extern_epilogues = false). cuda_graphs: runs replay a CUDA graph
 // captured per (sizes, data pointers).
+// `part` as for generate_cpu (a training library's forward or backward: namespace
+// ptc_part_<part>, the ABI as C++ functions, file <part>_model.cu).
 LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
-                            bool cuda_graphs = false);
+                            bool cuda_graphs = false, const std::string& part = "");
 
 // The typed C++ header written next to the library (model.so -> model.h): runtime.h's
 // declarations and a class `ptc_<name>::Model` with `Outputs run(named typed inputs)`.

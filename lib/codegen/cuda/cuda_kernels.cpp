@@ -10,6 +10,7 @@
 //     rows whose reductions are small constant windows (pooling) take one thread per row instead;
 //   * GEMM: cuBLASLt (ptc_cuda_rt.h); convolution: the runtime's direct kernel; attention: the
 //     runtime's fused flash-style kernel.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -341,6 +342,68 @@ void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kerne
   os << "  return ptc_cuda::attention(a, stream);\n}\n\n";
 }
 
+// scatter_add: out = self (one thread per element), then one thread per index element adds its
+// src element at the indexed position (atomicAdd: several indices may name one position).
+// torch refuses an index larger than self in a dimension other than `dim` (checked on the host);
+// an index value out of range is skipped (CUDA kernels do not report bad indices yet, as
+// gathers read row 0 for them).
+void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
+  const Computation& c = p.comps[k.comps.front()];
+  const loop::View &self = c.operands[0], &ix = c.operands[1], &src = c.operands[2];
+  const DType dt = p.buffers[c.out].dtype;
+  if (dt != DType::Float32 && dt != DType::Float64)
+    user_error("the CUDA scatter_add supports float32 and float64 only so far (", c.origin, ")");
+  const size_t r = c.domain.size(), dim = static_cast<size_t>(c.params[0]);
+  const std::vector<int> bufs{self.buffer, ix.buffer, src.buffer, c.out};
+  std::vector<int> uniq;
+  for (int b : bufs)
+    if (std::find(uniq.begin(), uniq.end(), b) == uniq.end()) uniq.push_back(b);
+  auto elem = [](const loop::View& v, const std::vector<std::string>& i) {
+    std::string e = "b" + std::to_string(v.buffer) + "[" + cpp_index(v.offset);
+    for (size_t d = 0; d < i.size(); ++d) e += " + (" + i[d] + ") * (" + cpp_index(v.strides[d]) + ")";
+    return e + "]";
+  };
+  std::vector<std::string> iv;
+  for (size_t d = 0; d < r; ++d) iv.push_back("x" + std::to_string(d));
+  auto out_at = [&](const std::vector<std::string>& i) {
+    std::string e = "0";
+    for (size_t d = 0; d < r; ++d) e = "(" + e + ") * n" + std::to_string(d) + " + " + i[d];
+    return "b" + std::to_string(c.out) + "[" + e + "]";
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    os << "__global__ void __launch_bounds__(" << kBlock << ") ptc_kernel_" << index << (pass ? "_add" : "_copy") << "(";
+    emit_params(os, p, uniq, syms);
+    os << ") {\n";
+    std::vector<std::string> n = sizes(os, c.domain, "", "  ");
+    std::vector<std::string> m = sizes(os, ix.sizes, "m", "  ");
+    for (const auto& x : m) os << "  (void)" << x << ";\n";
+    os << "  const int64_t total = " << product(pass ? m : n) << ";\n";
+    os << "  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
+    decompose_into(os, "i", pass ? m : n, 'x', 0, "    ");
+    if (!pass) {
+      os << "    " << out_at(iv) << " = " << elem(self, iv) << ";\n";
+    } else {
+      std::vector<std::string> target = iv;
+      if (r > 0) target[dim] = "t";
+      os << "    const int64_t t = static_cast<int64_t>(" << elem(ix, iv) << ");\n";
+      os << "    if (t < 0 || t >= " << (r > 0 ? n[dim] : std::string("1")) << ") continue;\n";
+      os << "    atomicAdd(&" << out_at(target) << ", " << elem(src, iv) << ");\n";
+    }
+    os << "  }\n}\n\n";
+  }
+  os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
+  emit_sym_locals(os, syms, "  ");
+  std::vector<std::string> hn = sizes(os, c.domain, "", "  ");
+  std::vector<std::string> hm = sizes(os, ix.sizes, "m", "  ");
+  for (size_t d = 0; d < r; ++d)
+    if (d != dim) os << "  if (" << hm[d] << " > " << hn[d] << ") return \"scatter_add: the index is larger than self in dimension " << d << "\";\n";
+  os << "  const int64_t total = " << product(hn) << ", count = " << product(hm) << ";\n";
+  os << "  if (total > 0) ptc_kernel_" << index << "_copy<<<ptc_cuda::grid_for(total, " << kBlock << "), " << kBlock << ", 0, stream>>>("
+     << call_args(p, uniq, syms) << ");\n";
+  os << "  if (total > 0 && count > 0) ptc_kernel_" << index << "_add<<<ptc_cuda::grid_for(count, " << kBlock << "), " << kBlock
+     << ", 0, stream>>>(" << call_args(p, uniq, syms) << ");\n  return nullptr;\n}\n\n";
+}
+
 }  // namespace
 
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index, const std::vector<std::string>& syms) {
@@ -358,8 +421,7 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, index, syms); break;
     case sched::Kernel::Kind::Conv: emit_conv(os, p, k, index, syms); break;
     case sched::Kernel::Kind::Attention: emit_attention(os, p, k, index, syms); break;
-    case sched::Kernel::Kind::Scatter:
-      user_error("scatter_add (", p.comps[k.comps.front()].origin, ") is not supported by --device cuda yet");
+    case sched::Kernel::Kind::Scatter: emit_scatter(os, p, k, index, syms); break;
   }
 }
 

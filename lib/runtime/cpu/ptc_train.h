@@ -8,8 +8,19 @@
 // This header holds what sits around them: the parameters (one float block, 64-byte aligned per
 // parameter, initialized from the weights blob at ptc_open and updated in place), their
 // gradients (accumulated over backward calls until ptc_zero_grad), the optimizer state, the
-// saved-activation handles, and the fused optimizer steps (SGD with momentum, AdamW: one
-// OpenMP loop over the whole parameter block per step).
+// saved-activation handles, and the fused optimizer steps (SGD with momentum, AdamW: one pass
+// over the whole parameter block per step).
+//
+// The memory all of this lives in, and the loops over it, are the device's: the includer first
+// includes ptc_train_cpu.h (host memory, OpenMP loops) or ptc_train_cuda.cuh (device memory,
+// CUDA kernels), which define namespace ptc_train::dev:
+//   void* alloc(size_t bytes);                       zero-filled, 64-byte aligned; nullptr: failed
+//   void release(void* p);
+//   bool upload(void* dst, const void* host, size_t bytes);
+//   bool zero(void* p, size_t bytes);
+//   bool add(float* a, const float* b, int64_t n);   a += b
+//   bool sgd(const SgdArgs&);  bool adamw(const AdamArgs&);
+//   const char* error();                              what the last failed call hit
 #pragma once
 
 #include <cmath>
@@ -107,15 +118,14 @@ inline size_t dtype_bytes(int dtype) {
                                                                               : 4;
 }
 
-struct Block {  // 64-byte aligned floats
+struct Block {  // zero-filled floats of the device
   float* p = nullptr;
   bool alloc(size_t n) {
-    std::free(p);
-    p = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64));
-    if (p) std::memset(p, 0, n * sizeof(float));
+    dev::release(p);
+    p = static_cast<float*>(dev::alloc(n * sizeof(float)));
     return p != nullptr;
   }
-  ~Block() { std::free(p); }
+  ~Block() { dev::release(p); }
 };
 
 struct Model {
@@ -135,20 +145,23 @@ struct Model {
   // The buffers the forward updates (batch-norm running statistics): current contents, and where
   // the next forward call writes (swapped after it succeeds).
   std::vector<void*> buffers, buffers_next;
+  void* seed_scratch = nullptr;  // a seed for output_shape calls (sizes do not depend on it)
   ~Model() {
-    for (void* b : buffers) std::free(b);
-    for (void* b : buffers_next) std::free(b);
+    for (void* b : buffers) dev::release(b);
+    for (void* b : buffers_next) dev::release(b);
+    dev::release(seed_scratch);
   }
 };
 
 struct Saved {
   Model* owner = nullptr;
-  int64_t seed = 0;  // the dropout key of its forward call (the backward recomputes masks from it)
+  int64_t* seed = nullptr;  // (device) the dropout key of its forward call: the backward recomputes masks from it
   std::vector<void*> bufs;
   std::vector<std::vector<int64_t>> sizes;           // saved values
   std::vector<std::vector<int64_t>> output_sizes;    // the model outputs
   ~Saved() {
-    for (void* b : bufs) std::free(b);
+    for (void* b : bufs) dev::release(b);
+    dev::release(seed);
   }
 };
 
@@ -162,23 +175,25 @@ inline int open(const Layout& L, const Part& fwd, const Part& bwd, const unsigne
     m->off.push_back(m->total);
     m->total += (static_cast<size_t>(numel(L.params[i])) + 15) / 16 * 16;
   }
-  if (!m->params.alloc(m->total) || !m->grads.alloc(m->total)) {
+  if (!m->params.alloc(m->total) || !m->grads.alloc(m->total) || !(m->seed_scratch = dev::alloc(sizeof(int64_t)))) {
     delete m;
-    return fail("out of memory for the parameters");
+    return fail(std::string("out of memory for the parameters: ") + dev::error());
   }
   for (int i = 0; i < L.num_params; ++i)
-    std::memcpy(m->params.p + m->off[i], blob + L.param_blob_offset[i], static_cast<size_t>(numel(L.params[i])) * sizeof(float));
+    if (!dev::upload(m->params.p + m->off[i], blob + L.param_blob_offset[i], static_cast<size_t>(numel(L.params[i])) * sizeof(float))) {
+      delete m;
+      return fail(std::string("copying the parameters: ") + dev::error());
+    }
   for (int i = 0; i < L.num_buffers; ++i) {
     const size_t bytes = static_cast<size_t>(numel(L.buffers[i])) * dtype_bytes(L.buffers[i].dtype);
-    void* a = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-    void* b = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    void* a = dev::alloc(bytes);
+    void* b = dev::alloc(bytes);
     m->buffers.push_back(a);
     m->buffers_next.push_back(b);
-    if (!a || !b) {
+    if (!a || !b || !dev::upload(a, blob + L.buffer_blob_offset[i], bytes)) {
       delete m;
-      return fail("out of memory for the buffers");
+      return fail(std::string("allocating the buffers: ") + dev::error());
     }
-    std::memcpy(a, blob + L.buffer_blob_offset[i], bytes);
   }
   if (fwd.open(&m->fm) != PTC_OK) {
     delete m;
@@ -214,13 +229,13 @@ inline int64_t next_call_seed(Model* m) {
   return static_cast<int64_t>(z ^ (z >> 31));
 }
 
-inline ptc_tensor seed_tensor(int64_t* seed) {
+inline ptc_tensor seed_tensor(void* seed) {
   static const int64_t no_sizes[1] = {0};
   return ptc_tensor{seed, PTC_INT64, 0, no_sizes};
 }
 
 // The forward's inputs: the user's, the parameters, then the dropout seed (when it takes one).
-inline bool forward_inputs(const Model* m, int n, const ptc_tensor* in, std::vector<ptc_tensor>& all, int64_t* seed) {
+inline bool forward_inputs(const Model* m, int n, const ptc_tensor* in, std::vector<ptc_tensor>& all, void* seed) {
   const Layout& L = *m->L;
   if (n != L.num_user_inputs) {
     fail("expected " + std::to_string(L.num_user_inputs) + " inputs, got " + std::to_string(n));
@@ -242,8 +257,7 @@ inline int output_shape(const Model* m, int n, const ptc_tensor* in, int index, 
   if (!m) return fail("ptc_output_shape: model is null");
   if (index < 0 || index >= m->L->num_model_outputs) return fail("ptc_output_shape: output index out of range");
   std::vector<ptc_tensor> all;
-  int64_t seed = 0;  // (sizes do not depend on it)
-  if (!forward_inputs(m, n, in, all, &seed)) return PTC_ERROR;
+  if (!forward_inputs(m, n, in, all, m->seed_scratch)) return PTC_ERROR;
   return m->fwd.output_shape(m->fm, static_cast<int>(all.size()), all.data(), index, sizes);
 }
 
@@ -254,7 +268,11 @@ inline int forward_train(Model* m, int n_in, const ptc_tensor* in, int n_out, pt
   if (!s) return fail("out of memory");
   s->owner = m;
   std::vector<ptc_tensor> all;
-  int rc = !forward_inputs(m, n_in, in, all, &s->seed) ? PTC_ERROR
+  if (L.forward_seed && !(s->seed = static_cast<int64_t*>(dev::alloc(sizeof(int64_t))))) {
+    delete s;
+    return fail(std::string("out of memory: ") + dev::error());
+  }
+  int rc = !forward_inputs(m, n_in, in, all, s->seed) ? PTC_ERROR
            : n_out != L.num_model_outputs ? fail("expected " + std::to_string(L.num_model_outputs) + " outputs, got " + std::to_string(n_out))
            : n_out > 0 && !out            ? fail("the outputs array is null")
                                           : PTC_OK;
@@ -262,7 +280,13 @@ inline int forward_train(Model* m, int n_in, const ptc_tensor* in, int n_out, pt
     delete s;
     return rc;
   }
-  if (L.forward_seed) s->seed = next_call_seed(m);
+  if (L.forward_seed) {
+    const int64_t key = next_call_seed(m);
+    if (!dev::upload(s->seed, &key, sizeof key)) {
+      delete s;
+      return fail(std::string("setting the dropout seed: ") + dev::error());
+    }
+  }
   std::vector<ptc_tensor> outs(out, out + n_out);
   for (int i = 0; i < L.num_buffers; ++i)
     outs.push_back(ptc_tensor{m->buffers_next[static_cast<size_t>(i)], L.buffers[i].dtype, L.buffers[i].rank, L.buffers[i].sizes});
@@ -281,7 +305,7 @@ inline int forward_train(Model* m, int n_in, const ptc_tensor* in, int n_out, pt
     sz.resize(static_cast<size_t>(info.rank));
     size_t bytes = dtype_bytes(info.dtype);
     for (int64_t d : sz) bytes *= static_cast<size_t>(d);
-    void* buf = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    void* buf = dev::alloc(bytes);
     if (!buf) {
       delete s;
       return fail("out of memory for the saved activations");
@@ -318,7 +342,7 @@ inline int backward(Model* m, Saved* s, int n_g, const ptc_tensor* g, int n_ig, 
     ins.push_back(ptc_tensor{s->bufs[i], info.dtype, info.rank, s->sizes[i].data()});
   }
   for (int i = 0; i < L.num_backward_params; ++i) ins.push_back(param_tensor(m, L.backward_params[i], m->params.p));
-  if (L.backward_seed) ins.push_back(seed_tensor(&s->seed));
+  if (L.backward_seed) ins.push_back(seed_tensor(s->seed));
   std::vector<Block> zeros(static_cast<size_t>(L.num_grad_outputs));
   for (int k = 0; k < L.num_grad_outputs; ++k) {
     int oi = L.grad_output_index[k];
@@ -350,23 +374,18 @@ inline int backward(Model* m, Saved* s, int n_g, const ptc_tensor* g, int n_ig, 
   for (int i = 0; i < L.num_grad_params; ++i) outs.push_back(param_tensor(m, L.grad_param_index[i], dst));
   for (int i = 0; i < n_ig; ++i) outs.push_back(ig[i]);
   if (m->bwd.run(m->bm, static_cast<int>(ins.size()), ins.data(), static_cast<int>(outs.size()), outs.data()) != PTC_OK) {
-    if (m->grads_zero) std::memset(m->grads.p, 0, m->total * sizeof(float));  // no partial gradients stay behind
+    if (m->grads_zero) dev::zero(m->grads.p, m->total * sizeof(float));  // no partial gradients stay behind
     return PTC_ERROR;
   }
-  if (!m->grads_zero) {
-    float* a = m->grads.p;
-    const float* b = scratch.p;
-    const int64_t n = static_cast<int64_t>(m->total);
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) a[i] += b[i];
-  }
+  if (!m->grads_zero && !dev::add(m->grads.p, scratch.p, static_cast<int64_t>(m->total)))
+    return fail(std::string("accumulating the gradients: ") + dev::error());
   m->grads_zero = false;
   return PTC_OK;
 }
 
 inline int zero_grad(Model* m) {
   if (!m) return fail("ptc_zero_grad: model is null");
-  std::memset(m->grads.p, 0, m->total * sizeof(float));
+  if (!dev::zero(m->grads.p, m->total * sizeof(float))) return fail(std::string("ptc_zero_grad: ") + dev::error());
   m->grads_zero = true;
   return PTC_OK;
 }
@@ -382,22 +401,9 @@ inline int sgd_step(Model* m, float lr, float momentum, float dampening, float w
   if (nesterov && (momentum <= 0 || dampening != 0)) return fail("ptc_sgd_step: Nesterov momentum requires a momentum and zero dampening");
   if (momentum != 0 && !m->state1.p && !m->state1.alloc(m->total)) return fail("out of memory");
   m->optimizer = 1;
-  float* p = m->params.p;
-  const float* g = m->grads.p;
-  float* buf = m->state1.p;
-  const bool first = !m->sgd_started;
-  const int64_t n = static_cast<int64_t>(m->total);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float d = g[i];
-    if (weight_decay != 0) d = d + weight_decay * p[i];
-    if (momentum != 0) {
-      float b = first ? d : momentum * buf[i] + (1 - dampening) * d;
-      buf[i] = b;
-      d = nesterov ? d + momentum * b : b;
-    }
-    p[i] = p[i] - lr * d;
-  }
+  const SgdArgs args{m->params.p, m->grads.p, m->state1.p, static_cast<int64_t>(m->total), lr, momentum, dampening, weight_decay,
+                     nesterov != 0, !m->sgd_started};
+  if (!dev::sgd(args)) return fail(std::string("ptc_sgd_step: ") + dev::error());
   m->sgd_started = true;
   return PTC_OK;
 }
@@ -416,22 +422,9 @@ inline int adamw_step(Model* m, float lr, float beta1, float beta2, float eps, f
   const double bc2 = 1 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
   const float step = static_cast<float>(lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = 1 - lr * weight_decay;
-  float* p = m->params.p;
-  const float* g = m->grads.p;
-  float* ma = m->state1.p;
-  float* va = m->state2.p;
-  const int64_t n = static_cast<int64_t>(m->total);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float pi = p[i] * decay;
-    float gi = g[i];
-    float mi = ma[i] + (1 - beta1) * (gi - ma[i]);
-    float vi = beta2 * va[i] + (1 - beta2) * gi * gi;
-    ma[i] = mi;
-    va[i] = vi;
-    p[i] = pi - step * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
-  }
+  const AdamArgs args{m->params.p, m->grads.p, m->state1.p, m->state2.p, static_cast<int64_t>(m->total), step, bc2_sqrt,
+                      1 - lr * weight_decay, beta1, beta2, eps};
+  if (!dev::adamw(args)) return fail(std::string("ptc_adamw_step: ") + dev::error());
   return PTC_OK;
 }
 

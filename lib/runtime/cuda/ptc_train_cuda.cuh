@@ -1,0 +1,77 @@
+// ptc_train_cuda.cuh — a CUDA training library's memory and loops (see ptc_train.h): device
+// memory (cudaMalloc) and grid-stride kernels on the per-thread default stream, which the parts'
+// ptc_run calls use too; each call waits for its work, as ptc_run does. Included by the
+// generated model.cu before ptc_train.h.
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "ptc_train_math.h"
+
+namespace ptc_train::dev {
+
+inline cudaError_t& last() {
+  static thread_local cudaError_t e = cudaSuccess;
+  return e;
+}
+inline bool ok(cudaError_t e) {
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    last() = e;
+    return false;
+  }
+  return true;
+}
+inline const char* error() { return cudaGetErrorString(last()); }
+
+inline void* alloc(size_t bytes) {
+  void* p = nullptr;
+  if (!ok(cudaMalloc(&p, bytes ? bytes : 1))) return nullptr;
+  if (!ok(cudaMemset(p, 0, bytes))) {
+    cudaFree(p);
+    return nullptr;
+  }
+  return p;
+}
+inline void release(void* p) {
+  if (p) cudaFree(p);
+}
+inline bool upload(void* dst, const void* host, size_t bytes) { return ok(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice)); }
+inline bool zero(void* p, size_t bytes) {
+  return ok(cudaMemsetAsync(p, 0, bytes, cudaStreamPerThread)) && ok(cudaStreamSynchronize(cudaStreamPerThread));
+}
+
+__global__ void add_kernel(float* a, const float* b, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    a[i] += b[i];
+}
+__global__ void sgd_kernel(SgdArgs a) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < a.n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    sgd_element(a, i);
+}
+__global__ void adamw_kernel(AdamArgs a) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < a.n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    adamw_element(a, i);
+}
+
+inline unsigned blocks(int64_t n) {
+  int64_t b = (n + 255) / 256;
+  return static_cast<unsigned>(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+inline bool finish() { return ok(cudaGetLastError()) && ok(cudaStreamSynchronize(cudaStreamPerThread)); }
+
+inline bool add(float* a, const float* b, int64_t n) {
+  add_kernel<<<blocks(n), 256, 0, cudaStreamPerThread>>>(a, b, n);
+  return finish();
+}
+inline bool sgd(const SgdArgs& a) {
+  sgd_kernel<<<blocks(a.n), 256, 0, cudaStreamPerThread>>>(a);
+  return finish();
+}
+inline bool adamw(const AdamArgs& a) {
+  adamw_kernel<<<blocks(a.n), 256, 0, cudaStreamPerThread>>>(a);
+  return finish();
+}
+
+}  // namespace ptc_train::dev
