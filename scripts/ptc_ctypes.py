@@ -410,7 +410,7 @@ class PtcTrainer(PtcModel):
         self._require_open()
         arr, keep = self._prepare_inputs(tensors)
         shapes = self._output_shapes(arr, len(tensors))
-        outs = [torch.empty(shape, dtype=info.dtype) for info, shape in zip(self.outputs, shapes)]
+        outs = [torch.empty(shape, dtype=info.dtype, device=self.device) for info, shape in zip(self.outputs, shapes)]
         out_arr = (_Tensor * max(len(outs), 1))()
         for j, t in enumerate(outs):
             out_arr[j] = self._c_tensor(t, f"output {j}", keep)

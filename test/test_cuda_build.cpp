@@ -49,6 +49,25 @@ TEST_CASE("every fixture compiles for CUDA, and the library exports the C ABI an
   }
 }
 
+TEST_CASE("CUDA training libraries (--train --device cuda) compile and export the training ABI", "[cuda]") {
+  // small_cnn: convolutions as GEMMs, max-pool backward; index_ops: embedding's scatter_add.
+  for (const std::string name : {"small_cnn.pt2", "index_ops.core.pt2"}) {
+    INFO(name);
+    std::string so = test::temp_dir() + "/cuda_train_" + name + ".so";
+    auto r = test::run_ptc("compile -q --device cuda --train " + test::fixture(name) + " -o " + so);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    std::string syms = shell("nm -D --defined-only " + so);
+    for (const char* fn : {"ptc_forward_train", "ptc_backward", "ptc_sgd_step", "ptc_adamw_step", "ptc_param_data", "ptc_buffer_data",
+                           "ptc_manual_seed", "ptc_run", "ptc_device"})
+      CHECK(syms.find(fn) != std::string::npos);
+    std::string deps = shell("ldd " + so);
+    INFO(deps);
+    CHECK(deps.find("libcudart.so") == std::string::npos);
+    CHECK(deps.find("torch") == std::string::npos);
+  }
+}
+
 TEST_CASE("CUDA builds: a bad nvcc path or --profile gets one clear error", "[cuda]") {
   std::string so = test::temp_dir() + "/cuda_bad.so";
   auto r = test::run_ptc("compile -q --device cuda --nvcc /nonexistent/nvcc " + test::fixture("mlp.pt2") + " -o " + so);

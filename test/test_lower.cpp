@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "ptc/error.h"
@@ -111,5 +112,55 @@ TEST_CASE("lowering names the node it cannot lower", "[lower]") {
   } catch (const UserError& e) {
     CHECK(std::string(e.what()).find("node 'gelu' (aten::topk) at scripts/export_models.py:") != std::string::npos);
     CHECK(std::string(e.what()).find("cannot lower") != std::string::npos);
+  }
+}
+
+TEST_CASE("convolutions as im2col columns times the weight (the CUDA lowering) match the convolution extern", "[lower]") {
+  struct Conv {
+    int64_t C, O, K, stride, pad, dil;
+    bool bias;
+  };
+  const Conv convs[] = {{3, 4, 3, 1, 1, 1, true}, {2, 3, 3, 2, 1, 1, false}, {2, 3, 1, 1, 0, 1, true}, {2, 3, 1, 2, 0, 1, false},
+                        {2, 2, 3, 1, 2, 2, true}, {1, 2, 2, 3, 0, 1, false}};
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> U(-1.f, 1.f);
+  for (const Conv& k : convs) {
+    INFO("C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " pad " << k.pad << " dil " << k.dil);
+    test::GraphBuilder b;
+    sym::Expr n = b.sym("n", 1, 4);
+    Value* x = b.input("x", DType::Float32, {n, sym::Expr(k.C), sym::Expr(7), sym::Expr(6)});
+    Value* w = b.input("w", DType::Float32, {sym::Expr(k.O), sym::Expr(k.C), sym::Expr(k.K), sym::Expr(k.K)});
+    std::map<std::string, Arg> args{{"input", x}, {"weight", w}, {"stride", std::vector<sym::Expr>{sym::Expr(k.stride), sym::Expr(k.stride)}},
+                                    {"padding", std::vector<sym::Expr>{sym::Expr(k.pad), sym::Expr(k.pad)}},
+                                    {"dilation", std::vector<sym::Expr>{sym::Expr(k.dil), sym::Expr(k.dil)}}, {"groups", sym::Expr(1)}};
+    args["bias"] = k.bias ? Arg{b.input("b", DType::Float32, {sym::Expr(k.O)})} : Arg{};
+    b.g->outputs.push_back(b.op(OpKind::Conv2d, "y", args));
+    LowerOptions gemm_opts;
+    gemm_opts.conv_as_gemm = true;
+    loop::Program direct = lower_to_loops(*b.g), as_gemm = lower_to_loops(*b.g, gemm_opts);
+    bool has_conv = false;
+    for (const auto& c : as_gemm.comps) has_conv = has_conv || (c.kind == loop::Computation::Kind::Extern && c.extern_kind == loop::ExternKind::Convolution);
+    CHECK_FALSE(has_conv);
+    for (int64_t batch : {1, 3}) {
+      std::vector<std::vector<std::byte>> ins;
+      for (const GraphInput& in : b.g->inputs) {
+        int64_t numel = 1;
+        for (const auto& s : in.value->type.sizes) numel *= s.as_const() ? *s.as_const() : batch;
+        std::vector<float> v(static_cast<size_t>(numel));
+        for (auto& e : v) e = U(rng);
+        std::vector<std::byte> bytes(v.size() * 4);
+        std::memcpy(bytes.data(), v.data(), bytes.size());
+        ins.push_back(bytes);
+      }
+      auto want = interpret(direct, *b.g, ins, {{"n", batch}});
+      auto got = interpret(as_gemm, *b.g, ins, {{"n", batch}});
+      REQUIRE(want[0].size() == got[0].size());
+      std::vector<float> a(want[0].size() / 4), c(a.size());
+      std::memcpy(a.data(), want[0].data(), want[0].size());
+      std::memcpy(c.data(), got[0].data(), got[0].size());
+      double worst = 0;
+      for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - c[i])));
+      CHECK(worst < 1e-5);
+    }
   }
 }

@@ -15,7 +15,10 @@ uses ptc's masks, read off the outputs the fixture returns):
 
 Batch norm (BatchNorm2d with and without affine, BatchNorm1d with another momentum, a dynamic
 batch): against the same nn.Module in train() mode, per batch size:
-  - outputs and every parameter's gradient (tolerance 1e-4 relative to max(1, max|torch|));
+  - outputs and every parameter's gradient (tolerance 1e-4 relative to max(1, max|torch|); a
+    gradient outside it passes only if it is no further from float64 torch than twice torch's own
+    fp32 gradient: a batch norm over two values amplifies rounding noise, and a bias before a
+    batch norm has an exact gradient of 0, i.e. noise only);
   - the running statistics and num_batches_tracked the library holds after each forward
     (ptc_buffer_data), against the module's buffers (1e-5);
   - 3 steps of SGD with momentum: parameters and buffers after every step.
@@ -92,6 +95,11 @@ def bn_model():
     return m.train()
 
 
+def err64(a, b):
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    return (a - b).abs().max().item() / max(1.0, b.abs().max().item())
+
+
 def compare_buffers(t, ref, what):
     got = t.buffers()
     want = dict(ref.named_buffers())
@@ -108,8 +116,10 @@ def check_batch_norm(lib, model):
     ref = copy.deepcopy(model)
     gen = torch.Generator().manual_seed(11)
     compare_buffers(t, ref, "at open")
+    ref64 = copy.deepcopy(model).double()
     for batch in (2, 5, 16):
         x = torch.randn(batch, 3, 12, 12, generator=gen)
+        ref_state = copy.deepcopy(ref.state_dict())  # the float64 copy starts where this forward does
         ref.zero_grad(set_to_none=True)
         want = ref(x)
         t.zero_grad()
@@ -122,10 +132,16 @@ def check_batch_norm(lib, model):
         want.backward(g)
         t.backward(saved, [g])
         saved.free()
+        ref64.zero_grad(set_to_none=True)
+        ref64.load_state_dict(ref_state)
+        ref64(x.double()).backward(g.double())
+        g64 = dict(ref64.named_parameters())
         for n, p in ref.named_parameters():
             ok, msg = close(t.grads[n], p.grad)
-            if not ok:
-                raise AssertionError(f"batch {batch}: grad of {n}: {msg}")
+            if not ok:  # fp32 noise amplified by a batch norm over few values: judge against float64
+                e_p, e_t = err64(t.grads[n], g64[n].grad), err64(p.grad, g64[n].grad)
+                if e_p > max(2 * e_t, TOL):
+                    raise AssertionError(f"batch {batch}: grad of {n}: {msg}; vs float64: ptc {e_p:.2g}, torch fp32 {e_t:.2g}")
     opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
     x = torch.randn(8, 3, 12, 12, generator=gen)
     w = torch.randn(8, 5, generator=gen)

@@ -21,7 +21,11 @@ struct LowerOptions {
   // The largest head size (of q/k and of v) the fused kernel takes; 0: any. Larger or symbolic
   // head sizes lower as GEMMs around a softmax.
   int64_t max_fused_head = 0;
-  // The options of a backend: "cpu" or "cuda" (whose attention kernel takes heads up to 256).
+  // Ungrouped float32 2-d convolutions as im2col columns (a gather) times the weight (a GEMM per
+  // image); false: the backend's convolution extern.
+  bool conv_as_gemm = false;
+  // The options of a backend: "cpu" or "cuda" (whose attention kernel takes heads up to 256 and
+  // whose convolutions are GEMMs: cuBLASLt is far faster than its direct convolution kernel).
   static LowerOptions for_device(const std::string& device);
 };
 loop::Program lower_to_loops(const Graph& g, const LowerOptions& opts = {});

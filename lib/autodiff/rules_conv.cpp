@@ -3,8 +3,8 @@
 // The input gradient is itself a forward convolution (the same convolution code as the forward);
 // the weight gradient is a GEMM over im2col columns (x: [N, C, H, W], w: [O, C/G, KH, KW],
 // dy: [N, O, OH, OW]):
-//   dW: im2col of the input (aten::im2col, a gather) times dy, one GEMM per image and group over
-//       the output positions, summed over the images.
+//   dW: im2col of the input (aten::im2col, a gather) times dy, one GEMM per group whose inner
+//       dimension runs over the positions of every image.
 //   dX: a valid convolution of dy, with zeros stuffed between its elements (stride > 1) and
 //       padded by d (K - 1) - p before and what makes H rows after, by the flipped, per-group
 //       transposed weight with dilation d.
@@ -62,14 +62,13 @@ void convolution(GradContext& c) {
   if (!c.is_none("bias")) c.add_grad(c.in("bias"), b.sum(g, {0, 2, 3}, false));
   if (c.needs(w)) {
     // dW[o, c, kh, kw] = sum over images and positions of dy[n, o, l] im2col(x)[n, (c, kh, kw), l]:
-    // one batched GEMM per (image, group) over the positions, then a sum over the images.
+    // one GEMM per group whose inner dimension runs over every image's positions.
     Value* cols = b.op(OpKind::Im2col, {{"self", x}, {"kernel_size", std::vector<int64_t>{K(0), K(1)}},
                                         {"dilation", d}, {"padding", p}, {"stride", s}});  // [N, C K K, L]
     const Expr L = gs[2] * gs[3], CKK = Expr(Cg * K(0) * K(1));
-    Value* gm = b.reshape(g, {N, Expr(G), Expr(Og), L});
-    Value* cm = b.transpose(b.reshape(cols, {N, Expr(G), CKK, L}), -2, -1);  // [N, G, L, Cg K K]
-    Value* per_image = b.matmul(gm, cm);                                     // [N, G, Og, Cg K K]
-    c.add_grad(w, b.reshape(b.sum(per_image, {0}, false), ws));
+    Value* gm = b.reshape(b.permute(b.reshape(g, {N, Expr(G), Expr(Og), L}), {1, 2, 0, 3}), {Expr(G), Expr(Og), N * L});
+    Value* cm = b.reshape(b.permute(b.reshape(cols, {N, Expr(G), CKK, L}), {1, 0, 3, 2}), {Expr(G), N * L, CKK});
+    c.add_grad(w, b.reshape(b.matmul(gm, cm), ws));  // [G, Og, Cg K K]
   }
   if (c.needs(x)) {
     // Input row i gets dy[oh] w[kh] for i = oh s - p + kh d: the stuffed dy (row j = oh s) padded

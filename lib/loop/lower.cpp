@@ -312,7 +312,10 @@ namespace ptc {
 
 LowerOptions LowerOptions::for_device(const std::string& device) {
   LowerOptions o;
-  if (device == "cuda") o.max_fused_head = 256;  // ptc_cuda::kAttentionMaxHead
+  if (device == "cuda") {
+    o.max_fused_head = 256;  // ptc_cuda::kAttentionMaxHead
+    o.conv_as_gemm = true;
+  }
   return o;
 }
 

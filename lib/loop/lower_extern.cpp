@@ -205,6 +205,28 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         return v;
       };
       auto st = pair("stride", 1), pd = pair("padding", 0), dl = pair("dilation", 1);
+      auto kh = w.sizes[2].as_const(), kw = w.sizes[3].as_const();
+      if (L.options.conv_as_gemm && a.i("groups") == 1 && kh && kw && a.out_dtype() == DType::Float32 && x.dtype == DType::Float32 &&
+          w.dtype == DType::Float32) {
+        // One GEMM for the whole batch: Y [O, N OH OW] = W [O, C KH KW] x cols [C KH KW, N OH OW]
+        // (the im2col columns of every image side by side, gathered once; a 1x1 stride-1
+        // convolution gathers x itself), then y[n, o, l] = Y[o, n L + l] as a strided view.
+        const Index out = a.out_sizes();
+        const sym::Expr ckk = x.sizes[1] * (*kh * *kw), l = out[2] * out[3], nl = x.sizes[0] * l;
+        TensorRef per_image = im2col(L, x, {*kh, *kw}, {dl[0], dl[1]}, {pd[0], pd[1]}, {st[0], st[1]}, {x.sizes[0], ckk, l}, DType::Float32);
+        TensorRef cols = L.pointwise(DType::Float32, {ckk, nl}, [per_image, l](const Index& i) {
+          return per_image.at({sym::floordiv(i[1], l), i[0], sym::mod(i[1], l)});
+        });
+        TensorRef ym = gemm(L, reshape(L, w, {w.sizes[0], ckk}), cols, DType::Float32);  // [O, N L]
+        PTC_CHECK(ym.view, "conv as GEMM: the GEMM result is no buffer");
+        View v{ym.view->buffer, out, {l, nl, out[3], sym::Expr(1)}, ym.view->offset};
+        TensorRef y = L.of_view(v, DType::Float32);
+        if (a.is_none("bias")) return one(y);
+        TensorRef b = a.tensor("bias");
+        return one(L.pointwise(DType::Float32, out, [=](const Index& i) {
+          return binary(Op::Add, y.at(i), cast(b.at({i[1]}), DType::Float32));
+        }));
+      }
       std::vector<View> operands{L.as_view(x, L.origin()), L.as_view(w, L.origin())};
       if (!a.is_none("bias")) operands.push_back(L.as_view(a.tensor("bias"), L.origin()));
       return one(emit_extern(L, ExternKind::Convolution, a.out_dtype(), a.out_sizes(), std::move(operands),

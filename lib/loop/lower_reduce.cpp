@@ -131,6 +131,32 @@ TensorRef softmax(Lowering& L, const TensorRef& x, int64_t dim, bool log, DType 
   return map2(L, e, s, dt, [](ExprRef p, ExprRef q) { return binary(Op::Div, p, q); });
 }
 
+// out[n, (c KH + kh) KW + kw, oh OW + ow] = x[n, c, oh s - p + kh d, ow s - p + kw d], 0 outside.
+TensorRef im2col(Lowering& L, const TensorRef& x, std::array<int64_t, 2> k, std::array<int64_t, 2> d, std::array<int64_t, 2> p,
+                 std::array<int64_t, 2> s, const Index& out, DType dt) {
+  (void)L;
+  const size_t r = x.rank();
+  sym::Expr OW = sym::floordiv(x.sizes[r - 1] + 2 * p[1] - d[1] * (k[1] - 1) - 1, sym::Expr(s[1])) + 1;
+  return L.pointwise(dt, out, [=](const Index& i) {
+    const sym::Expr& j = i[r - 3];  // the (c, kh, kw) index
+    const sym::Expr& l = i[r - 2];  // the (oh, ow) index
+    sym::Expr cc = sym::floordiv(j, sym::Expr(k[0] * k[1]));
+    sym::Expr kh = sym::mod(sym::floordiv(j, sym::Expr(k[1])), sym::Expr(k[0])), kw = sym::mod(j, sym::Expr(k[1]));
+    sym::Expr oh = sym::floordiv(l, OW), ow = sym::mod(l, OW);
+    Index src(i.begin(), i.begin() + static_cast<long>(r - 3));
+    src.push_back(cc);
+    src.push_back(oh * s[0] - p[0] + kh * d[0]);
+    src.push_back(ow * s[1] - p[1] + kw * d[1]);
+    ExprRef inside;
+    for (int q = 0; q < 2; ++q) {
+      ExprRef ok = binary(Op::And, binary(Op::Ge, index_value(src[r - 2 + q]), index_value(0)),
+                          binary(Op::Lt, index_value(src[r - 2 + q]), index_value(x.sizes[r - 2 + q])));
+      inside = inside ? binary(Op::And, inside, ok) : ok;
+    }
+    return where(inside, cast(x.at(src), dt), constant(0, dt));
+  });
+}
+
 Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
   auto one = [](TensorRef t) { return Lowered(std::vector<TensorRef>{std::move(t)}); };
   std::string o = L.origin();
@@ -254,32 +280,10 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       });
       return std::vector<TensorRef>{y, indices};
     }
-    case OpKind::Im2col: {  // out[n, (c KH + kh) KW + kw, oh OW + ow] = x[n, c, oh s - p + kh d, ow s - p + kw d], 0 outside
-      TensorRef x = a.tensor("self");
+    case OpKind::Im2col: {
       auto k = two(a.ints("kernel_size"), 1), d = two(a.ints("dilation"), 1), p = two(a.ints("padding"), 0),
            s = two(a.ints("stride"), 1);
-      const size_t r = x.rank();
-      Index out = a.out_sizes();
-      sym::Expr OW = sym::floordiv(x.sizes[r - 1] + 2 * p[1] - d[1] * (k[1] - 1) - 1, sym::Expr(s[1])) + 1;
-      DType dt = a.out_dtype();
-      return one(L.pointwise(dt, out, [=](const Index& i) {
-        const sym::Expr& j = i[r - 3];  // the (c, kh, kw) index
-        const sym::Expr& l = i[r - 2];  // the (oh, ow) index
-        sym::Expr cc = sym::floordiv(j, sym::Expr(k[0] * k[1]));
-        sym::Expr kh = sym::mod(sym::floordiv(j, sym::Expr(k[1])), sym::Expr(k[0])), kw = sym::mod(j, sym::Expr(k[1]));
-        sym::Expr oh = sym::floordiv(l, OW), ow = sym::mod(l, OW);
-        Index src(i.begin(), i.begin() + static_cast<long>(r - 3));
-        src.push_back(cc);
-        src.push_back(oh * s[0] - p[0] + kh * d[0]);
-        src.push_back(ow * s[1] - p[1] + kw * d[1]);
-        ExprRef inside;
-        for (int q = 0; q < 2; ++q) {
-          ExprRef ok = binary(Op::And, binary(Op::Ge, index_value(src[r - 2 + q]), index_value(0)),
-                              binary(Op::Lt, index_value(src[r - 2 + q]), index_value(x.sizes[r - 2 + q])));
-          inside = inside ? binary(Op::And, inside, ok) : ok;
-        }
-        return where(inside, cast(x.at(src), dt), c(0, dt));
-      }));
+      return one(im2col(L, a.tensor("self"), {k[0], k[1]}, {d[0], d[1]}, {p[0], p[1]}, {s[0], s[1]}, a.out_sizes(), a.out_dtype()));
     }
     case OpKind::MaxPool2dWithIndicesBackward: {
       // dx[.., ih, iw] = sum of dy[.., oh, ow] over the windows whose first maximum (torch's

@@ -19,12 +19,13 @@ std::function<int()> add_compile(CLI::App& app) {
   cmd->add_flag("--cuda-graphs", opts->cuda_graphs,
                 "cuda: capture each run's launches in a CUDA graph per (input sizes, data pointers) and replay it");
   cmd->add_flag("--train", opts->train,
-                "Build a training library: ptc_forward_train, ptc_backward (gradients of the parameters and of inputs that "
-                "require grad) and fused SGD/AdamW steps over parameters the library holds (runtime.h)");
+                "Build a training library (CPU or --device cuda): ptc_forward_train, ptc_backward (gradients of the "
+                "parameters and of inputs that require grad) and fused SGD/AdamW steps over parameters the library holds; "
+                "train()-mode exports get batch statistics and running-statistics updates, and seeded dropout (runtime.h)");
   cmd->add_flag("--save-all", opts->save_all,
                 "--train: save every activation the backward reads instead of recomputing cheap elementwise chains");
   cmd->add_option("--emit-dir", opts->emit_dir, "Keep the generated sources in this folder");
-  cmd->add_option("--dump-after", opts->dump_after, "Print the graph after a pass (fold_batch_norm, fold_constants, cse, dce, prune_unused_weights; --train: autodiff, forward, backward; or all)");
+  cmd->add_option("--dump-after", opts->dump_after, "Print the graph after a pass (drop_buffer_updates, fold_batch_norm, fold_constants, cse, dce, prune_unused_weights; --train: batch_norm_training, cse, dce, prune_unused_weights, autodiff, forward, backward; or all)");
   cmd->add_option("--dump-loops", opts->dump_loops, "Write the loop IR as text to this file ('-' for stdout)");
   cmd->add_option("--weights", opts->weights, "embedded (in the library) or external (model.weights next to it, mapped and checksummed at open)")
       ->check(CLI::IsMember({"embedded", "external"}));
