@@ -1,7 +1,8 @@
 // ptc_train_cuda.cuh — a CUDA training library's memory and loops (see ptc_train.h): device
-// memory (cudaMalloc) and grid-stride kernels on the per-thread default stream, which the parts'
-// ptc_run calls use too; each call waits for its work, as ptc_run does. Included by the
-// generated model.cu before ptc_train.h.
+// memory from the stream-ordered allocator (cudaMallocAsync / cudaFreeAsync: saved activations
+// come and go every step, and cudaFree would wait for the whole device) and grid-stride kernels,
+// all on the per-thread default stream, which the parts' ptc_run calls use too; each call waits
+// for its work, as ptc_run does. Included by the generated model.cu before ptc_train.h.
 #pragma once
 
 #include <cstdint>
@@ -27,17 +28,20 @@ inline const char* error() { return cudaGetErrorString(last()); }
 
 inline void* alloc(size_t bytes) {
   void* p = nullptr;
-  if (!ok(cudaMalloc(&p, bytes ? bytes : 1))) return nullptr;
-  if (!ok(cudaMemset(p, 0, bytes))) {
-    cudaFree(p);
+  if (!ok(cudaMallocAsync(&p, bytes ? bytes : 1, cudaStreamPerThread))) return nullptr;
+  if (!ok(cudaMemsetAsync(p, 0, bytes, cudaStreamPerThread))) {
+    cudaFreeAsync(p, cudaStreamPerThread);
     return nullptr;
   }
   return p;
 }
 inline void release(void* p) {
-  if (p) cudaFree(p);
+  if (p) cudaFreeAsync(p, cudaStreamPerThread);
 }
-inline bool upload(void* dst, const void* host, size_t bytes) { return ok(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice)); }
+// (From pageable host memory the copy is staged before the call returns: `host` may go away.)
+inline bool upload(void* dst, const void* host, size_t bytes) {
+  return ok(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread));
+}
 inline bool zero(void* p, size_t bytes) {
   return ok(cudaMemsetAsync(p, 0, bytes, cudaStreamPerThread)) && ok(cudaStreamSynchronize(cudaStreamPerThread));
 }
