@@ -87,5 +87,10 @@ std::string generate_model_header(const loop::Program& p, const Graph& g);
 // C++ text of an integer index expression (int64_t arithmetic; Python floor semantics where a
 // dividend may be negative).
 std::string cpp_index(const sym::Expr& e);
+// "b<buffer>[offset + (i0) * (stride0) + ...]": element `idx` (C++ expressions) of a strided view.
+std::string view_element(const loop::View& v, const std::vector<std::string>& idx);
+// "b<buffer>[((0) * n0 + i0) * n1 + i1 ...]": element `idx` of a dense buffer whose sizes are the
+// C++ variables n0, n1, ...
+std::string dense_element(int buffer, const std::vector<std::string>& idx);
 
 }  // namespace ptc

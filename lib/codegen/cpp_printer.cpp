@@ -4,6 +4,18 @@
 
 namespace ptc {
 
+std::string view_element(const loop::View& v, const std::vector<std::string>& idx) {
+  std::string e = "b" + std::to_string(v.buffer) + "[" + cpp_index(v.offset);
+  for (size_t d = 0; d < idx.size(); ++d) e += " + (" + idx[d] + ") * (" + cpp_index(v.strides[d]) + ")";
+  return e + "]";
+}
+
+std::string dense_element(int buffer, const std::vector<std::string>& idx) {
+  std::string e = "0";
+  for (size_t d = 0; d < idx.size(); ++d) e = "(" + e + ") * n" + std::to_string(d) + " + " + idx[d];
+  return "b" + std::to_string(buffer) + "[" + e + "]";
+}
+
 std::string cpp_index(const sym::Expr& e) {
   using sym::Kind;
   switch (e.kind()) {

@@ -347,18 +347,10 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
   const Computation& c = p.comps[k.comps.front()];
   const loop::View &self = c.operands[0], &index = c.operands[1], &src = c.operands[2];
   const size_t r = c.domain.size(), dim = static_cast<size_t>(c.params[0]);
-  auto elem = [](const loop::View& v, const std::vector<std::string>& i) {
-    std::string e = "b" + std::to_string(v.buffer) + "[" + cpp_index(v.offset);
-    for (size_t d = 0; d < i.size(); ++d) e += " + (" + i[d] + ") * (" + cpp_index(v.strides[d]) + ")";
-    return e + "]";
-  };
+  auto elem = [](const loop::View& v, const std::vector<std::string>& i) { return view_element(v, i); };
   std::vector<std::string> iv;
   for (size_t d = 0; d < r; ++d) iv.push_back("i" + std::to_string(d));
-  auto out_elem = [&](const std::vector<std::string>& i) {
-    std::string e = "0";
-    for (size_t d = 0; d < r; ++d) e = "(" + e + ") * n" + std::to_string(d) + " + " + i[d];
-    return "b" + std::to_string(c.out) + "[" + e + "]";
-  };
+  auto out_elem = [&](const std::vector<std::string>& i) { return dense_element(c.out, i); };
   os << in << "const char* ptc_node = " << wrapper::quote(c.origin) << ";\n";
   for (size_t d = 0; d < r; ++d)
     os << in << "const int64_t n" << d << " = " << cpp_index(c.domain[d]) << ", m" << d << " = " << cpp_index(index.sizes[d])

@@ -358,18 +358,10 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
   std::vector<int> uniq;
   for (int b : bufs)
     if (std::find(uniq.begin(), uniq.end(), b) == uniq.end()) uniq.push_back(b);
-  auto elem = [](const loop::View& v, const std::vector<std::string>& i) {
-    std::string e = "b" + std::to_string(v.buffer) + "[" + cpp_index(v.offset);
-    for (size_t d = 0; d < i.size(); ++d) e += " + (" + i[d] + ") * (" + cpp_index(v.strides[d]) + ")";
-    return e + "]";
-  };
+  auto elem = [](const loop::View& v, const std::vector<std::string>& i) { return view_element(v, i); };
   std::vector<std::string> iv;
   for (size_t d = 0; d < r; ++d) iv.push_back("x" + std::to_string(d));
-  auto out_at = [&](const std::vector<std::string>& i) {
-    std::string e = "0";
-    for (size_t d = 0; d < r; ++d) e = "(" + e + ") * n" + std::to_string(d) + " + " + i[d];
-    return "b" + std::to_string(c.out) + "[" + e + "]";
-  };
+  auto out_at = [&](const std::vector<std::string>& i) { return dense_element(c.out, i); };
   for (int pass = 0; pass < 2; ++pass) {
     os << "__global__ void __launch_bounds__(" << kBlock << ") ptc_kernel_" << index << (pass ? "_add" : "_copy") << "(";
     emit_params(os, p, uniq, syms);
