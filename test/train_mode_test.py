@@ -163,6 +163,19 @@ def check_batch_norm(lib, model):
     return "batches 2, 5, 16 and 3 SGD steps agree"
 
 
+def check_manifest(ptc, lib):
+    import json
+    res = subprocess.run([ptc, "inspect", "--json", lib], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise AssertionError(res.stderr.strip())
+    m = json.loads(res.stdout)
+    m = m.get("manifest", m)
+    want = {f"bn{i}.{b}" for i in (1, 2, 3) for b in ("running_mean", "running_var", "num_batches_tracked")}
+    if len(m["outputs"]) != 1 or set(m.get("updated_buffers", [])) != want:
+        raise AssertionError(f"outputs {m['outputs']}, updated_buffers {m.get('updated_buffers')}")
+    return f"1 output, {len(m['updated_buffers'])} updated buffers"
+
+
 def export(model, args, path, core):
     ep = torch.export.export(model, args, dynamic_shapes=({0: torch.export.Dim("batch", min=2, max=256)},))
     if core:
@@ -326,6 +339,9 @@ def main():
             if r.check(f"{tag} [{mode}]: compile", lambda out=out, extra=extra: build(pt2, out, extra)) and checking:
                 r.check(f"{tag} [{mode}]: outputs, gradients, running statistics, SGD vs torch train()",
                         lambda out=out: check_batch_norm(out, bn))
+                if not args.libs and mode == "min_cut":
+                    r.check(f"{tag}: the manifest lists the model's output and the updated buffers",
+                            lambda out=out: check_manifest(args.ptc_binary, out))
         refused(pt2, tag, "batch norm in training mode")
     print(f"{r.passed} passed, {r.failed} failed")
     sys.exit(1 if r.failed else 0)

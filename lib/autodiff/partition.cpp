@@ -2,7 +2,8 @@
 //
 // Values the backward reads from the forward side are either
 //   - free: parameters, buffers and constants (the library holds them; the backward reads them
-//     directly), and views of free values (recomputed in the backward: a view costs nothing);
+//     directly), the dropout seed (the library passes it to both graphs), and views of free
+//     values (recomputed in the backward: a view costs nothing);
 //   - recomputed (min-cut mode): outputs of cheap forward nodes — elementwise ops, views, casts,
 //     layer norm — whose inputs are free, saved anyway, or recomputed themselves; the forward
 //     node is copied into the backward graph instead of its output being saved. This is the
@@ -11,7 +12,9 @@
 //   - saved: everything else (the forward writes them as extra outputs; the training library
 //     keeps them until the backward).
 // --save-all saves every non-free value the backward reads (views of free values are still
-// recomputed).
+// recomputed). Buffers the forward updates (JointGraph::updated_buffers: batch-norm running
+// statistics) are not free: the forward takes them as inputs after the parameters and the seed
+// and returns their new contents after the model's outputs.
 #include <algorithm>
 #include <functional>
 #include <unordered_map>

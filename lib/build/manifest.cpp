@@ -1,5 +1,6 @@
 #include "ptc/manifest.h"
 
+#include <algorithm>
 #include <elf.h>
 
 #include <cstring>
@@ -69,8 +70,10 @@ json make_manifest(const Graph& g, const WeightLayout& w, const ManifestOptions&
   m["inputs"] = json::array();
   for (const auto& in : g.inputs)
     if (in.role == GraphInput::Role::User) m["inputs"].push_back(tensor_json(in.value->name, in.value->type));
-  m["outputs"] = json::array();
-  for (const Value* v : g.outputs) m["outputs"].push_back(tensor_json(v->name, v->type));
+  m["outputs"] = json::array();  // the model's: buffer updates are not outputs of the library
+  const size_t n_out = g.outputs.size() - std::min(g.outputs.size(), g.updated_buffers.size());
+  for (size_t i = 0; i < n_out; ++i) m["outputs"].push_back(tensor_json(g.outputs[i]->name, g.outputs[i]->type));
+  if (!g.updated_buffers.empty()) m["updated_buffers"] = g.updated_buffers;  // held by a training library
   m["symbols"] = json::object();
   for (const auto& [name, r] : g.symbols)
     m["symbols"][name] = {r.bounded_below() ? json(r.lo) : json(nullptr), r.bounded_above() ? json(r.hi) : json(nullptr)};
