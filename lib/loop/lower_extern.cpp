@@ -198,13 +198,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       TensorRef x = a.tensor("input"), w = a.tensor("weight");
       if (x.rank() != 4) L.fail("ptc supports 2-D convolution (rank-4 input) so far");
       if (n.kind != OpKind::Conv2d && a.b("transposed")) L.fail("transposed convolution is not supported yet");
-      auto pair = [&](const char* name, int64_t dflt) {
-        std::vector<int64_t> v = a.ints(name);
-        if (v.empty()) v = {dflt};
-        if (v.size() == 1) v.push_back(v[0]);
-        return v;
-      };
-      auto st = pair("stride", 1), pd = pair("padding", 0), dl = pair("dilation", 1);
+      auto st = two(a.ints("stride"), 1), pd = two(a.ints("padding"), 0), dl = two(a.ints("dilation"), 1);
       auto kh = w.sizes[2].as_const(), kw = w.sizes[3].as_const();
       if (L.options.conv_as_gemm && a.i("groups") == 1 && kh && kw && a.out_dtype() == DType::Float32 && x.dtype == DType::Float32 &&
           w.dtype == DType::Float32) {

@@ -135,6 +135,8 @@ TensorRef permute(Lowering& L, const TensorRef& x, const std::vector<int64_t>& p
 // Elements start, start + step, ... (len of them) along `dim`; a strided view when x is one.
 TensorRef narrow(Lowering& L, const TensorRef& x, int64_t dim, sym::Expr start, sym::Expr step, sym::Expr len);
 TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt);  // [...,M,K] x [...,K,N]
+// A 2-d window argument (kernel, stride, padding, dilation): empty -> {dflt, dflt}, {a} -> {a, a}.
+std::vector<int64_t> two(std::vector<int64_t> v, int64_t dflt);
 // aten::im2col of a [.., C, H, W] tensor: [.., C KH KW, OH OW] columns (zeros over the padding).
 TensorRef im2col(Lowering& L, const TensorRef& x, std::array<int64_t, 2> k, std::array<int64_t, 2> d, std::array<int64_t, 2> p,
                  std::array<int64_t, 2> s, const Index& out, DType dt);

@@ -81,13 +81,6 @@ std::optional<TensorRef> opt_tensor(const Args& a, const char* name) {
 }
 
 // Sliding-window reduction over the last two dims (pooling). `pad_value` fills outside.
-// A 2-d window argument (kernel, stride, padding, dilation): empty -> {dflt, dflt}, {a} -> {a, a}.
-std::vector<int64_t> two(std::vector<int64_t> v, int64_t dflt) {
-  if (v.empty()) v = {dflt};
-  if (v.size() == 1) v.push_back(v[0]);
-  return v;
-}
-
 TensorRef pool2d(Lowering& L, const TensorRef& x, const Index& out_sizes, std::vector<int64_t> k, std::vector<int64_t> s,
                  std::vector<int64_t> p, std::vector<int64_t> d, ReduceOp op, DType dt) {
   k = two(k, 1);
@@ -120,6 +113,12 @@ TensorRef pool2d(Lowering& L, const TensorRef& x, const Index& out_sizes, std::v
 
 }  // namespace
 
+std::vector<int64_t> two(std::vector<int64_t> v, int64_t dflt) {
+  if (v.empty()) v = {dflt};
+  if (v.size() == 1) v.push_back(v[0]);
+  return v;
+}
+
 TensorRef softmax(Lowering& L, const TensorRef& x, int64_t dim, bool log, DType dt) {
   std::string o = L.origin();
   TensorRef xf = map1(L, x, dt, [dt](ExprRef v) { return cast(v, dt); });
@@ -134,7 +133,6 @@ TensorRef softmax(Lowering& L, const TensorRef& x, int64_t dim, bool log, DType 
 // out[n, (c KH + kh) KW + kw, oh OW + ow] = x[n, c, oh s - p + kh d, ow s - p + kw d], 0 outside.
 TensorRef im2col(Lowering& L, const TensorRef& x, std::array<int64_t, 2> k, std::array<int64_t, 2> d, std::array<int64_t, 2> p,
                  std::array<int64_t, 2> s, const Index& out, DType dt) {
-  (void)L;
   const size_t r = x.rank();
   sym::Expr OW = sym::floordiv(x.sizes[r - 1] + 2 * p[1] - d[1] * (k[1] - 1) - 1, sym::Expr(s[1])) + 1;
   return L.pointwise(dt, out, [=](const Index& i) {

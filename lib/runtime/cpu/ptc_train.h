@@ -390,9 +390,7 @@ inline int zero_grad(Model* m) {
   return PTC_OK;
 }
 
-// torch.optim.SGD (foreach or not, the same arithmetic): d = g + wd p; with momentum the buffer
-// starts as d and then b = momentum b + (1 - dampening) d; d = nesterov ? d + momentum b : b;
-// p -= lr d.
+// torch.optim.SGD's step (the arithmetic: sgd_element in ptc_train_math.h), after its checks.
 inline int sgd_step(Model* m, float lr, float momentum, float dampening, float weight_decay, int nesterov) {
   if (!m) return fail("ptc_sgd_step: model is null");
   if (!(lr >= 0) || !(momentum >= 0) || !(weight_decay >= 0) || !(dampening == dampening))
@@ -408,8 +406,7 @@ inline int sgd_step(Model* m, float lr, float momentum, float dampening, float w
   return PTC_OK;
 }
 
-// torch.optim.AdamW (amsgrad off): p *= 1 - lr wd; m = lerp(m, g, 1 - beta1); v = beta2 v +
-// (1 - beta2) g^2; p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+// torch.optim.AdamW's step (the arithmetic: adamw_element in ptc_train_math.h), after its checks.
 inline int adamw_step(Model* m, float lr, float beta1, float beta2, float eps, float weight_decay) {
   if (!m) return fail("ptc_adamw_step: model is null");
   if (!(lr >= 0) || !(eps >= 0) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(weight_decay >= 0))
