@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -100,6 +101,7 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   } else {
     weights_file = external_weights_path(out_path);
     std::string tmp = weights_file + ".tmp" + std::to_string(getpid());
+    errno = 0;
     std::ofstream f(tmp, std::ios::binary);
     unsigned char header[ptc_rt::kWeightsHeader] = {};
     std::memcpy(header, "PTCWGT01", 8);
@@ -108,7 +110,13 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
     f.write(reinterpret_cast<const char*>(header), sizeof header);
     weights.stream(g, [&](const unsigned char* p, size_t n) { f.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n)); });
     f.close();
-    if (!f) user_error(tmp, ": cannot write the weights file");
+    if (!f) {
+      const int err = errno;  // ofstream keeps no reason; the failed write or close left it in errno
+      std::error_code ignore;
+      fs::remove(tmp, ignore);  // a partial file would only take the disk space that was missing
+      user_error(tmp, ": cannot write the weights file", err ? std::string(": ") + std::strerror(err) : "",
+                 " (it needs ", weights.total_bytes >> 20, " MiB on that disk)");
+    }
     fs::rename(tmp, weights_file, ec);
     if (ec) user_error(weights_file, ": cannot write the weights file: ", ec.message());
   }
