@@ -60,6 +60,11 @@ PTC_OPS = [
     # element i where philox_uniform(seed, i, stream) < 1 - p, scaled by 1 / (1 - p). The same
     # (seed, stream) gives the same mask, so the backward applies the op to the gradient.
     ("PtcDropout", "ptc::dropout(Tensor self, Tensor seed, float p, int stream) -> Tensor"),
+    # A layout barrier: the value, materialized row-major in its own shape (a copy unless it is
+    # one already). Derivative rules place it where the loop order of a copy matters, e.g. im2col
+    # columns laid out [G, C K K, N, L] so that the copy reads the input along its rows and a GEMM
+    # takes the transposed view (lib/autodiff/rules_conv.cpp).
+    ("PtcRealize", "ptc::realize(Tensor self) -> Tensor"),
 ]
 
 

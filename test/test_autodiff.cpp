@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "ptc/autodiff.h"
@@ -472,6 +473,29 @@ TEST_CASE("max pooling's gradient goes to each window's first maximum, as torch'
   // Windows (rows 0-1, cols 0-1): all zero -> (0,0); (rows 0-1, cols 2-3): 5 first at (0,2);
   // (rows 1-2, cols 0-1): zeros -> (1,0); (rows 1-2, cols 2-3): 5 at (1,2).
   CHECK(dx == std::vector<float>{1, 0, 2, 0, 3, 0, 4, 0, 0, 0, 0, 0});
+}
+
+TEST_CASE("max_pool2d_with_indices gives torch's indices, and its gradient follows them", "[autodiff]") {
+  // indices: the flat input position (ih * W + iw) of each window's first maximum, padding
+  // never chosen; a NaN in a window is its max and its index.
+  test::GraphBuilder b;
+  Value* x = b.input("x", DType::Float32, {Expr(1), Expr(1), Expr(3), Expr(4)});
+  x->type.requires_grad = true;
+  auto outs = b.node(OpKind::MaxPool2dWithIndices, "mp",
+                     {{"self", x}, {"kernel_size", ints({2, 2})}, {"stride", ints({2, 2})}, {"padding", ints({1, 1})}});
+  b.g->outputs.push_back(outs[0]);  // [1, 1, 2, 3]
+  b.g->outputs.push_back(outs[1]);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> xv{-1, 2, 2, -3, 0, 7, nan, 1, 4, 4, -2, 9};
+  auto run = interpret(lower_to_loops(*b.g), *b.g, {bytes_of(xv)}, {});
+  std::vector<int64_t> ix(run.at(1).size() / 8);
+  std::memcpy(ix.data(), run[1].data(), ix.size() * 8);
+  // Windows (rows -1..0 | 1..2) x (cols -1..0 | 1..2 | 3..4): {-1} {2,2} {-3}; {0,4} {7,nan,4,-2} {1,9}.
+  CHECK(ix == std::vector<int64_t>{0, 1, 3, 8, 6, 11});
+  // The gradient of the values goes to those positions (the NaN's window: to the NaN).
+  std::vector<float> gv{1, 2, 3, 4, 5, 6};
+  auto dx = joint_output(*b.g, {bytes_of(xv), bytes_of(gv), bytes_of(std::vector<int64_t>(6, 0))}, 2);
+  CHECK(dx == std::vector<float>{1, 2, 0, 3, 0, 0, 5, 0, 4, 0, 0, 6});
 }
 
 TEST_CASE("derivatives of views and data movement match finite differences", "[autodiff]") {

@@ -150,7 +150,7 @@ TEST_CASE("Winograd F(2x2, 3x3) matches the direct convolution", "[conv]") {
   for (const Case& c : cases) {
     for (int prepared = 0; prepared < 2; ++prepared) {
       Conv v = make(c, rng);
-      REQUIRE(ptc_rt::winograd_detail::applies(v.a));
+      REQUIRE(ptc_rt::winograd_detail::kernel_applies(v.a));
       float* U = prepared ? ptc_rt::winograd_detail::prepare_weights(v.a) : nullptr;
       CHECK(ptc_rt::conv2d_winograd(v.a, U));
       std::free(U);
@@ -179,5 +179,13 @@ TEST_CASE("Winograd is not used where it does not apply or pay", "[conv]") {
   CHECK_FALSE(ptc_rt::winograd_detail::applies(make({2, 16, 14, 14, 16, 3, 1, 2, 2, 1}, rng).a));  // dilated
   CHECK_FALSE(ptc_rt::winograd_detail::applies(make({2, 16, 14, 14, 16, 3, 1, 1, 1, 2}, rng).a));  // grouped
   CHECK_FALSE(ptc_rt::winograd_detail::applies(make({1, 16, 6, 6, 16, 3, 1, 1, 1, 1}, rng).a));    // 9 tiles
+  // Weights transformed per call (a training step's) need more tiles to pay for the transform.
+  Conv few = make({8, 64, 7, 7, 64, 3, 1, 1, 1, 1}, rng);  // 128 tiles
+  CHECK_FALSE(ptc_rt::winograd_detail::applies(few.a));
+  void* prep = ptc_rt::conv2d_prepare(few.a);
+  few.a.prepared = prep;
+  CHECK(ptc_rt::winograd_detail::applies(few.a));
+  ptc_rt::prepared_free(prep);
+  CHECK(ptc_rt::winograd_detail::applies(make({8, 64, 14, 14, 64, 3, 1, 1, 1, 1}, rng).a));  // 392 tiles
   CHECK(ptc_rt::conv2d_prepare(make({1, 16, 14, 14, 16, 5, 1, 2, 1, 1}, rng).a) == nullptr);         // 5x5
 }

@@ -62,12 +62,19 @@ void convolution(GradContext& c) {
   if (!c.is_none("bias")) c.add_grad(c.in("bias"), b.sum(g, {0, 2, 3}, false));
   if (c.needs(w)) {
     // dW[o, c, kh, kw] = sum over images and positions of dy[n, o, l] im2col(x)[n, (c, kh, kw), l]:
-    // one GEMM per group whose inner dimension runs over every image's positions.
+    // one GEMM per group whose inner dimension runs over every image's positions. Both operands
+    // are realized with the positions innermost, [G, rows, N, L] (the im2col gather then reads
+    // the input along its rows), and the GEMM takes the columns transposed as a strided view.
     Value* cols = b.op(OpKind::Im2col, {{"self", x}, {"kernel_size", std::vector<int64_t>{K(0), K(1)}},
                                         {"dilation", d}, {"padding", p}, {"stride", s}});  // [N, C K K, L]
     const Expr L = gs[2] * gs[3], CKK = Expr(Cg * K(0) * K(1));
-    Value* gm = b.reshape(b.permute(b.reshape(g, {N, Expr(G), Expr(Og), L}), {1, 2, 0, 3}), {Expr(G), Expr(Og), N * L});
-    Value* cm = b.reshape(b.permute(b.reshape(cols, {N, Expr(G), CKK, L}), {1, 0, 3, 2}), {Expr(G), N * L, CKK});
+    auto by_group = [&](Value* v, Expr rows) {  // [N, G rows, OH OW] -> [G, rows, N OH OW], realized
+      Value* t = b.reshape(v, {N, Expr(G), rows, gs[2], gs[3]});  // OH, OW apart: no index division
+      t = b.op(OpKind::PtcRealize, {{"self", b.permute(t, {1, 2, 0, 3, 4})}});
+      return b.reshape(t, {Expr(G), rows, N * L});
+    };
+    Value* gm = by_group(g, Expr(Og));
+    Value* cm = b.permute(by_group(cols, CKK), {0, 2, 1});  // [G, N L, C K K]
     c.add_grad(w, b.reshape(b.matmul(gm, cm), ws));  // [G, Og, Cg K K]
   }
   if (c.needs(x)) {

@@ -111,6 +111,40 @@ TensorRef pool2d(Lowering& L, const TensorRef& x, const Index& out_sizes, std::v
   return L.reduce(windows, {static_cast<int64_t>(r), static_cast<int64_t>(r + 1)}, false, op, dt, L.origin());
 }
 
+// max_pool2d's indices (torch's): per window, the flat input position ih * W + iw of the first
+// element in row-major window order that equals the window's max `y` (a NaN max: the first NaN).
+TensorRef max_pool2d_indices(Lowering& L, const TensorRef& x, const TensorRef& y, std::vector<int64_t> k,
+                             std::vector<int64_t> s, std::vector<int64_t> p, std::vector<int64_t> d) {
+  k = two(k, 1);
+  s = s.empty() ? k : two(s, 1);
+  p = two(p, 0);
+  d = two(d, 1);
+  const size_t r = x.rank();
+  const DType dt = x.dtype;
+  const Index xs = x.sizes;
+  auto iv = [](const sym::Expr& e) { return index_value(e); };
+  return L.pointwise(DType::Int64, y.sizes, [=](const Index& o) {
+    ExprRef m = cast(y.at(o), dt);
+    ExprRef nan_max = binary(Op::Ne, m, m);
+    ExprRef pos = c(-1, DType::Int64);
+    for (int64_t kh = k[0]; kh-- > 0;)  // backwards: the first position in the window wins
+      for (int64_t kw = k[1]; kw-- > 0;) {
+        Index q(o.begin(), o.end());
+        q[r - 2] = o[r - 2] * s[0] - p[0] + kh * d[0];
+        q[r - 1] = o[r - 1] * s[1] - p[1] + kw * d[1];
+        ExprRef inside;
+        for (int j = 0; j < 2; ++j) {
+          ExprRef ok = binary(Op::And, binary(Op::Ge, iv(q[r - 2 + j]), iv(0)), binary(Op::Lt, iv(q[r - 2 + j]), iv(xs[r - 2 + j])));
+          inside = inside ? binary(Op::And, inside, ok) : ok;
+        }
+        ExprRef v = cast(x.at(q), dt);
+        ExprRef same = binary(Op::Or, binary(Op::Eq, v, m), binary(Op::And, nan_max, binary(Op::Ne, v, v)));
+        pos = select(where(inside, same, c(0, DType::Bool)), iv(q[r - 2] * xs[r - 1] + q[r - 1]), pos);
+      }
+    return pos;
+  });
+}
+
 }  // namespace
 
 std::vector<int64_t> two(std::vector<int64_t> v, int64_t dflt) {
@@ -268,15 +302,14 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
     }
     case OpKind::MaxPool2d: case OpKind::MaxPool2dWithIndices: {
       TensorRef x = a.tensor("self");
+      // With indices, the input is stored once: the maxima and the equality tests must see the
+      // same values (an inline recomputation may round differently in two kernels, e.g. FMA).
+      if (n.kind == OpKind::MaxPool2dWithIndices) x = L.realize(x, L.origin());
       TensorRef y = pool2d(L, x, a.out_sizes(), a.ints("kernel_size"), a.ints("stride"), a.ints("padding"), a.ints("dilation"),
                            ReduceOp::Max, a.out_dtype());
       if (n.kind == OpKind::MaxPool2d) return one(y);
-      Lowering* lp = &L;
-      std::string name = n.name;
-      TensorRef indices = L.pointwise(DType::Int64, a.out_sizes(1), [lp, name](const Index&) -> ExprRef {
-        lp->fail("the indices of max_pool2d_with_indices are not supported yet");
-      });
-      return std::vector<TensorRef>{y, indices};
+      return std::vector<TensorRef>{y, max_pool2d_indices(L, x, L.realize(y, L.origin()), a.ints("kernel_size"), a.ints("stride"),
+                                                          a.ints("padding"), a.ints("dilation"))};
     }
     case OpKind::Im2col: {
       auto k = two(a.ints("kernel_size"), 1), d = two(a.ints("dilation"), 1), p = two(a.ints("padding"), 0),
@@ -284,62 +317,35 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       return one(im2col(L, a.tensor("self"), {k[0], k[1]}, {d[0], d[1]}, {p[0], p[1]}, {s[0], s[1]}, a.out_sizes(), a.out_dtype()));
     }
     case OpKind::MaxPool2dWithIndicesBackward: {
-      // dx[.., ih, iw] = sum of dy[.., oh, ow] over the windows whose first maximum (torch's
-      // index: the first position in row-major window order holding the max) is (ih, iw). The
-      // windows covering a row: oh = (ih + p) // s - a for a < (K - 1) d // s + 1.
+      // dx[.., ih, iw] = sum of dy[.., oh, ow] over the windows whose index (the flat input
+      // position of their first maximum, max_pool2d_with_indices') is ih W + iw. The windows
+      // that can hold a row: oh = (ih + p) // s - a for a < (K - 1) d // s + 1.
       TensorRef g = a.tensor("grad_output");
-      // The input is stored once: the window maxima and the equality tests must see the same
-      // values (an inline recomputation may round differently in the two kernels, e.g. FMA).
-      TensorRef x = L.realize(a.tensor("self"), L.origin());
+      TensorRef indices = L.realize(a.tensor("indices"), L.origin());  // read by up to A0 A1 windows each
+      const Index xs = a.tensor("self").sizes, gs = g.sizes;
       std::vector<int64_t> k = two(a.ints("kernel_size"), 1);
       std::vector<int64_t> st = a.ints("stride").empty() ? k : two(a.ints("stride"), 1);
       std::vector<int64_t> pd = two(a.ints("padding"), 0), dl = two(a.ints("dilation"), 1);
       DType dt = a.out_dtype();
-      TensorRef y = pool2d(L, x, g.sizes, k, st, pd, dl, ReduceOp::Max, dt);
-      const size_t r = x.rank();
-      const Index xs = x.sizes, gs = g.sizes;
+      const size_t r = xs.size();
+      auto iv = [](const sym::Expr& e) { return index_value(e); };
       int64_t A[2];
       for (int j = 0; j < 2; ++j) A[j] = (k[j] - 1) * dl[j] / st[j] + 1;
-      auto iv = [](const sym::Expr& e) { return index_value(e); };
-      auto AND = [](ExprRef p1, ExprRef p2) { return p1 ? binary(Op::And, p1, p2) : p2; };
-      return one(L.pointwise(dt, x.sizes, [=](const Index& idx) {
+      return one(L.pointwise(dt, xs, [=](const Index& idx) {
         ExprRef total = c(0, dt);
+        ExprRef here = iv(idx[r - 2] * xs[r - 1] + idx[r - 1]);
         for (int64_t a0 = 0; a0 < A[0]; ++a0)
           for (int64_t a1 = 0; a1 < A[1]; ++a1) {
-            sym::Expr o[2], rel[2];
+            Index oi(idx.begin(), idx.end());
             ExprRef valid;
             for (int j = 0; j < 2; ++j) {
-              const sym::Expr& i = idx[r - 2 + j];
-              o[j] = sym::floordiv(i + pd[j], sym::Expr(st[j])) - (j ? a1 : a0);
-              rel[j] = i + pd[j] - o[j] * st[j];  // the position in the window, times the dilation
-              valid = AND(valid, binary(Op::Ge, iv(o[j]), iv(0)));
-              valid = AND(valid, binary(Op::Lt, iv(o[j]), iv(gs[r - 2 + j])));
-              valid = AND(valid, binary(Op::Le, iv(rel[j]), iv((k[j] - 1) * dl[j])));
-              if (dl[j] > 1) valid = AND(valid, binary(Op::Eq, iv(sym::mod(rel[j], sym::Expr(dl[j]))), iv(0)));
+              const sym::Expr o = sym::floordiv(idx[r - 2 + j] + pd[j], sym::Expr(st[j])) - (j ? a1 : a0);
+              oi[r - 2 + j] = o;
+              ExprRef ok = binary(Op::And, binary(Op::Ge, iv(o), iv(0)), binary(Op::Lt, iv(o), iv(gs[r - 2 + j])));
+              valid = valid ? binary(Op::And, valid, ok) : ok;
             }
-            Index oi(idx.begin(), idx.end());
-            oi[r - 2] = o[0];
-            oi[r - 1] = o[1];
-            ExprRef m = cast(y.at(oi), dt);
-            ExprRef cur = binary(Op::Add, binary(Op::Mul, iv(sym::floordiv(rel[0], sym::Expr(dl[0]))), iv(k[1])),
-                                 iv(sym::floordiv(rel[1], sym::Expr(dl[1]))));
-            // (ih, iw) holds the max, and no earlier window position inside the input does.
-            ExprRef first = binary(Op::Eq, cast(x.at(idx), dt), m);
-            for (int64_t kh = 0; kh < k[0]; ++kh)
-              for (int64_t kw = 0; kw < k[1]; ++kw) {
-                Index q(idx.begin(), idx.end());
-                q[r - 2] = o[0] * st[0] - pd[0] + kh * dl[0];
-                q[r - 1] = o[1] * st[1] - pd[1] + kw * dl[1];
-                ExprRef earlier = binary(Op::Lt, iv(kh * k[1] + kw), cur);
-                for (int j = 0; j < 2; ++j) {
-                  earlier = binary(Op::And, earlier, binary(Op::Ge, iv(q[r - 2 + j]), iv(0)));
-                  earlier = binary(Op::And, earlier, binary(Op::Lt, iv(q[r - 2 + j]), iv(xs[r - 2 + j])));
-                }
-                ExprRef beaten = where(earlier, binary(Op::Eq, cast(x.at(q), dt), m), c(0, DType::Bool));
-                first = binary(Op::And, first, unary(Op::Not, beaten));
-              }
-            ExprRef term = where(valid, where(first, cast(g.at(oi), dt), c(0, dt)), c(0, dt));
-            total = binary(Op::Add, total, term);
+            ExprRef mine = binary(Op::Eq, cast(indices.at(oi), DType::Int64), here);
+            total = binary(Op::Add, total, where(valid, where(mine, cast(g.at(oi), dt), c(0, dt)), c(0, dt)));
           }
         return total;
       }));

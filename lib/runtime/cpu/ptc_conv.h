@@ -202,8 +202,23 @@ inline void conv2d_depthwise(const Conv2dArgs& a) {
   }
 }
 
+// The GEMM's k stride when the weight's (ci, kh, kw) dims flatten to one stride, else -1. Dims
+// of size 1 take any stride (a 1x1 kernel's; the input-channel dim of a per-group transposed
+// weight that a derivative permutes).
+inline int64_t conv_weight_k_stride(const Conv2dArgs& a) {
+  const int64_t size[3] = {a.C / a.groups, a.KH, a.KW}, stride[3] = {a.ws[1], a.ws[2], a.ws[3]};
+  int64_t inner = -1, next = 0;
+  for (int d = 2; d >= 0; --d) {
+    if (size[d] == 1) continue;
+    if (inner < 0) inner = stride[d];
+    else if (stride[d] != next) return -1;
+    next = stride[d] * size[d];
+  }
+  return inner < 0 ? 1 : inner;
+}
+
 // Convolution as one batched implicit GEMM over (image, group); the weight's (ci, kh, kw) must
-// flatten to one stride (conv_weight_flat).
+// flatten to one stride (conv_weight_k_stride).
 inline void conv2d(const Conv2dArgs& a) {
   const int64_t Cg = a.C / a.groups, Og = a.O / a.groups;
   if (Cg == 1 && Og == 1) return a.sh == 1 && a.sw == 1 ? conv2d_depthwise(a) : conv2d_direct(a);
@@ -216,7 +231,7 @@ inline void conv2d(const Conv2dArgs& a) {
   ga.K = K;
   ga.A = a.w;
   ga.lda_m = a.ws[0];
-  ga.lda_k = a.ws[3];  // valid when (ci, kh, kw) flatten with the weight's strides
+  ga.lda_k = conv_weight_k_stride(a);
   ga.B = a.x;
   ga.ldb_k = a.xs[1];  // the pointwise case: B[ci, p] = x[ci, p]
   ga.ldb_n = 1;
@@ -245,11 +260,6 @@ inline void conv2d(const Conv2dArgs& a) {
   for (int64_t kw = 0; kw < a.KW; ++kw) conv_detail::valid_cols(a, kw, &lo[kw], &hi[kw]);
   const conv_detail::ConvPackB pack{&a, lo.data(), hi.data()};
   gemm_detail::gemm_run(ga, a.N * groups, off, ep, nullptr, 0, pack);
-}
-
-// Whether the weight's (ci, kh, kw) dims flatten to one stride (the GEMM path's requirement).
-inline bool conv_weight_flat(const int64_t* ws, int64_t KH, int64_t KW) {
-  return ws[3] * KW == ws[2] && ws[2] * KH == ws[1];
 }
 
 }  // namespace ptc_rt

@@ -10,7 +10,7 @@ void conv2d_call(const Conv2dArgs& a) {
   if (winograd_detail::applies(a) && conv2d_winograd(a, static_cast<const float*>(a.prepared))) return;
   if (a.C == a.groups && a.O == a.groups && a.sh == 1 && a.sw == 1)
     conv2d_depthwise(a);  // any weight strides
-  else if (conv_weight_flat(a.ws, a.KH, a.KW))
+  else if (conv_weight_k_stride(a) >= 0)
     conv2d(a);
   else
     conv2d_direct(a);

@@ -33,11 +33,14 @@ inline bool kernel_applies(const Conv2dArgs& a) {
 }
 
 // Whether F(2x2, 3x3) applies and pays off for this call: the weights qualify and there are
-// enough tiles for the GEMMs' columns.
+// enough tiles for the GEMMs' columns. Weights transformed per call (not prepared: a training
+// step's) cost ~20 ns per (O, C) pair, which the GEMMs win back at ~70 ps per (O, C, tile):
+// from ~300 tiles on (2 threads: resnet18's layer4 at batch 8, 128 tiles, is faster as an
+// implicit GEMM; layer3, 392 tiles, is not).
 inline bool applies(const Conv2dArgs& a) {
   if (!kernel_applies(a) || a.OH < 2 || a.OW < 2) return false;
   const int64_t tiles = a.N * ((a.OH + 1) / 2) * ((a.OW + 1) / 2);
-  return tiles >= 48;
+  return tiles >= (a.prepared ? 48 : 300);
 }
 
 inline int64_t weights_stride(const Conv2dArgs& a) {  // floats per transformed position
@@ -45,28 +48,42 @@ inline int64_t weights_stride(const Conv2dArgs& a) {  // floats per transformed 
 }
 
 // U_e = (G g G^T)[e], G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], each U_e [O, C] written
-// straight into the GEMMs' packed-A layout at U + e * ustride (padding rows stay zero).
+// straight into the GEMMs' packed-A layout at U + e * ustride, padding rows as zeros. The threads
+// take MR-row slivers; per input channel a sliver's MR values of each U_e are one contiguous run
+// (a training step transforms its weights every call, so this is on the step's path).
 inline void transform_weights(const Conv2dArgs& a, float* U, int64_t ustride) {
-  const int64_t O = a.O, C = a.C;
+  using gemm_detail::MR;
+  const int64_t O = a.O, C = a.C, slivers = (O + MR - 1) / MR;
 #pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < O; ++o)
+  for (int64_t s = 0; s < slivers; ++s)
     for (int64_t c = 0; c < C; ++c) {
-      const float* w = a.w + o * a.ws[0] + c * a.ws[1];
-      float g[3][3], t[4][3];
-      for (int i = 0; i < 3; ++i)
-        for (int j = 0; j < 3; ++j) g[i][j] = w[i * a.ws[2] + j * a.ws[3]];
-      for (int j = 0; j < 3; ++j) {  // t = G g
-        t[0][j] = g[0][j];
-        t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
-        t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
-        t[3][j] = g[2][j];
+      float* dst = U + gemm_detail::packed_a_index(O, C, s * MR, c);
+      float u[16][MR];
+      for (int64_t i = 0; i < MR; ++i) {
+        const int64_t o = s * MR + i;
+        if (o >= O) {
+          for (int e = 0; e < 16; ++e) u[e][i] = 0.f;
+          continue;
+        }
+        const float* w = a.w + o * a.ws[0] + c * a.ws[1];
+        float g[3][3], t[4][3];
+        for (int r = 0; r < 3; ++r)
+          for (int q = 0; q < 3; ++q) g[r][q] = w[r * a.ws[2] + q * a.ws[3]];
+        for (int q = 0; q < 3; ++q) {  // t = G g
+          t[0][q] = g[0][q];
+          t[1][q] = 0.5f * (g[0][q] + g[1][q] + g[2][q]);
+          t[2][q] = 0.5f * (g[0][q] - g[1][q] + g[2][q]);
+          t[3][q] = g[2][q];
+        }
+        for (int r = 0; r < 4; ++r) {  // u = t G^T
+          u[r * 4 + 0][i] = t[r][0];
+          u[r * 4 + 1][i] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
+          u[r * 4 + 2][i] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
+          u[r * 4 + 3][i] = t[r][2];
+        }
       }
-      for (int i = 0; i < 4; ++i) {  // u = t G^T
-        const float u[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]),
-                            0.5f * (t[i][0] - t[i][1] + t[i][2]), t[i][2]};
-        const int64_t at = gemm_detail::packed_a_index(O, C, o, c);
-        for (int j = 0; j < 4; ++j) U[(i * 4 + j) * ustride + at] = u[j];
-      }
+      for (int e = 0; e < 16; ++e)
+        for (int64_t i = 0; i < MR; ++i) dst[e * ustride + i] = u[e][i];
     }
 }
 
@@ -177,8 +194,7 @@ inline float* prepare_weights(const Conv2dArgs& a) {
   const size_t n = static_cast<size_t>(16 * weights_stride(a));
   float* U = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64));
   if (!U) return nullptr;
-  std::fill(U, U + n, 0.f);
-  transform_weights(a, U, weights_stride(a));
+  transform_weights(a, U, weights_stride(a));  // every float, padding rows included
   return U;
 }
 
