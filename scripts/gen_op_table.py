@@ -60,11 +60,11 @@ PTC_OPS = [
     # element i where philox_uniform(seed, i, stream) < 1 - p, scaled by 1 / (1 - p). The same
     # (seed, stream) gives the same mask, so the backward applies the op to the gradient.
     ("PtcDropout", "ptc::dropout(Tensor self, Tensor seed, float p, int stream) -> Tensor"),
-    # A layout barrier: the value, materialized row-major in its own shape (a copy unless it is
-    # one already). Derivative rules place it where the loop order of a copy matters, e.g. im2col
-    # columns laid out [G, C K K, N, L] so that the copy reads the input along its rows and a GEMM
-    # takes the transposed view (lib/autodiff/rules_conv.cpp).
-    ("PtcRealize", "ptc::realize(Tensor self) -> Tensor"),
+    # A convolution's weight gradient (lib/autodiff/rules_conv.cpp): [O, C / groups, KH, KW] =
+    # sum over images and positions of grad_output times the im2col columns of input. The CPU runs
+    # it as an implicit GEMM that never stores the columns; CUDA as im2col columns and one GEMM.
+    ("PtcConv2dWeightGrad", "ptc::conv2d_weight_grad(Tensor input, Tensor grad_output, int[2] kernel_size, int[2] stride, "
+                            "int[2] padding, int[2] dilation, int groups) -> Tensor"),
 ]
 
 

@@ -189,3 +189,47 @@ TEST_CASE("Winograd is not used where it does not apply or pay", "[conv]") {
   CHECK(ptc_rt::winograd_detail::applies(make({8, 64, 14, 14, 64, 3, 1, 1, 1, 1}, rng).a));  // 392 tiles
   CHECK(ptc_rt::conv2d_prepare(make({1, 16, 14, 14, 16, 5, 1, 2, 1, 1}, rng).a) == nullptr);         // 5x5
 }
+
+TEST_CASE("the weight gradient's implicit GEMM matches a direct sum", "[conv]") {
+  // dw[o, ci, kh, kw] = sum over n, oh, ow of dy[n, o, oh, ow] x[n, g Cg + ci, ih, iw], with dy
+  // regrouped [G, Og, N, OH, OW]; images cross the GEMM's k blocks (N P > the k block).
+  std::mt19937 rng(6);
+  const Case cases[] = {
+      {2, 6, 9, 9, 8, 3, 1, 1, 1, 1},     {3, 8, 11, 10, 6, 3, 2, 1, 1, 2}, {2, 4, 7, 7, 4, 1, 2, 0, 1, 1},
+      {1, 3, 12, 12, 5, 7, 2, 3, 1, 1},   {2, 4, 9, 8, 4, 3, 1, 2, 2, 4},   {5, 16, 30, 30, 40, 3, 1, 1, 1, 1},
+      {3, 20, 17, 19, 36, 5, 2, 2, 1, 2},
+  };
+  for (const Case& c : cases) {
+    Conv v = make(c, rng, false);
+    const ptc_rt::Conv2dArgs& a = v.a;
+    const int64_t Cg = a.C / a.groups, Og = a.O / a.groups, P = a.OH * a.OW;
+    std::uniform_real_distribution<float> dist(-1.f, 1.f);
+    std::vector<float> dy(static_cast<size_t>(a.N * a.O * P)), dyg(dy.size()), dw(static_cast<size_t>(a.O * Cg * a.KH * a.KW), std::nanf(""));
+    for (auto& e : dy) e = dist(rng);
+    for (int64_t n = 0; n < a.N; ++n)
+      for (int64_t o = 0; o < a.O; ++o)
+        for (int64_t p = 0; p < P; ++p) dyg[static_cast<size_t>(((o / Og * Og + o % Og) * a.N + n) * P + p)] = dy[static_cast<size_t>((n * a.O + o) * P + p)];
+    ptc_rt::conv2d_weight_grad_call(a, dyg.data(), dw.data());
+    double worst = 0, scale = 0;
+    for (int64_t o = 0; o < a.O; ++o)
+      for (int64_t ci = 0; ci < Cg; ++ci)
+        for (int64_t kh = 0; kh < a.KH; ++kh)
+          for (int64_t kw = 0; kw < a.KW; ++kw) {
+            double ref = 0;
+            for (int64_t n = 0; n < a.N; ++n)
+              for (int64_t oh = 0; oh < a.OH; ++oh)
+                for (int64_t ow = 0; ow < a.OW; ++ow) {
+                  const int64_t ih = oh * a.sh - a.ph + kh * a.dh, iw = ow * a.sw - a.pw + kw * a.dw;
+                  if (ih < 0 || ih >= a.H || iw < 0 || iw >= a.W) continue;
+                  ref += static_cast<double>(dy[static_cast<size_t>(((n * a.O + o) * a.OH + oh) * a.OW + ow)]) *
+                         v.x[static_cast<size_t>(((n * a.C + o / Og * Cg + ci) * a.H + ih) * a.W + iw)];
+                }
+            const double got = dw[static_cast<size_t>(((o * Cg + ci) * a.KH + kh) * a.KW + kw)];
+            worst = std::max(worst, std::isnan(got) ? INFINITY : std::fabs(got - ref));
+            scale = std::max(scale, std::fabs(ref));
+          }
+    INFO("N C H W O K s p d g = " << c.N << " " << c.C << " " << c.H << " " << c.W << " " << c.O << " " << c.K << " " << c.s << " "
+                                  << c.p << " " << c.d << " " << c.g);
+    CHECK(worst <= 1e-5 * std::max(1.0, scale));
+  }
+}

@@ -164,3 +164,63 @@ TEST_CASE("convolutions as im2col columns times the weight (the CUDA lowering) m
     }
   }
 }
+
+TEST_CASE("a convolution's weight gradient as stored columns and GEMMs (CUDA) matches the implicit-GEMM extern (CPU)", "[lower]") {
+  struct Conv {
+    int64_t C, O, K, stride, pad, dil, groups;
+  };
+  const Conv convs[] = {{3, 4, 3, 1, 1, 1, 1}, {2, 3, 3, 2, 1, 1, 1}, {2, 3, 1, 2, 0, 1, 1},
+                        {4, 6, 3, 1, 2, 2, 2}, {4, 4, 3, 2, 1, 1, 4}, {1, 2, 2, 3, 0, 1, 1}};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> U(-1.f, 1.f);
+  for (const Conv& k : convs) {
+    INFO("C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " pad " << k.pad << " dil " << k.dil << " groups "
+              << k.groups);
+    const int64_t H = 7, W = 6;
+    const int64_t OH = (H + 2 * k.pad - k.dil * (k.K - 1) - 1) / k.stride + 1, OW = (W + 2 * k.pad - k.dil * (k.K - 1) - 1) / k.stride + 1;
+    test::GraphBuilder b;
+    sym::Expr n = b.sym("n", 1, 4);
+    Value* x = b.input("x", DType::Float32, {n, sym::Expr(k.C), sym::Expr(H), sym::Expr(W)});
+    Value* dy = b.input("dy", DType::Float32, {n, sym::Expr(k.O), sym::Expr(OH), sym::Expr(OW)});
+    auto two = [](int64_t v) { return std::vector<int64_t>{v, v}; };
+    b.g->outputs.push_back(b.op(OpKind::PtcConv2dWeightGrad, "dw",
+                                {{"input", x}, {"grad_output", dy}, {"kernel_size", two(k.K)}, {"stride", two(k.stride)},
+                                 {"padding", two(k.pad)}, {"dilation", two(k.dil)}, {"groups", k.groups}}));
+    LowerOptions gemm_opts;
+    gemm_opts.conv_as_gemm = true;
+    loop::Program direct = lower_to_loops(*b.g), as_gemm = lower_to_loops(*b.g, gemm_opts);
+    auto count = [](const loop::Program& p) {
+      int n = 0;
+      for (const auto& c : p.comps) n += c.kind == loop::Computation::Kind::Extern && c.extern_kind == loop::ExternKind::ConvWeightGrad;
+      return n;
+    };
+    CHECK(count(direct) == 1);
+    CHECK(count(as_gemm) == 0);
+    for (int64_t batch : {1, 3}) {
+      std::vector<std::vector<std::byte>> ins;
+      for (const GraphInput& in : b.g->inputs) {
+        int64_t numel = 1;
+        for (const auto& s : in.value->type.sizes) numel *= s.as_const() ? *s.as_const() : batch;
+        std::vector<float> v(static_cast<size_t>(numel));
+        for (auto& e : v) e = U(rng);
+        std::vector<std::byte> bytes(v.size() * 4);
+        std::memcpy(bytes.data(), v.data(), bytes.size());
+        ins.push_back(bytes);
+      }
+      auto want = interpret(direct, *b.g, ins, {{"n", batch}});
+      auto got = interpret(as_gemm, *b.g, ins, {{"n", batch}});
+      REQUIRE(want[0].size() == static_cast<size_t>(k.O * (k.C / k.groups) * k.K * k.K * 4));
+      REQUIRE(want[0].size() == got[0].size());
+      std::vector<float> a(want[0].size() / 4), c(a.size());
+      std::memcpy(a.data(), want[0].data(), want[0].size());
+      std::memcpy(c.data(), got[0].data(), got[0].size());
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(a[i] - c[i])));
+        scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+      }
+      CHECK(scale > 0.1);
+      CHECK(worst < 1e-5 * std::max(1.0, scale));
+    }
+  }
+}

@@ -122,6 +122,9 @@ enum class ExternKind : uint8_t {
   ScatterAdd,   // out = self; out[.., index[i], ..] += src[i] along params[0] (torch.scatter_add);
                 // operands {self, index, src}, index and src of one shape; an index outside
                 // [0, size) fails the run (CPU) as torch does
+  ConvWeightGrad,  // out [O, C/groups, KH, KW] = a convolution's weight gradient; operands {input
+                   // [N, C, H, W], grad_output laid out [groups, O/groups, N, OH, OW] contiguous};
+                   // params as Convolution's (the CPU's implicit GEMM; CUDA lowers it to GEMMs)
 };
 const char* extern_name(ExternKind k);
 

@@ -33,7 +33,7 @@ bool is_view(OpKind k) {
     case OpKind::FlattenUsingInts: case OpKind::UnflattenInt: case OpKind::Unsqueeze: case OpKind::SqueezeDim:
     case OpKind::SqueezeDims: case OpKind::Squeeze: case OpKind::SliceTensor: case OpKind::SelectInt: case OpKind::Narrow:
     case OpKind::SplitTensor: case OpKind::SplitWithSizes: case OpKind::Chunk: case OpKind::UnbindInt: case OpKind::Detach:
-    case OpKind::Contiguous: case OpKind::Clone: case OpKind::LiftFreshCopy: case OpKind::PtcRealize:
+    case OpKind::Contiguous: case OpKind::Clone: case OpKind::LiftFreshCopy:
       return true;
     default: return false;
   }

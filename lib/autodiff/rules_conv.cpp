@@ -3,8 +3,8 @@
 // The input gradient is itself a forward convolution (the same convolution code as the forward);
 // the weight gradient is a GEMM over im2col columns (x: [N, C, H, W], w: [O, C/G, KH, KW],
 // dy: [N, O, OH, OW]):
-//   dW: im2col of the input (aten::im2col, a gather) times dy, one GEMM per group whose inner
-//       dimension runs over the positions of every image.
+//   dW: ptc::conv2d_weight_grad, the im2col columns of the input times dy, one GEMM per group
+//       whose inner dimension runs over the positions of every image.
 //   dX: a valid convolution of dy, with zeros stuffed between its elements (stride > 1) and
 //       padded by d (K - 1) - p before and what makes H rows after, by the flipped, per-group
 //       transposed weight with dilation d.
@@ -54,28 +54,16 @@ void convolution(GradContext& c) {
   const int64_t G = c.integer("groups");
   const auto& xs = x->type.sizes;
   const auto& ws = w->type.sizes;
-  const auto& gs = g->type.sizes;
   auto K = [&](int i) { return *ws[2 + i].as_const(); };
   if (!ws[0].as_const() || !ws[1].as_const() || !ws[2].as_const() || !ws[3].as_const()) c.fail("--train needs a static weight shape");
   const int64_t O = *ws[0].as_const(), Cg = *ws[1].as_const(), Og = O / G;
-  const Expr N = xs[0];
   if (!c.is_none("bias")) c.add_grad(c.in("bias"), b.sum(g, {0, 2, 3}, false));
   if (c.needs(w)) {
-    // dW[o, c, kh, kw] = sum over images and positions of dy[n, o, l] im2col(x)[n, (c, kh, kw), l]:
-    // one GEMM per group whose inner dimension runs over every image's positions. Both operands
-    // are realized with the positions innermost, [G, rows, N, L] (the im2col gather then reads
-    // the input along its rows), and the GEMM takes the columns transposed as a strided view.
-    Value* cols = b.op(OpKind::Im2col, {{"self", x}, {"kernel_size", std::vector<int64_t>{K(0), K(1)}},
-                                        {"dilation", d}, {"padding", p}, {"stride", s}});  // [N, C K K, L]
-    const Expr L = gs[2] * gs[3], CKK = Expr(Cg * K(0) * K(1));
-    auto by_group = [&](Value* v, Expr rows) {  // [N, G rows, OH OW] -> [G, rows, N OH OW], realized
-      Value* t = b.reshape(v, {N, Expr(G), rows, gs[2], gs[3]});  // OH, OW apart: no index division
-      t = b.op(OpKind::PtcRealize, {{"self", b.permute(t, {1, 2, 0, 3, 4})}});
-      return b.reshape(t, {Expr(G), rows, N * L});
-    };
-    Value* gm = by_group(g, Expr(Og));
-    Value* cm = b.permute(by_group(cols, CKK), {0, 2, 1});  // [G, N L, C K K]
-    c.add_grad(w, b.reshape(b.matmul(gm, cm), ws));  // [G, Og, Cg K K]
+    // dW[o, c, kh, kw] = sum over images and positions of dy[n, o, l] im2col(x)[n, (c, kh, kw), l]
+    // (ptc::conv2d_weight_grad: per group one GEMM whose inner dimension runs over every image's
+    // positions; the CPU gathers the columns into the GEMM's panels, CUDA stores them once).
+    c.add_grad(w, b.op(OpKind::PtcConv2dWeightGrad, {{"input", x}, {"grad_output", g}, {"kernel_size", std::vector<int64_t>{K(0), K(1)}},
+                                                     {"stride", s}, {"padding", p}, {"dilation", d}, {"groups", G}}));
   }
   if (c.needs(x)) {
     // Input row i gets dy[oh] w[kh] for i = oh s - p + kh d: the stuffed dy (row j = oh s) padded

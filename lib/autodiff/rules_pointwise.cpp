@@ -302,7 +302,7 @@ void register_pointwise_rules(RuleTable& t) {
   set_rule(t, OpKind::MaskedFillScalarInplace, masked_fill);
   set_rule(t, OpKind::DropoutInplace, dropout);
   for (OpKind k : {OpKind::Clone, OpKind::Contiguous, OpKind::Alias, OpKind::LiftFreshCopy, OpKind::UnderscoreToCopy,
-                   OpKind::ToDtype, OpKind::ToDtypeLayout, OpKind::TypeAs, OpKind::PtcRealize})
+                   OpKind::ToDtype, OpKind::ToDtypeLayout, OpKind::TypeAs})
     set_rule(t, k, to_copy);
   // Outputs without a gradient: comparisons and logic (bool), rounding and sign (zero
   // derivative almost everywhere), factories and *_like, detach, index arithmetic.

@@ -222,6 +222,7 @@ const char* extern_name(ExternKind k) {
     case ExternKind::Convolution: return "conv";
     case ExternKind::Attention: return "attention";
     case ExternKind::ScatterAdd: return "scatter_add";
+    case ExternKind::ConvWeightGrad: return "conv_weight_grad";
   }
   return "?";
 }

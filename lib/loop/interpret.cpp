@@ -221,6 +221,7 @@ class Interp {
         if (c.extern_kind == loop::ExternKind::Gemm) gemm(c, out, dt);
         else if (c.extern_kind == loop::ExternKind::Attention) attention(c, out, dt);
         else if (c.extern_kind == loop::ExternKind::ScatterAdd) scatter_add(c, out, dt);
+        else if (c.extern_kind == loop::ExternKind::ConvWeightGrad) conv_weight_grad(c, out, dt);
         else conv(c, out, dt);
         break;
     }
@@ -279,6 +280,29 @@ class Interp {
             int64_t ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
             if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
             acc += at(x, {n, g * Cg + ci, ih, iw}) * at(w, {o, ci, kh, kw});
+          }
+      out.at(pos++) = round_to(acc, dt);
+    });
+  }
+
+  // dw[o, ci, kh, kw] = sum over n, oh, ow of dy[g, o % Og, n, oh, ow] x[n, g Cg + ci, ih, iw].
+  void conv_weight_grad(const Computation& c, std::vector<double>& out, DType dt) {
+    const loop::View& x = c.operands[0];
+    const loop::View& dy = c.operands[1];
+    const int64_t N = eval(x.sizes[0]), H = eval(x.sizes[2]), W = eval(x.sizes[3]);
+    const int64_t OH = eval(dy.sizes[3]), OW = eval(dy.sizes[4]), Og = eval(dy.sizes[1]);
+    int64_t sh = c.params[0], sw = c.params[1], ph = c.params[2], pw = c.params[3], dh = c.params[4], dw = c.params[5];
+    const int64_t Cg = eval(c.domain[1]);
+    size_t pos = 0;
+    for_each(c.domain, 'x', [&](const std::vector<int64_t>& i) {
+      const int64_t o = i[0], ci = i[1], kh = i[2], kw = i[3], g = o / Og;
+      double acc = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const int64_t ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
+            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+            acc += at(dy, {g, o % Og, n, oh, ow}) * at(x, {n, g * Cg + ci, ih, iw});
           }
       out.at(pos++) = round_to(acc, dt);
     });

@@ -226,6 +226,28 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       return one(emit_extern(L, ExternKind::Convolution, a.out_dtype(), a.out_sizes(), std::move(operands),
                              {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups")}));
     }
+    case OpKind::PtcConv2dWeightGrad: {
+      // dw [O, Cg, KH, KW]: per group, dy_g [Og, N OH OW] times the im2col columns transposed.
+      // Both walk the positions of every image: dy is regrouped densely to [G, Og, N, OH, OW].
+      TensorRef x = a.tensor("input"), g = a.tensor("grad_output");
+      auto k = two(a.ints("kernel_size"), 1), st = two(a.ints("stride"), 1), pd = two(a.ints("padding"), 0),
+           dl = two(a.ints("dilation"), 1);
+      const int64_t G = a.i("groups");
+      const Index out = a.out_sizes();
+      const DType dt = a.out_dtype();
+      const sym::Expr N = x.sizes[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G));
+      TensorRef gg = L.realize(permute(L, reshape(L, g, {N, sym::Expr(G), Og, OH, OW}), {1, 2, 0, 3, 4}), L.origin());
+      if (!L.options.conv_as_gemm && dt == DType::Float32 && x.dtype == DType::Float32 && g.dtype == DType::Float32)
+        return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {L.as_view(x, L.origin()), *gg.view},
+                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
+      // The columns, realized [G, Cg KH KW, N, OH, OW] (the gather reads along input rows), and
+      // one GEMM per group taking them transposed (a strided view).
+      const sym::Expr ckk = out[1] * out[2] * out[3], nl = N * OH * OW;
+      TensorRef cols = im2col(L, x, {k[0], k[1]}, {dl[0], dl[1]}, {pd[0], pd[1]}, {st[0], st[1]}, {N, x.sizes[1] * k[0] * k[1], OH * OW}, dt);
+      TensorRef cg = L.realize(permute(L, reshape(L, cols, {N, sym::Expr(G), ckk, OH, OW}), {1, 2, 0, 3, 4}), L.origin());
+      TensorRef y = gemm(L, reshape(L, gg, {sym::Expr(G), Og, nl}), transpose_last(L, reshape(L, cg, {sym::Expr(G), ckk, nl})), dt);
+      return one(reshape(L, y, out));
+    }
     case OpKind::ScaledDotProductAttention: case OpKind::UnderscoreScaledDotProductFlashAttentionForCpu: {
       TensorRef q = a.tensor("query"), k = a.tensor("key"), v = a.tensor("value");
       if (a.f("dropout_p") != 0) L.fail("attention dropout is not supported for inference compiles");

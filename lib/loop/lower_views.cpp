@@ -309,8 +309,6 @@ Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
     case OpKind::Clone: case OpKind::Contiguous: case OpKind::Alias: case OpKind::Detach:
     case OpKind::LiftFreshCopy:
       return one(a.tensor("self"));
-    case OpKind::PtcRealize:  // a buffer of its own, row-major: the copy's loops run in this shape's order
-      return one(L.realize(a.tensor("self"), L.origin()));
     case OpKind::Dropout:
       if (a.b("train") && a.f("p") > 0) L.fail("dropout in training mode is not supported for inference compiles (export the model in eval mode, or compile with --train)");
       return one(a.tensor("input"));

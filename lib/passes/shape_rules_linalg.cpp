@@ -167,6 +167,18 @@ std::vector<Type> conv_nd(Ctx& c) { return conv(c, false, nullptr); }
 std::vector<Type> convolution(Ctx& c) { return conv(c, c.bool_("transposed"), "output_padding"); }
 std::vector<Type> conv_transpose(Ctx& c) { return conv(c, true, "output_padding"); }
 
+// ptc::conv2d_weight_grad: [grad_output.size(1), input.size(1) / groups, KH, KW], contiguous.
+std::vector<Type> conv2d_weight_grad(Ctx& c) {
+  const Type &x = c.tensor("input"), &g = c.tensor("grad_output");
+  if (x.rank() != 4 || g.rank() != 4) c.fail("expects rank-4 input and grad_output, got ", x.str(), " and ", g.str());
+  check_dtype(c, x, g);
+  int64_t groups = c.int_("groups");
+  if (groups <= 0) c.fail("groups must be positive, got ", groups);
+  Exprs k = spatial(c, "kernel_size", 2);
+  spatial(c, "stride", 2), spatial(c, "padding", 2), spatial(c, "dilation", 2);
+  return {make_contiguous(x, x.dtype, {g.sizes[1], sym::floordiv(x.sizes[1], Expr(groups)), k[0], k[1]})};
+}
+
 // ---- attention
 
 bool last_stride_one(const Type& t) { return is_one(t.sizes.back()) || sym::prove_eq(t.strides.back(), 1); }
@@ -245,6 +257,7 @@ void add_linalg_rules(RuleTable& t) {
   set_rule(t, K::Baddbmm, baddbmm);
   for (K k : {K::Conv1d, K::Conv2d, K::Conv3d}) set_rule(t, k, conv_nd);
   set_rule(t, K::Convolution, convolution);
+  set_rule(t, K::PtcConv2dWeightGrad, conv2d_weight_grad);
   set_rule(t, K::UnderscoreConvolution, convolution);
   set_rule(t, K::ConvTranspose2dInput, conv_transpose);
   set_rule(t, K::ScaledDotProductAttention, sdpa);

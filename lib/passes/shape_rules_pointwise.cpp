@@ -52,12 +52,6 @@ std::vector<Type> ptc_dropout(Ctx& c) {
   return one(make_contiguous(x, x.dtype, x.sizes));
 }
 
-// ptc::realize (a layout barrier): self's sizes and dtype, contiguous.
-std::vector<Type> ptc_realize(Ctx& c) {
-  const Type& x = c.tensor("self");
-  return one(make_contiguous(x, x.dtype, x.sizes));
-}
-
 // diff(n, dim, prepend, append): `dim` shrinks by n after prepend/append are concatenated.
 std::vector<Type> diff(Ctx& c) {
   const Type& x = c.tensor("self");
@@ -231,7 +225,6 @@ void add_pointwise_rules(RuleTable& t) {
   set_rule(t, K::Triu, tril_triu);
   set_rule(t, K::Dropout, dropout);
   set_rule(t, K::PtcDropout, ptc_dropout);
-  set_rule(t, K::PtcRealize, ptc_realize);
   set_rule(t, K::DropoutInplace, inplace);
   set_rule(t, K::NativeDropout, native_dropout);
 

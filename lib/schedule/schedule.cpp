@@ -258,11 +258,14 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
     take(i);
     if (c.kind == Computation::Kind::Extern) {
       k.kind = c.extern_kind == loop::ExternKind::Gemm          ? Kernel::Kind::Gemm
-               : c.extern_kind == loop::ExternKind::Convolution ? Kernel::Kind::Conv
+               : c.extern_kind == loop::ExternKind::Convolution ||
+                       c.extern_kind == loop::ExternKind::ConvWeightGrad
+                   ? Kernel::Kind::Conv
                : c.extern_kind == loop::ExternKind::ScatterAdd  ? Kernel::Kind::Scatter
                                                                 : Kernel::Kind::Attention;
       size_t j = next_free(i + 1);
-      if (opts.extern_epilogues && (k.kind == Kernel::Kind::Gemm || k.kind == Kernel::Kind::Conv) && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
+      const bool epilogue_kind = c.extern_kind == loop::ExternKind::Gemm || c.extern_kind == loop::ExternKind::Convolution;
+      if (opts.extern_epilogues && epilogue_kind && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
         k.epilogue = static_cast<int>(j);
         take(j);
         s.elided[c.out] = true;

@@ -482,9 +482,35 @@ void emit_conv_weight_args(std::ostream& os, const Computation& c, const std::st
   os << "\n";
 }
 
+// A convolution's weight gradient (ExternKind::ConvWeightGrad): the implicit GEMM of
+// ptc_conv.h's conv2d_weight_grad over the input and the regrouped output gradient.
+void emit_conv_weight_grad(std::ostream& os, const loop::Program& p, const Computation& c, const std::string& indent) {
+  const loop::View& X = c.operands[0];
+  const loop::View& G = c.operands[1];  // [groups, O/groups, N, OH, OW], contiguous
+  if (p.buffers[c.out].dtype != DType::Float32 || p.buffers[X.buffer].dtype != DType::Float32)
+    user_error("the CPU convolution weight gradient supports float32 only so far (", c.origin, ")");
+  sym::Expr dense = 1;
+  for (size_t d = G.sizes.size(); d-- > 0; dense = dense * G.sizes[d])
+    PTC_CHECK(G.sizes[d] == sym::Expr(1) || G.strides[d] == dense, "conv_weight_grad: grad_output must be regrouped densely");
+  PTC_CHECK(G.sizes.size() == 5, "conv_weight_grad: grad_output must be [groups, O/groups, N, OH, OW]");
+  os << indent << "{\n" << indent << "  ptc_rt::Conv2dArgs a{};\n";
+  os << indent << "  a.x = b" << X.buffer << " + " << cpp_index(X.offset) << "; { const int64_t s[4] = {" << index_list(X.strides)
+     << "}; std::memcpy(a.xs, s, sizeof s); }\n";
+  os << indent << "  a.N = " << cpp_index(X.sizes[0]) << "; a.C = " << cpp_index(X.sizes[1]) << "; a.H = " << cpp_index(X.sizes[2])
+     << "; a.W = " << cpp_index(X.sizes[3]) << ";\n";
+  os << indent << "  a.O = " << cpp_index(c.domain[0]) << "; a.KH = " << cpp_index(c.domain[2]) << "; a.KW = " << cpp_index(c.domain[3])
+     << "; a.OH = " << cpp_index(G.sizes[3]) << "; a.OW = " << cpp_index(G.sizes[4]) << ";\n";
+  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
+  os << indent << " ";
+  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
+  os << "\n" << indent << "  ptc_rt::conv2d_weight_grad_call(a, b" << G.buffer << " + " << cpp_index(G.offset) << ", b" << c.out
+     << ");\n" << indent << "}\n";
+}
+
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent,
                const std::string& prepared) {
   const Computation& c = p.comps[k.comps.front()];
+  if (c.extern_kind == loop::ExternKind::ConvWeightGrad) return emit_conv_weight_grad(os, p, c, indent);
   const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
   const loop::View& X = c.operands[0];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU convolution supports float32 only so far (", c.origin, ")");
@@ -550,6 +576,7 @@ std::string prepare_function_name(size_t index) { return "ptc_prepare_" + std::t
 bool kernel_prepares(const loop::Program& p, const sched::Kernel& k) {
   if (k.kind != sched::Kernel::Kind::Conv) return false;
   const Computation& c = p.comps[k.comps.front()];
+  if (c.extern_kind != loop::ExternKind::Convolution) return false;
   const loop::View& W = c.operands[1];
   if (p.buffers[W.buffer].kind != loop::Buffer::Kind::Weight || p.buffers[c.out].dtype != DType::Float32) return false;
   // what conv2d_prepare reads must not depend on the sizes of the inputs

@@ -297,6 +297,7 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
 
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
   const Computation& c = p.comps[k.comps.front()];
+  PTC_CHECK(c.extern_kind == loop::ExternKind::Convolution, "CUDA: a convolution weight gradient must be lowered to GEMMs");
   const loop::View& X = c.operands[0];
   const loop::View& W = c.operands[1];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA convolution supports float32 only so far (", c.origin, ")");

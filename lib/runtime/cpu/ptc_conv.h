@@ -105,6 +105,36 @@ struct ConvPackB {
   }
 };
 
+// The weight gradient's B packer: B[k, j] = im2col(x)[(ci, kh, kw) = j, position k] with the
+// positions of every image in a row (k = n OH OW + oh OW + ow), i.e. the columns transposed.
+// g.B is the group's first input channel of image 0; images are a->xs[0] apart. Per NR-column
+// sliver, each column's run of kc positions is gathered (im2col_row, split at image ends) into a
+// column-major scratch panel, which pack_b transposes into the sliver in vector blocks.
+struct ConvColsPackB {
+  static constexpr bool kStrided = false;
+  const Conv2dArgs* a;
+  const int64_t* lo;
+  const int64_t* hi;
+  void operator()(const GemmArgs& g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                  float* dst) const {
+    using namespace gemm_detail;
+    alignas(64) float cols[NR * KC];
+    const int64_t KHW = a->KH * a->KW, P = a->OH * a->OW;
+    for (int64_t t0 = 0; t0 < nc; t0 += NR) {
+      const int64_t w = std::min<int64_t>(NR, nc - t0);
+      for (int64_t j = 0; j < w; ++j) {
+        const int64_t col = n0 + t0 + j, ci = col / KHW, kh = (col % KHW) / a->KW, kw = col % a->KW;
+        for (int64_t k = 0; k < kc;) {
+          const int64_t n = (k0 + k) / P, p = (k0 + k) % P, seg = std::min(P - p, kc - k);
+          im2col_row(*a, g.B + n * a->xs[0], ci, kh, kw, lo, hi, p, seg, cols + j * kc + k);
+          k += seg;
+        }
+      }
+      pack_b(cols, 1, kc, kc, w, dst + t0 * kc);  // B[k, j] at cols[j * kc + k]
+    }
+  }
+};
+
 }  // namespace conv_detail
 
 // Direct convolution (any weight strides; the depthwise path): per (image, channel) plane, each
@@ -201,6 +231,43 @@ inline void conv2d_depthwise(const Conv2dArgs& a) {
       }
   }
 }
+
+// The weight gradient of a convolution: dw[o, ci, kh, kw] = sum over images and positions of
+// dy[n, o, p] im2col(x)[n, (ci, kh, kw), p], per group one GEMM  dw_g [Og, Cg KH KW] =
+// dy_g [Og, N P] x cols_g^T [N P, Cg KH KW]  whose B panels are gathered from x (ConvColsPackB),
+// so the im2col columns are never stored. dyg: the output gradient laid out [G, Og, N, OH, OW]
+// (contiguous); dw: [O, Cg, KH, KW] contiguous. Reads a's input, geometry and groups (not w).
+inline void conv2d_weight_grad(const Conv2dArgs& a, const float* dyg, float* dw) {
+  const int64_t Cg = a.C / a.groups, Og = a.O / a.groups, CKK = Cg * a.KH * a.KW;
+  const int64_t NP = a.N * a.OH * a.OW;
+  std::vector<int64_t> lo(static_cast<size_t>(a.KW)), hi(static_cast<size_t>(a.KW));
+  for (int64_t kw = 0; kw < a.KW; ++kw) conv_detail::valid_cols(a, kw, &lo[kw], &hi[kw]);
+  const conv_detail::ConvColsPackB pack{&a, lo.data(), hi.data()};
+  GemmArgs ga{};
+  ga.M = Og;
+  ga.N = CKK;
+  ga.K = NP;
+  ga.A = dyg;
+  ga.lda_m = NP;
+  ga.lda_k = 1;
+  ga.B = a.x;
+  ga.C = dw;
+  ga.ldc_m = CKK;
+  const int64_t groups = a.groups;
+  auto off = [&](int64_t g, int64_t* oa, int64_t* ob, int64_t* oc) {
+    *oa = g * Og * NP;
+    *ob = g * Cg * a.xs[1];
+    *oc = g * Og * CKK;
+  };
+  NoEpilogue none;
+  auto ep = [&](float* c, int64_t, int64_t row, int64_t col0, int64_t n) { none(c, row, col0, n); };
+  if (NP == 0) {
+    std::fill(dw, dw + a.O * CKK, 0.f);
+    return;
+  }
+  gemm_detail::gemm_run(ga, groups, off, ep, nullptr, 0, pack);
+}
+
 
 // The GEMM's k stride when the weight's (ci, kh, kw) dims flatten to one stride, else -1. Dims
 // of size 1 take any stride (a 1x1 kernel's; the input-channel dim of a per-group transposed

@@ -90,6 +90,10 @@ void conv2d_call(const Conv2dArgs& a);
 // of a 3x3 stride-1 convolution; nullptr when nothing is worth preparing (or out of memory).
 // Reads only the weight-side fields (w, ws, C, O, KH, KW, strides, padding, dilation, groups).
 void* conv2d_prepare(const Conv2dArgs& a);
+// The weight gradient dw [O, C/groups, KH, KW] (contiguous) of the convolution `a` describes
+// (its input x and geometry; w is not read) for the output gradient dyg laid out [groups,
+// O/groups, N, OH, OW] (contiguous): per group one implicit GEMM over every image's positions.
+void conv2d_weight_grad_call(const Conv2dArgs& a, const float* dyg, float* dw);
 inline void prepared_free(void* p) { std::free(p); }
 
 }  // namespace ptc_rt

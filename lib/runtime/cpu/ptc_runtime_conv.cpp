@@ -16,6 +16,8 @@ void conv2d_call(const Conv2dArgs& a) {
     conv2d_direct(a);
 }
 
+void conv2d_weight_grad_call(const Conv2dArgs& a, const float* dyg, float* dw) { conv2d_weight_grad(a, dyg, dw); }
+
 void* conv2d_prepare(const Conv2dArgs& a) {
   if (!winograd_detail::kernel_applies(a)) return nullptr;
   return winograd_detail::prepare_weights(a);
