@@ -65,6 +65,11 @@ PTC_OPS = [
     # it as an implicit GEMM that never stores the columns; CUDA as im2col columns and one GEMM.
     ("PtcConv2dWeightGrad", "ptc::conv2d_weight_grad(Tensor input, Tensor grad_output, int[2] kernel_size, int[2] stride, "
                             "int[2] padding, int[2] dilation, int groups) -> Tensor"),
+    # A strided convolution's input gradient (lib/autodiff/rules_conv.cpp): the columns
+    # W^T dy (one GEMM per group, exact multiply-adds) folded back onto the input positions
+    # (col2im as a gather); stride 1 differentiates as a convolution of dy instead.
+    ("PtcConv2dInputGrad", "ptc::conv2d_input_grad(Tensor grad_output, Tensor weight, SymInt[4] input_size, int[2] stride, "
+                           "int[2] padding, int[2] dilation, int groups) -> Tensor"),
 ]
 
 

@@ -325,6 +325,7 @@ TEST_CASE("derivatives of convolution and eval-mode batch norm match finite diff
       {3, 3, 3, 1, 2, 2, 3, 5, true},   // dilated depthwise
       {2, 3, 1, 2, 0, 1, 1, 5, false},  // 1x1 stride 2
       {1, 2, 2, 3, 0, 1, 1, 7, true},   // 2x2 kernel, stride 3
+      {2, 3, 1, 1, 1, 1, 1, 5, false},  // padding beyond the kernel (the input gradient folds columns)
   };
   for (const Conv& k : convs) {
     INFO("C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " pad " << k.pad << " dil " << k.dil << " groups " << k.groups);

@@ -5,9 +5,10 @@
 // dy: [N, O, OH, OW]):
 //   dW: ptc::conv2d_weight_grad, the im2col columns of the input times dy, one GEMM per group
 //       whose inner dimension runs over the positions of every image.
-//   dX: a valid convolution of dy, with zeros stuffed between its elements (stride > 1) and
-//       padded by d (K - 1) - p before and what makes H rows after, by the flipped, per-group
-//       transposed weight with dilation d.
+//   dX: stride 1: a valid convolution of dy padded by d (K - 1) - p before and what makes H
+//       rows after, by the flipped, per-group transposed weight with dilation d (Winograd applies
+//       to 3x3); strided: ptc::conv2d_input_grad, the columns W^T dy (one GEMM per group) folded
+//       back onto the input (col2im as a gather).
 //   db: dy summed over batch and positions.
 // Batch norm in eval mode is an affine map per channel: dx = dy w / sqrt(var + eps),
 // dw = sum(dy xhat), db = sum(dy).
@@ -17,20 +18,6 @@ namespace ptc::autodiff {
 namespace {
 
 using sym::Expr;
-
-// `g` with s - 1 zeros after each element along `dim` (the last one dropped): size (n-1) s + 1.
-Value* stuff(Builder& b, Value* g, int64_t dim, int64_t s) {
-  if (s == 1) return g;
-  std::vector<Expr> sz = g->type.sizes;
-  const Expr n = sz[dim];
-  Value* u = b.unsqueeze(g, dim + 1);
-  std::vector<Expr> zs = u->type.sizes;
-  zs[dim + 1] = s - 1;
-  Value* c = b.op(OpKind::Cat, {{"tensors", std::vector<Value*>{u, b.zeros(zs, g->type.dtype)}}, {"dim", dim + 1}});
-  sz[dim] = n * s;
-  Value* r = b.reshape(c, sz);
-  return b.op(OpKind::SliceTensor, {{"self", r}, {"dim", dim}, {"start", Expr(0)}, {"end", (n - 1) * s + 1}});
-}
 
 Value* flip(Builder& b, Value* w, int64_t dim) {
   auto k = w->type.sizes[dim].as_const();
@@ -66,29 +53,33 @@ void convolution(GradContext& c) {
                                                      {"stride", s}, {"padding", p}, {"dilation", d}, {"groups", G}}));
   }
   if (c.needs(x)) {
-    // Input row i gets dy[oh] w[kh] for i = oh s - p + kh d: the stuffed dy (row j = oh s) padded
-    // by d (K - 1) - p before and (H - its size) + p after, then a valid convolution by the flipped
-    // kernel gives exactly H rows (likewise columns).
-    Value* gsx = stuff(b, stuff(b, g, 2, s[0]), 3, s[1]);
+    // Stride 1: input row i gets dy[oh] w[kh] for i = oh - p + kh d: dy padded by d (K - 1) - p
+    // before and (H - OH) + p after, then a valid convolution by the flipped kernel gives exactly
+    // H rows (likewise columns). Strided (or symbolic sizes, or padding beyond the dilated
+    // kernel): the columns W^T dy folded back (ptc::conv2d_input_grad), exact multiply-adds where
+    // the convolution would multiply zeros stuffed between dy's elements.
+    bool as_conv = s[0] == 1 && s[1] == 1;
     Expr before[2], after[2];
     for (int i = 0; i < 2; ++i) {
       before[i] = Expr(d[i] * (K(i) - 1) - p[i]);
-      after[i] = xs[2 + i] - gsx->type.sizes[2 + i] + p[i];
-      for (const Expr& e : {before[i], after[i]}) {
-        auto v = e.as_const();
-        if (!v) c.fail("--train needs static spatial sizes to differentiate a convolution's input yet");
-        if (*v < 0) c.fail("--train does not differentiate a convolution whose padding exceeds its dilated kernel yet");
-      }
+      after[i] = xs[2 + i] - g->type.sizes[2 + i] + p[i];
+      for (const Expr& e : {before[i], after[i]})
+        if (!e.as_const() || *e.as_const() < 0) as_conv = false;
     }
+    if (!as_conv) {
+      c.add_grad(x, b.op(OpKind::PtcConv2dInputGrad, {{"grad_output", g}, {"weight", w}, {"input_size", std::vector<Expr>(xs.begin(), xs.end())},
+                                                      {"stride", s}, {"padding", p}, {"dilation", d}, {"groups", G}}));
+      return;
+    }
+    Value* gp = g;
     if (*before[0].as_const() || *before[1].as_const() || *after[0].as_const() || *after[1].as_const())
-      gsx = b.op(OpKind::ConstantPadNd, {{"self", gsx}, {"pad", std::vector<Expr>{before[1], after[1], before[0], after[0]}}});
+      gp = b.op(OpKind::ConstantPadNd, {{"self", g}, {"pad", std::vector<Expr>{before[1], after[1], before[0], after[0]}}});
     Value* wt = b.reshape(b.permute(b.reshape(w, {Expr(G), Expr(Og), Expr(Cg), Expr(K(0)), Expr(K(1))}), {0, 2, 1, 3, 4}),
                           {Expr(G * Cg), Expr(Og), Expr(K(0)), Expr(K(1))});
     wt = flip(b, flip(b, wt, 2), 3);
-    Value* dx = b.op(OpKind::Conv2d, {{"input", gsx}, {"weight", wt}, {"stride", std::vector<Expr>{1, 1}},
-                                      {"padding", std::vector<Expr>{0, 0}}, {"dilation", std::vector<Expr>{d[0], d[1]}},
-                                      {"groups", Expr(G)}});
-    c.add_grad(x, dx);
+    c.add_grad(x, b.op(OpKind::Conv2d, {{"input", gp}, {"weight", wt}, {"stride", std::vector<Expr>{1, 1}},
+                                         {"padding", std::vector<Expr>{0, 0}}, {"dilation", std::vector<Expr>{d[0], d[1]}},
+                                         {"groups", Expr(G)}}));
   }
 }
 

@@ -248,6 +248,40 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       TensorRef y = gemm(L, reshape(L, gg, {sym::Expr(G), Og, nl}), transpose_last(L, reshape(L, cg, {sym::Expr(G), ckk, nl})), dt);
       return one(reshape(L, y, out));
     }
+    case OpKind::PtcConv2dInputGrad: {
+      // dx [N, C, H, W]: per group the columns W_g^T [Cg KH KW, Og] x dy_g [Og, N OH OW] (dy
+      // regrouped densely to [G, Og, N, OH, OW]), then each input element gathers the columns of
+      // the taps that reach it: ih = oh s - p + kh d, i.e. (ih + p - kh d) divisible by s.
+      TensorRef g = a.tensor("grad_output"), w = a.tensor("weight");
+      auto st = two(a.ints("stride"), 1), pd = two(a.ints("padding"), 0), dl = two(a.ints("dilation"), 1);
+      const int64_t G = a.i("groups");
+      const Index xs = a.out_sizes();
+      const DType dt = a.out_dtype();
+      auto kh_ = w.sizes[2].as_const(), kw_ = w.sizes[3].as_const();
+      if (!kh_ || !kw_) L.fail("a convolution's input gradient needs a static kernel size");
+      const int64_t KH = *kh_, KW = *kw_;
+      const sym::Expr N = xs[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G)), Cg = w.sizes[1];
+      TensorRef gg = L.realize(permute(L, reshape(L, g, {N, sym::Expr(G), Og, OH, OW}), {1, 2, 0, 3, 4}), L.origin());
+      TensorRef wt = transpose_last(L, reshape(L, w, {sym::Expr(G), Og, Cg * (KH * KW)}));  // [G, Cg KH KW, Og]
+      TensorRef cols = gemm(L, wt, reshape(L, gg, {sym::Expr(G), Og, N * OH * OW}), dt);
+      TensorRef c7 = reshape(L, cols, {sym::Expr(G), Cg, sym::Expr(KH), sym::Expr(KW), N, OH, OW});
+      auto iv = [](const sym::Expr& e) { return index_value(e); };
+      return one(L.pointwise(dt, xs, [=](const Index& i) {
+        ExprRef total = constant(0, dt);
+        const sym::Expr gi = sym::floordiv(i[1], Cg), ci = sym::mod(i[1], Cg);
+        for (int64_t kh = 0; kh < KH; ++kh)
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const sym::Expr th = i[2] + (pd[0] - kh * dl[0]), tw = i[3] + (pd[1] - kw * dl[1]);
+            const sym::Expr oh = sym::floordiv(th, sym::Expr(st[0])), ow = sym::floordiv(tw, sym::Expr(st[1]));
+            ExprRef ok = binary(Op::And, binary(Op::Ge, iv(th), iv(0)), binary(Op::Ge, iv(tw), iv(0)));
+            if (st[0] > 1) ok = binary(Op::And, ok, binary(Op::Eq, iv(sym::mod(th, sym::Expr(st[0]))), iv(0)));
+            if (st[1] > 1) ok = binary(Op::And, ok, binary(Op::Eq, iv(sym::mod(tw, sym::Expr(st[1]))), iv(0)));
+            ok = binary(Op::And, ok, binary(Op::And, binary(Op::Lt, iv(oh), iv(OH)), binary(Op::Lt, iv(ow), iv(OW))));
+            total = binary(Op::Add, total, where(ok, cast(c7.at({gi, ci, sym::Expr(kh), sym::Expr(kw), i[0], oh, ow}), dt), constant(0, dt)));
+          }
+        return total;
+      }));
+    }
     case OpKind::ScaledDotProductAttention: case OpKind::UnderscoreScaledDotProductFlashAttentionForCpu: {
       TensorRef q = a.tensor("query"), k = a.tensor("key"), v = a.tensor("value");
       if (a.f("dropout_p") != 0) L.fail("attention dropout is not supported for inference compiles");

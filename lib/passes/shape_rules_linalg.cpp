@@ -167,6 +167,18 @@ std::vector<Type> conv_nd(Ctx& c) { return conv(c, false, nullptr); }
 std::vector<Type> convolution(Ctx& c) { return conv(c, c.bool_("transposed"), "output_padding"); }
 std::vector<Type> conv_transpose(Ctx& c) { return conv(c, true, "output_padding"); }
 
+// ptc::conv2d_input_grad: input_size, grad_output's dtype, contiguous.
+std::vector<Type> conv2d_input_grad(Ctx& c) {
+  const Type &g = c.tensor("grad_output"), &w = c.tensor("weight");
+  if (g.rank() != 4 || w.rank() != 4) c.fail("expects rank-4 grad_output and weight, got ", g.str(), " and ", w.str());
+  check_dtype(c, g, w);
+  Exprs size = c.syms("input_size");
+  if (size.size() != 4) c.fail("input_size must have 4 entries, got ", sizes_str(size));
+  if (c.int_("groups") <= 0) c.fail("groups must be positive, got ", c.int_("groups"));
+  spatial(c, "stride", 2), spatial(c, "padding", 2), spatial(c, "dilation", 2);
+  return {make_contiguous(g, g.dtype, size)};
+}
+
 // ptc::conv2d_weight_grad: [grad_output.size(1), input.size(1) / groups, KH, KW], contiguous.
 std::vector<Type> conv2d_weight_grad(Ctx& c) {
   const Type &x = c.tensor("input"), &g = c.tensor("grad_output");
@@ -258,6 +270,7 @@ void add_linalg_rules(RuleTable& t) {
   for (K k : {K::Conv1d, K::Conv2d, K::Conv3d}) set_rule(t, k, conv_nd);
   set_rule(t, K::Convolution, convolution);
   set_rule(t, K::PtcConv2dWeightGrad, conv2d_weight_grad);
+  set_rule(t, K::PtcConv2dInputGrad, conv2d_input_grad);
   set_rule(t, K::UnderscoreConvolution, convolution);
   set_rule(t, K::ConvTranspose2dInput, conv_transpose);
   set_rule(t, K::ScaledDotProductAttention, sdpa);
