@@ -35,7 +35,7 @@ scaled_dot_product_attention _scaled_dot_product_flash_attention_for_cpu _native
 view reshape _unsafe_view as_strided permute transpose.int expand expand_as contiguous clone alias
 flatten.using_ints unflatten.int unsqueeze squeeze.dim squeeze.dims squeeze
 slice.Tensor select.int narrow split.Tensor split_with_sizes chunk unbind.int
-cat stack roll constant_pad_nd pad repeat index.Tensor index_select gather scatter_add embedding
+cat stack roll flip constant_pad_nd pad repeat index.Tensor index_select gather scatter_add embedding
 im2col max_pool2d max_pool2d_with_indices max_pool2d_with_indices_backward avg_pool2d adaptive_avg_pool2d _adaptive_avg_pool2d adaptive_avg_pool1d
 upsample_nearest2d.vec upsample_bilinear2d.vec
 _to_copy to.dtype to.dtype_layout type_as detach lift_fresh_copy _assert_tensor_metadata

@@ -516,8 +516,22 @@ TEST_CASE("derivatives of views and data movement match finite differences", "[a
   Value* pad = b.op(OpKind::ConstantPadNd, "pad", {{"self", x}, {"pad", syms({1, 2, 0, 1})}});
   Value* u = b.op(OpKind::Unsqueeze, "u", {{"self", sel}, {"dim", int64_t(1)}});
   Value* un = b.node(OpKind::UnbindInt, "un", {{"self", x}, {"dim", int64_t(2)}})[1];
-  for (Value* o : {s, parts[1], st, e, t, pad, u, un}) b.g->outputs.push_back(o);
+  Value* fl = b.op(OpKind::Flip, "fl", {{"self", x}, {"dims", ints({0, -1})}});
+  for (Value* o : {s, parts[1], st, e, t, pad, u, un, fl}) b.g->outputs.push_back(o);
   check_gradients(c);
+}
+
+TEST_CASE("flip reverses the listed dims", "[autodiff]") {
+  test::GraphBuilder b;
+  Value* x = b.input("x", DType::Float32, {Expr(2), Expr(3)});
+  b.g->outputs.push_back(b.op(OpKind::Flip, "f", {{"self", x}, {"dims", ints({1})}}));
+  b.g->outputs.push_back(b.op(OpKind::Flip, "g", {{"self", x}, {"dims", ints({0, 1})}}));
+  auto run = interpret(lower_to_loops(*b.g), *b.g, {bytes_of(std::vector<float>{0, 1, 2, 3, 4, 5})}, {});
+  std::vector<float> f(6), g(6);
+  std::memcpy(f.data(), run.at(0).data(), 24);
+  std::memcpy(g.data(), run.at(1).data(), 24);
+  CHECK(f == std::vector<float>{2, 1, 0, 5, 4, 3});
+  CHECK(g == std::vector<float>{5, 4, 3, 2, 1, 0});
 }
 
 TEST_CASE("a parameter's gradient sums the contributions of all its uses", "[autodiff]") {

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <nlohmann/json.hpp>
 
@@ -223,4 +224,18 @@ TEST_CASE("a convolution's weight gradient as stored columns and GEMMs (CUDA) ma
       CHECK(worst < 1e-5 * std::max(1.0, scale));
     }
   }
+}
+
+TEST_CASE("argmax and argmin take the first NaN, as torch", "[lower]") {
+  test::GraphBuilder b;
+  Value* x = b.input("x", DType::Float32, {sym::Expr(3), sym::Expr(4)});
+  b.g->outputs.push_back(b.op(OpKind::Argmax, "am", {{"self", x}, {"dim", int64_t(1)}}));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> v{1, 5, 5, 2, 3, nan, 9, nan, -1, -2, -3, -4};
+  std::vector<std::byte> bytes(v.size() * 4);
+  std::memcpy(bytes.data(), v.data(), bytes.size());
+  auto out = interpret(lower_to_loops(*b.g), *b.g, {bytes}, {});
+  std::vector<int64_t> got(3);
+  std::memcpy(got.data(), out.at(0).data(), 24);
+  CHECK(got == std::vector<int64_t>{1, 1, 0});
 }

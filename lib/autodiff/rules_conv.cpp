@@ -19,12 +19,6 @@ namespace {
 
 using sym::Expr;
 
-Value* flip(Builder& b, Value* w, int64_t dim) {
-  auto k = w->type.sizes[dim].as_const();
-  if (*k == 1) return w;
-  Value* idx = b.op(OpKind::ArangeStartStep, {{"start", int64_t(*k - 1)}, {"end", int64_t(-1)}, {"step", int64_t(-1)}, {"dtype", DType::Int64}});
-  return b.op(OpKind::IndexSelect, {{"self", w}, {"dim", dim}, {"index", idx}});
-}
 
 void convolution(GradContext& c) {
   Builder& b = c.b;
@@ -58,7 +52,10 @@ void convolution(GradContext& c) {
     // H rows (likewise columns). Strided (or symbolic sizes, or padding beyond the dilated
     // kernel): the columns W^T dy folded back (ptc::conv2d_input_grad), exact multiply-adds where
     // the convolution would multiply zeros stuffed between dy's elements.
-    bool as_conv = s[0] == 1 && s[1] == 1;
+    // Small images (<= 16 x 16: too few Winograd tiles per image) take the columns too: the GEMM
+    // reads the weight transposed in place, where the convolution needs it flipped and copied.
+    const auto hw = (xs[2] * xs[3]).as_const();
+    bool as_conv = s[0] == 1 && s[1] == 1 && hw && *hw > 256;
     Expr before[2], after[2];
     for (int i = 0; i < 2; ++i) {
       before[i] = Expr(d[i] * (K(i) - 1) - p[i]);
@@ -76,7 +73,7 @@ void convolution(GradContext& c) {
       gp = b.op(OpKind::ConstantPadNd, {{"self", g}, {"pad", std::vector<Expr>{before[1], after[1], before[0], after[0]}}});
     Value* wt = b.reshape(b.permute(b.reshape(w, {Expr(G), Expr(Og), Expr(Cg), Expr(K(0)), Expr(K(1))}), {0, 2, 1, 3, 4}),
                           {Expr(G * Cg), Expr(Og), Expr(K(0)), Expr(K(1))});
-    wt = flip(b, flip(b, wt, 2), 3);
+    wt = b.op(OpKind::Flip, {{"self", wt}, {"dims", std::vector<int64_t>{2, 3}}});
     c.add_grad(x, b.op(OpKind::Conv2d, {{"input", gp}, {"weight", wt}, {"stride", std::vector<Expr>{1, 1}},
                                          {"padding", std::vector<Expr>{0, 0}}, {"dilation", std::vector<Expr>{d[0], d[1]}},
                                          {"groups", Expr(G)}}));

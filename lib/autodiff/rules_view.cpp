@@ -24,6 +24,7 @@ void permute(GradContext& c) {
   for (size_t i = 0; i < r; ++i) inv[norm_dim(c, dims[i], r)] = static_cast<int64_t>(i);
   c.add_grad(c.in("self"), c.b.permute(c.grad(), inv));
 }
+void flip(GradContext& c) { c.add_grad(c.in("self"), c.b.op(OpKind::Flip, {{"self", c.grad()}, {"dims", c.ints("dims")}})); }
 void transpose(GradContext& c) { c.add_grad(c.in("self"), c.b.transpose(c.grad(), c.integer("dim0"), c.integer("dim1"))); }
 void t(GradContext& c) {
   Value* x = c.in("self");
@@ -165,6 +166,7 @@ void register_view_rules(RuleTable& t_) {
                    OpKind::Unsqueeze, OpKind::SqueezeDim, OpKind::SqueezeDims, OpKind::Squeeze})
     set_rule(t_, k, reshape_back);
   set_rule(t_, OpKind::Permute, permute);
+  set_rule(t_, OpKind::Flip, flip);
   set_rule(t_, OpKind::TransposeInt, transpose);
   set_rule(t_, OpKind::T, t);
   set_rule(t_, OpKind::Expand, expand);

@@ -207,8 +207,8 @@ class Interp {
               case loop::ReduceOp::Prod: acc *= v; break;
               case loop::ReduceOp::Any: acc = acc != 0 || v != 0; break;
               case loop::ReduceOp::All: acc = acc != 0 && v != 0; break;
-              case loop::ReduceOp::ArgMax: if (first || v > best) { best = v; arg = k; } break;
-              case loop::ReduceOp::ArgMin: if (first || v < best) { best = v; arg = k; } break;
+              case loop::ReduceOp::ArgMax: if (first || v > best || (std::isnan(v) && !std::isnan(best))) { best = v; arg = k; } break;
+              case loop::ReduceOp::ArgMin: if (first || v < best || (std::isnan(v) && !std::isnan(best))) { best = v; arg = k; } break;
             }
             first = false;
             ++k;

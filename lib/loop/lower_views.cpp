@@ -203,6 +203,20 @@ Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
     case OpKind::FlattenUsingInts: case OpKind::UnflattenInt: case OpKind::Unsqueeze:
     case OpKind::SqueezeDim: case OpKind::SqueezeDims: case OpKind::Squeeze:
       return one(reshape(L, a.tensor("self"), a.out_sizes()));
+    case OpKind::Flip: {  // element i of a flipped dim reads size - 1 - i: an index remap
+      TensorRef x = a.tensor("self");
+      std::vector<bool> flipped(x.rank(), false);
+      for (int64_t d : a.ints("dims")) flipped[static_cast<size_t>(normalize_dim(L, d, x.rank()))] = true;
+      Index sizes = x.sizes;
+      return one(remap(L, x, sizes,
+                       [flipped, sizes](const Index& idx) {
+                         Index in = idx;
+                         for (size_t d = 0; d < in.size(); ++d)
+                           if (flipped[d]) in[d] = sizes[d] - 1 - idx[d];
+                         return in;
+                       },
+                       nullptr));
+    }
     case OpKind::Permute: {
       TensorRef x = a.tensor("self");
       std::vector<int64_t> perm = a.ints("dims");

@@ -124,6 +124,18 @@ std::vector<Type> roll(Ctx& c) {
   return {make_contiguous(x, x.dtype, x.sizes)};
 }
 
+// flip: self's sizes, contiguous; dims distinct.
+std::vector<Type> flip(Ctx& c) {
+  const Type& x = c.tensor("self");
+  std::vector<bool> seen(x.rank(), false);
+  for (int64_t d : c.ints("dims")) {
+    size_t w = static_cast<size_t>(c.wrap_dim(d, static_cast<int64_t>(x.rank())));
+    if (seen[w]) c.fail("dim ", d, " appears more than once in dims");
+    seen[w] = true;
+  }
+  return {make_contiguous(x, x.dtype, x.sizes)};
+}
+
 // ---- indexing
 
 std::vector<Type> index(Ctx& c) {
@@ -377,6 +389,7 @@ void add_data_rules(RuleTable& t) {
   set_rule(t, K::Pad, pad);
   set_rule(t, K::Repeat, repeat);
   set_rule(t, K::Roll, roll);
+  set_rule(t, K::Flip, flip);
   set_rule(t, K::IndexTensor, index);
   set_rule(t, K::IndexSelect, index_select);
   set_rule(t, K::Gather, gather);

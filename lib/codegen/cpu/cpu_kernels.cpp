@@ -160,8 +160,9 @@ void emit_member(std::ostream& os, const Computation& c, size_t outer, const std
         break;
       case loop::ReduceOp::Any: os << indent << "acc = acc || " << v << ";\n"; break;
       case loop::ReduceOp::All: os << indent << "acc = acc && " << v << ";\n"; break;
-      case loop::ReduceOp::ArgMax: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v > acc) { acc = v; best = k; } ++k; }\n"; break;
-      case loop::ReduceOp::ArgMin: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v < acc) { acc = v; best = k; } ++k; }\n"; break;
+      // torch: a NaN is both the max and the min; the first one wins.
+      case loop::ReduceOp::ArgMax: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v > acc || (v != v && acc == acc)) { acc = v; best = k; } ++k; }\n"; break;
+      case loop::ReduceOp::ArgMin: os << indent << "{ const " << T << " v = " << v << "; if (k == 0 || v < acc || (v != v && acc == acc)) { acc = v; best = k; } ++k; }\n"; break;
     }
     close_loops(os, m.size(), indent);
     if (minmax) os << indent << "if (nan) acc = std::numeric_limits<" << T << ">::quiet_NaN();\n";
