@@ -197,7 +197,8 @@ TEST_CASE("the weight gradient's implicit GEMM matches a direct sum", "[conv]") 
   const Case cases[] = {
       {2, 6, 9, 9, 8, 3, 1, 1, 1, 1},     {3, 8, 11, 10, 6, 3, 2, 1, 1, 2}, {2, 4, 7, 7, 4, 1, 2, 0, 1, 1},
       {1, 3, 12, 12, 5, 7, 2, 3, 1, 1},   {2, 4, 9, 8, 4, 3, 1, 2, 2, 4},   {5, 16, 30, 30, 40, 3, 1, 1, 1, 1},
-      {3, 20, 17, 19, 36, 5, 2, 2, 1, 2},
+      {3, 20, 17, 19, 36, 5, 2, 2, 1, 2},  {3, 6, 11, 11, 6, 3, 2, 1, 1, 6},   // depthwise, strided
+      {2, 5, 20, 30, 5, 3, 1, 1, 1, 5},                                        // depthwise
   };
   for (const Case& c : cases) {
     Conv v = make(c, rng, false);

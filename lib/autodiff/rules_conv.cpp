@@ -1,14 +1,13 @@
 // Derivatives of 2-d convolution and of batch norm with running statistics (eval mode).
 //
-// The input gradient is itself a forward convolution (the same convolution code as the forward);
-// the weight gradient is a GEMM over im2col columns (x: [N, C, H, W], w: [O, C/G, KH, KW],
-// dy: [N, O, OH, OW]):
+// x: [N, C, H, W], w: [O, C/G, KH, KW], dy: [N, O, OH, OW]:
 //   dW: ptc::conv2d_weight_grad, the im2col columns of the input times dy, one GEMM per group
 //       whose inner dimension runs over the positions of every image.
-//   dX: stride 1: a valid convolution of dy padded by d (K - 1) - p before and what makes H
-//       rows after, by the flipped, per-group transposed weight with dilation d (Winograd applies
-//       to 3x3); strided: ptc::conv2d_input_grad, the columns W^T dy (one GEMM per group) folded
-//       back onto the input (col2im as a gather).
+//   dX: stride 1 on images over 16x16, and depthwise: a valid convolution of dy (depthwise and
+//       strided: with zeros stuffed between its elements) padded by d (K - 1) - p before and what
+//       makes H rows after, by the flipped, per-group transposed weight with dilation d (Winograd
+//       applies to 3x3); otherwise ptc::conv2d_input_grad, the columns W^T dy (one GEMM per
+//       group) folded back onto the input (col2im as a gather).
 //   db: dy summed over batch and positions.
 // Batch norm in eval mode is an affine map per channel: dx = dy w / sqrt(var + eps),
 // dw = sum(dy xhat), db = sum(dy).
@@ -19,6 +18,20 @@ namespace {
 
 using sym::Expr;
 
+
+// `g` with s - 1 zeros after each element along `dim` (the last one dropped): size (n-1) s + 1.
+Value* stuff(Builder& b, Value* g, int64_t dim, int64_t s) {
+  if (s == 1) return g;
+  std::vector<Expr> sz = g->type.sizes;
+  const Expr n = sz[dim];
+  Value* u = b.unsqueeze(g, dim + 1);
+  std::vector<Expr> zs = u->type.sizes;
+  zs[dim + 1] = s - 1;
+  Value* c = b.op(OpKind::Cat, {{"tensors", std::vector<Value*>{u, b.zeros(zs, g->type.dtype)}}, {"dim", dim + 1}});
+  sz[dim] = n * s;
+  Value* r = b.reshape(c, sz);
+  return b.op(OpKind::SliceTensor, {{"self", r}, {"dim", dim}, {"start", Expr(0)}, {"end", (n - 1) * s + 1}});
+}
 
 void convolution(GradContext& c) {
   Builder& b = c.b;
@@ -47,19 +60,23 @@ void convolution(GradContext& c) {
                                                      {"stride", s}, {"padding", p}, {"dilation", d}, {"groups", G}}));
   }
   if (c.needs(x)) {
-    // Stride 1: input row i gets dy[oh] w[kh] for i = oh - p + kh d: dy padded by d (K - 1) - p
-    // before and (H - OH) + p after, then a valid convolution by the flipped kernel gives exactly
-    // H rows (likewise columns). Strided (or symbolic sizes, or padding beyond the dilated
+    // As a convolution: input row i gets dy[oh] w[kh] for i = oh s - p + kh d: dy (stuffed: row
+    // j = oh s) padded by d (K - 1) - p before and (H - its rows) + p after, then a valid
+    // convolution by the flipped kernel gives exactly H rows (likewise columns). Strided (or symbolic sizes, or padding beyond the dilated
     // kernel): the columns W^T dy folded back (ptc::conv2d_input_grad), exact multiply-adds where
     // the convolution would multiply zeros stuffed between dy's elements.
     // Small images (<= 16 x 16: too few Winograd tiles per image) take the columns too: the GEMM
     // reads the weight transposed in place, where the convolution needs it flipped and copied.
+    // Depthwise convolutions (one channel in and out per group: a GEMM of depth 1) keep the
+    // convolution, over dy with zeros stuffed between its elements when strided.
     const auto hw = (xs[2] * xs[3]).as_const();
-    bool as_conv = s[0] == 1 && s[1] == 1 && hw && *hw > 256;
+    const bool depthwise = Cg == 1 && Og == 1;
+    bool as_conv = depthwise || (s[0] == 1 && s[1] == 1 && hw && *hw > 256);
+    Value* gs = depthwise ? stuff(b, stuff(b, g, 2, s[0]), 3, s[1]) : g;
     Expr before[2], after[2];
     for (int i = 0; i < 2; ++i) {
       before[i] = Expr(d[i] * (K(i) - 1) - p[i]);
-      after[i] = xs[2 + i] - g->type.sizes[2 + i] + p[i];
+      after[i] = xs[2 + i] - gs->type.sizes[2 + i] + p[i];
       for (const Expr& e : {before[i], after[i]})
         if (!e.as_const() || *e.as_const() < 0) as_conv = false;
     }
@@ -68,9 +85,9 @@ void convolution(GradContext& c) {
                                                       {"stride", s}, {"padding", p}, {"dilation", d}, {"groups", G}}));
       return;
     }
-    Value* gp = g;
+    Value* gp = gs;
     if (*before[0].as_const() || *before[1].as_const() || *after[0].as_const() || *after[1].as_const())
-      gp = b.op(OpKind::ConstantPadNd, {{"self", g}, {"pad", std::vector<Expr>{before[1], after[1], before[0], after[0]}}});
+      gp = b.op(OpKind::ConstantPadNd, {{"self", gs}, {"pad", std::vector<Expr>{before[1], after[1], before[0], after[0]}}});
     Value* wt = b.reshape(b.permute(b.reshape(w, {Expr(G), Expr(Og), Expr(Cg), Expr(K(0)), Expr(K(1))}), {0, 2, 1, 3, 4}),
                           {Expr(G * Cg), Expr(Og), Expr(K(0)), Expr(K(1))});
     wt = b.op(OpKind::Flip, {{"self", wt}, {"dims", std::vector<int64_t>{2, 3}}});

@@ -242,6 +242,44 @@ inline void conv2d_weight_grad(const Conv2dArgs& a, const float* dyg, float* dw)
   const int64_t NP = a.N * a.OH * a.OW;
   std::vector<int64_t> lo(static_cast<size_t>(a.KW)), hi(static_cast<size_t>(a.KW));
   for (int64_t kw = 0; kw < a.KW; ++kw) conv_detail::valid_cols(a, kw, &lo[kw], &hi[kw]);
+  if (Cg == 1 && Og == 1) {
+    // Depthwise (a GEMM of one row): per channel, each tap's dot product of dy with the input
+    // over the in-bounds columns of every row; a row's sum in float, the total in double.
+    const int64_t P = a.OH * a.OW, KHW = a.KH * a.KW;
+    const int64_t* plo = lo.data();
+    const int64_t* phi = hi.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < a.C; ++c) {
+      std::vector<double> acc(static_cast<size_t>(KHW), 0.0);
+      for (int64_t n = 0; n < a.N; ++n) {
+        const float* xp = a.x + n * a.xs[0] + c * a.xs[1];
+        const float* gp = dyg + (c * a.N + n) * P;
+        for (int64_t oh = 0; oh < a.OH; ++oh) {
+          const float* grow = gp + oh * a.OW;
+          for (int64_t kh = 0; kh < a.KH; ++kh) {
+            const int64_t ih = oh * a.sh - a.ph + kh * a.dh;
+            if (ih < 0 || ih >= a.H) continue;
+            const float* xrow = xp + ih * a.xs[2];
+            for (int64_t kw = 0; kw < a.KW; ++kw) {
+              const float* src = xrow + (kw * a.dw - a.pw) * a.xs[3];
+              const int64_t step = a.sw * a.xs[3];
+              float sum = 0.f;
+              if (step == 1) {
+#pragma omp simd reduction(+ : sum)
+                for (int64_t ow = plo[kw]; ow < phi[kw]; ++ow) sum += grow[ow] * src[ow];
+              } else {
+#pragma omp simd reduction(+ : sum)
+                for (int64_t ow = plo[kw]; ow < phi[kw]; ++ow) sum += grow[ow] * src[ow * step];
+              }
+              acc[static_cast<size_t>(kh * a.KW + kw)] += sum;
+            }
+          }
+        }
+      }
+      for (int64_t k = 0; k < KHW; ++k) dw[c * KHW + k] = static_cast<float>(acc[static_cast<size_t>(k)]);
+    }
+    return;
+  }
   const conv_detail::ConvColsPackB pack{&a, lo.data(), hi.data()};
   GemmArgs ga{};
   ga.M = Og;
