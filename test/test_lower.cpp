@@ -18,6 +18,22 @@ using namespace ptc;
 
 namespace {
 
+// Uniform [-1, 1) float32 bytes for every input of g, symbolic sizes taken as `batch`.
+std::vector<std::vector<std::byte>> random_inputs(const Graph& g, int64_t batch, std::mt19937& rng) {
+  std::uniform_real_distribution<float> U(-1.f, 1.f);
+  std::vector<std::vector<std::byte>> ins;
+  for (const GraphInput& in : g.inputs) {
+    int64_t numel = 1;
+    for (const auto& s : in.value->type.sizes) numel *= s.as_const() ? *s.as_const() : batch;
+    std::vector<float> v(static_cast<size_t>(numel));
+    for (auto& e : v) e = U(rng);
+    std::vector<std::byte> bytes(v.size() * 4);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    ins.push_back(std::move(bytes));
+  }
+  return ins;
+}
+
 std::vector<float> floats(const std::vector<std::byte>& b) {
   std::vector<float> v(b.size() / 4);
   std::memcpy(v.data(), b.data(), v.size() * 4);
@@ -124,7 +140,6 @@ TEST_CASE("convolutions as im2col columns times the weight (the CUDA lowering) m
   const Conv convs[] = {{3, 4, 3, 1, 1, 1, true}, {2, 3, 3, 2, 1, 1, false}, {2, 3, 1, 1, 0, 1, true}, {2, 3, 1, 2, 0, 1, false},
                         {2, 2, 3, 1, 2, 2, true}, {1, 2, 2, 3, 0, 1, false}};
   std::mt19937 rng(3);
-  std::uniform_real_distribution<float> U(-1.f, 1.f);
   for (const Conv& k : convs) {
     INFO("C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " pad " << k.pad << " dil " << k.dil);
     test::GraphBuilder b;
@@ -143,22 +158,11 @@ TEST_CASE("convolutions as im2col columns times the weight (the CUDA lowering) m
     for (const auto& c : as_gemm.comps) has_conv = has_conv || (c.kind == loop::Computation::Kind::Extern && c.extern_kind == loop::ExternKind::Convolution);
     CHECK_FALSE(has_conv);
     for (int64_t batch : {1, 3}) {
-      std::vector<std::vector<std::byte>> ins;
-      for (const GraphInput& in : b.g->inputs) {
-        int64_t numel = 1;
-        for (const auto& s : in.value->type.sizes) numel *= s.as_const() ? *s.as_const() : batch;
-        std::vector<float> v(static_cast<size_t>(numel));
-        for (auto& e : v) e = U(rng);
-        std::vector<std::byte> bytes(v.size() * 4);
-        std::memcpy(bytes.data(), v.data(), bytes.size());
-        ins.push_back(bytes);
-      }
+      auto ins = random_inputs(*b.g, batch, rng);
       auto want = interpret(direct, *b.g, ins, {{"n", batch}});
       auto got = interpret(as_gemm, *b.g, ins, {{"n", batch}});
       REQUIRE(want[0].size() == got[0].size());
-      std::vector<float> a(want[0].size() / 4), c(a.size());
-      std::memcpy(a.data(), want[0].data(), want[0].size());
-      std::memcpy(c.data(), got[0].data(), got[0].size());
+      std::vector<float> a = floats(want[0]), c = floats(got[0]);
       double worst = 0;
       for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - c[i])));
       CHECK(worst < 1e-5);
@@ -173,7 +177,6 @@ TEST_CASE("a convolution's weight gradient as stored columns and GEMMs (CUDA) ma
   const Conv convs[] = {{3, 4, 3, 1, 1, 1, 1}, {2, 3, 3, 2, 1, 1, 1}, {2, 3, 1, 2, 0, 1, 1},
                         {4, 6, 3, 1, 2, 2, 2}, {4, 4, 3, 2, 1, 1, 4}, {1, 2, 2, 3, 0, 1, 1}};
   std::mt19937 rng(5);
-  std::uniform_real_distribution<float> U(-1.f, 1.f);
   for (const Conv& k : convs) {
     INFO("C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " pad " << k.pad << " dil " << k.dil << " groups "
               << k.groups);
@@ -198,23 +201,12 @@ TEST_CASE("a convolution's weight gradient as stored columns and GEMMs (CUDA) ma
     CHECK(count(direct) == 1);
     CHECK(count(as_gemm) == 0);
     for (int64_t batch : {1, 3}) {
-      std::vector<std::vector<std::byte>> ins;
-      for (const GraphInput& in : b.g->inputs) {
-        int64_t numel = 1;
-        for (const auto& s : in.value->type.sizes) numel *= s.as_const() ? *s.as_const() : batch;
-        std::vector<float> v(static_cast<size_t>(numel));
-        for (auto& e : v) e = U(rng);
-        std::vector<std::byte> bytes(v.size() * 4);
-        std::memcpy(bytes.data(), v.data(), bytes.size());
-        ins.push_back(bytes);
-      }
+      auto ins = random_inputs(*b.g, batch, rng);
       auto want = interpret(direct, *b.g, ins, {{"n", batch}});
       auto got = interpret(as_gemm, *b.g, ins, {{"n", batch}});
       REQUIRE(want[0].size() == static_cast<size_t>(k.O * (k.C / k.groups) * k.K * k.K * 4));
       REQUIRE(want[0].size() == got[0].size());
-      std::vector<float> a(want[0].size() / 4), c(a.size());
-      std::memcpy(a.data(), want[0].data(), want[0].size());
-      std::memcpy(c.data(), got[0].data(), got[0].size());
+      std::vector<float> a = floats(want[0]), c = floats(got[0]);
       double worst = 0, scale = 0;
       for (size_t i = 0; i < a.size(); ++i) {
         worst = std::max(worst, static_cast<double>(std::fabs(a[i] - c[i])));
