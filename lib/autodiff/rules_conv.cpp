@@ -18,7 +18,6 @@ namespace {
 
 using sym::Expr;
 
-
 // `g` with s - 1 zeros after each element along `dim` (the last one dropped): size (n-1) s + 1.
 Value* stuff(Builder& b, Value* g, int64_t dim, int64_t s) {
   if (s == 1) return g;
@@ -62,13 +61,12 @@ void convolution(GradContext& c) {
   if (c.needs(x)) {
     // As a convolution: input row i gets dy[oh] w[kh] for i = oh s - p + kh d: dy (stuffed: row
     // j = oh s) padded by d (K - 1) - p before and (H - its rows) + p after, then a valid
-    // convolution by the flipped kernel gives exactly H rows (likewise columns). Strided (or symbolic sizes, or padding beyond the dilated
-    // kernel): the columns W^T dy folded back (ptc::conv2d_input_grad), exact multiply-adds where
-    // the convolution would multiply zeros stuffed between dy's elements.
-    // Small images (<= 16 x 16: too few Winograd tiles per image) take the columns too: the GEMM
-    // reads the weight transposed in place, where the convolution needs it flipped and copied.
-    // Depthwise convolutions (one channel in and out per group: a GEMM of depth 1) keep the
-    // convolution, over dy with zeros stuffed between its elements when strided.
+    // convolution by the flipped kernel gives exactly H rows (likewise columns). Taken at stride 1
+    // on images over 16 x 16 (Winograd), and for depthwise convolutions (one channel in and out
+    // per group: the columns' GEMM would have depth 1). Otherwise (strided, small images,
+    // symbolic sizes, padding beyond the dilated kernel) the columns W^T dy folded back
+    // (ptc::conv2d_input_grad): exact multiply-adds where the convolution would multiply the
+    // stuffed zeros, and the GEMM reads the weight transposed in place instead of a flipped copy.
     const auto hw = (xs[2] * xs[3]).as_const();
     const bool depthwise = Cg == 1 && Og == 1;
     bool as_conv = depthwise || (s[0] == 1 && s[1] == 1 && hw && *hw > 256);

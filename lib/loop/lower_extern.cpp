@@ -48,6 +48,14 @@ TensorRef matmul(Lowering& L, TensorRef a, TensorRef b, DType dt, const Index& o
   return reshape(L, y, out_sizes);
 }
 
+// dy [N, O, OH, OW] regrouped densely to [G, O/G, N, OH, OW]: per group, the positions of every
+// image in a row (the inner dimension of the convolution gradients' GEMMs).
+TensorRef by_group(Lowering& L, const TensorRef& g, int64_t G) {
+  const Index& s = g.sizes;
+  return L.realize(permute(L, reshape(L, g, {s[0], sym::Expr(G), sym::floordiv(s[1], sym::Expr(G)), s[2], s[3]}), {1, 2, 0, 3, 4}),
+                   L.origin());
+}
+
 }  // namespace
 
 TensorRef emit_extern(Lowering& L, ExternKind kind, DType dt, const Index& out, std::vector<View> operands,
@@ -236,7 +244,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       const Index out = a.out_sizes();
       const DType dt = a.out_dtype();
       const sym::Expr N = x.sizes[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G));
-      TensorRef gg = L.realize(permute(L, reshape(L, g, {N, sym::Expr(G), Og, OH, OW}), {1, 2, 0, 3, 4}), L.origin());
+      TensorRef gg = by_group(L, g, G);
       if (!L.options.conv_as_gemm && dt == DType::Float32 && x.dtype == DType::Float32 && g.dtype == DType::Float32)
         return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {L.as_view(x, L.origin()), *gg.view},
                                {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
@@ -261,7 +269,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       if (!kh_ || !kw_) L.fail("a convolution's input gradient needs a static kernel size");
       const int64_t KH = *kh_, KW = *kw_;
       const sym::Expr N = xs[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G)), Cg = w.sizes[1];
-      TensorRef gg = L.realize(permute(L, reshape(L, g, {N, sym::Expr(G), Og, OH, OW}), {1, 2, 0, 3, 4}), L.origin());
+      TensorRef gg = by_group(L, g, G);
       TensorRef wt = transpose_last(L, reshape(L, w, {sym::Expr(G), Og, Cg * (KH * KW)}));  // [G, Cg KH KW, Og]
       TensorRef cols = gemm(L, wt, reshape(L, gg, {sym::Expr(G), Og, N * OH * OW}), dt);
       TensorRef c7 = reshape(L, cols, {sym::Expr(G), Cg, sym::Expr(KH), sym::Expr(KW), N, OH, OW});

@@ -470,6 +470,20 @@ std::string index_list(const std::vector<sym::Expr>& v) {
 
 // The weight-side fields of a convolution's Conv2dArgs `a` (weight, its strides, O, C, KH, KW,
 // strides, padding, dilation, groups).
+// Conv2dArgs' stride, padding, dilation and groups (the extern's params).
+void emit_conv_params(std::ostream& os, const Computation& c, const std::string& indent) {
+  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
+  os << indent << " ";
+  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
+  os << "\n";
+}
+
+// Conv2dArgs' input pointer and strides.
+void emit_conv_input(std::ostream& os, const loop::View& X, const std::string& indent) {
+  os << indent << "  a.x = b" << X.buffer << " + " << cpp_index(X.offset) << "; { const int64_t s[4] = {" << index_list(X.strides)
+     << "}; std::memcpy(a.xs, s, sizeof s); }\n";
+}
+
 void emit_conv_weight_args(std::ostream& os, const Computation& c, const std::string& indent) {
   const loop::View& X = c.operands[0];
   const loop::View& W = c.operands[1];
@@ -477,10 +491,7 @@ void emit_conv_weight_args(std::ostream& os, const Computation& c, const std::st
      << "}; std::memcpy(a.ws, s, sizeof s); }\n";
   os << indent << "  a.C = " << cpp_index(X.sizes[1]) << ";\n";
   os << indent << "  a.O = " << cpp_index(W.sizes[0]) << "; a.KH = " << cpp_index(W.sizes[2]) << "; a.KW = " << cpp_index(W.sizes[3]) << ";\n";
-  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
-  os << indent << " ";
-  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
-  os << "\n";
+  emit_conv_params(os, c, indent);
 }
 
 // A convolution's weight gradient (ExternKind::ConvWeightGrad): the implicit GEMM of
@@ -495,16 +506,13 @@ void emit_conv_weight_grad(std::ostream& os, const loop::Program& p, const Compu
     PTC_CHECK(G.sizes[d] == sym::Expr(1) || G.strides[d] == dense, "conv_weight_grad: grad_output must be regrouped densely");
   PTC_CHECK(G.sizes.size() == 5, "conv_weight_grad: grad_output must be [groups, O/groups, N, OH, OW]");
   os << indent << "{\n" << indent << "  ptc_rt::Conv2dArgs a{};\n";
-  os << indent << "  a.x = b" << X.buffer << " + " << cpp_index(X.offset) << "; { const int64_t s[4] = {" << index_list(X.strides)
-     << "}; std::memcpy(a.xs, s, sizeof s); }\n";
+  emit_conv_input(os, X, indent);
   os << indent << "  a.N = " << cpp_index(X.sizes[0]) << "; a.C = " << cpp_index(X.sizes[1]) << "; a.H = " << cpp_index(X.sizes[2])
      << "; a.W = " << cpp_index(X.sizes[3]) << ";\n";
   os << indent << "  a.O = " << cpp_index(c.domain[0]) << "; a.KH = " << cpp_index(c.domain[2]) << "; a.KW = " << cpp_index(c.domain[3])
      << "; a.OH = " << cpp_index(G.sizes[3]) << "; a.OW = " << cpp_index(G.sizes[4]) << ";\n";
-  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
-  os << indent << " ";
-  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
-  os << "\n" << indent << "  ptc_rt::conv2d_weight_grad_call(a, b" << G.buffer << " + " << cpp_index(G.offset) << ", b" << c.out
+  emit_conv_params(os, c, indent);
+  os << indent << "  ptc_rt::conv2d_weight_grad_call(a, b" << G.buffer << " + " << cpp_index(G.offset) << ", b" << c.out
      << ");\n" << indent << "}\n";
 }
 
@@ -516,8 +524,7 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   const loop::View& X = c.operands[0];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU convolution supports float32 only so far (", c.origin, ")");
   os << indent << "{\n" << indent << "  ptc_rt::Conv2dArgs a{};\n";
-  os << indent << "  a.x = b" << X.buffer << " + " << cpp_index(X.offset) << "; { const int64_t s[4] = {" << index_list(X.strides)
-     << "}; std::memcpy(a.xs, s, sizeof s); }\n";
+  emit_conv_input(os, X, indent);
   emit_conv_weight_args(os, c, indent);
   if (!prepared.empty()) os << indent << "  a.prepared = " << prepared << ";\n";
   if (c.operands.size() > 2)
