@@ -38,6 +38,9 @@ def parse_args():
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="run everything on the GPU (ptc: compile with --device cuda; torch: the model moved to cuda)")
+    ap.add_argument("--torch-tf32", action="store_true",
+                    help="GPU: leave torch's default of TF32 cuDNN convolutions (ptc computes in exact fp32; by default "
+                         "torch does too: torch.backends.cudnn.allow_tf32 = False)")
     ap.add_argument("--build-only", action="store_true", help="only compile the ptc libraries (into --libs)")
     ap.add_argument("--libs", help="where the libraries are (NAME.so; with --build-only: where to write them); "
                                    "without it they are compiled into a temporary directory")
@@ -56,6 +59,9 @@ def main():
     work = args.libs or tempfile.mkdtemp(prefix="ptc-bench-train-")
     os.makedirs(work, exist_ok=True)
     dev = args.device
+    if dev == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = args.torch_tf32
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     rows = []
     for spec in args.models:
@@ -157,7 +163,7 @@ def main():
 
     if args.build_only:
         return
-    where = "the GPU" if dev == "cuda" else f"{args.threads} threads"
+    where = f"the GPU (torch: TF32 convolutions {'on' if args.torch_tf32 else 'off'}; ptc: exact fp32)" if dev == "cuda" else f"{args.threads} threads"
     print(f"\n{where}, median of {args.steps} steps (forward + backward + SGD momentum step)\n")
     print("| model | sizes | eager ms | torch.compile ms | ptc ms | ptc vs eager | ptc vs torch.compile | ptc compile s | torch.compile compile s |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -3,6 +3,8 @@
 // are checked on a GPU machine by scripts/cuda_check.py (see docs/cuda.md).
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,9 @@ TEST_CASE("every fixture compiles for CUDA, and the library exports the C ABI an
     std::string deps = shell("ldd " + so);
     INFO(deps);
     CHECK(deps.find("libcublasLt") != std::string::npos);
+    // cuDNN only where there are convolutions (small_cnn).
+    const bool convs = name.rfind("small_cnn", 0) == 0;
+    CHECK((deps.find("libcudnn") != std::string::npos) == convs);
     CHECK(deps.find("libcudart.so") == std::string::npos);  // the CUDA runtime is linked statically
     CHECK(deps.find("torch") == std::string::npos);
     CHECK(deps.find("libc10") == std::string::npos);
@@ -50,7 +55,8 @@ TEST_CASE("every fixture compiles for CUDA, and the library exports the C ABI an
 }
 
 TEST_CASE("CUDA training libraries (--train --device cuda) compile and export the training ABI", "[cuda]") {
-  // small_cnn: convolutions as GEMMs, max-pool backward; index_ops: embedding's scatter_add.
+  // small_cnn: cuDNN convolutions and their gradients, max-pool backward; index_ops: embedding's
+  // scatter_add.
   for (const std::string name : {"small_cnn.pt2", "index_ops.core.pt2"}) {
     INFO(name);
     std::string so = test::temp_dir() + "/cuda_train_" + name + ".so";
@@ -65,7 +71,41 @@ TEST_CASE("CUDA training libraries (--train --device cuda) compile and export th
     INFO(deps);
     CHECK(deps.find("libcudart.so") == std::string::npos);
     CHECK(deps.find("torch") == std::string::npos);
+    CHECK((deps.find("libcudnn") != std::string::npos) == (name == "small_cnn.pt2"));
   }
+}
+
+TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missing", "[cuda]") {
+  // nvcc stand-ins: one without cudnn.h (the cuDNN runtime unit fails as nvcc would), one
+  // whose link finds no libcudnn.so; everything else goes to the real nvcc.
+  namespace fs = std::filesystem;
+  const std::string dir = test::temp_dir();
+  std::string nvcc = shell("command -v nvcc");
+  while (!nvcc.empty() && (nvcc.back() == '\n' || nvcc.back() == ' ')) nvcc.pop_back();
+  if (nvcc.empty()) nvcc = "/usr/local/cuda/bin/nvcc";
+  auto stand_in = [&](const std::string& name, const std::string& pattern, const std::string& message) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << "#!/bin/sh\ncase \"$*\" in\n  " << pattern << ") echo \"" << message
+                        << "\" >&2; exit 1;;\nesac\nexec " << nvcc << " \"$@\"\n";
+    fs::permissions(path, fs::perms::owner_all);
+    return path;
+  };
+  const std::string no_header = stand_in("nvcc_no_cudnn_h", "*ptc_cuda_cudnn.cu*",
+                                         "ptc_cuda_cudnn.cu:3:10: fatal error: cudnn.h: No such file or directory");
+  const std::string no_lib = stand_in("nvcc_no_libcudnn", "*-lcudnn*", "/usr/bin/ld: cannot find -lcudnn: No such file or directory");
+  const std::string so = dir + "/cuda_no_cudnn.so";
+  auto r = test::run_ptc("compile -q --no-cache --device cuda --nvcc " + no_header + " " + test::fixture("small_cnn.pt2") + " -o " + so);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("this model's convolutions run on cuDNN, but nvcc cannot find cudnn.h") != std::string::npos);
+  auto l = test::run_ptc("compile -q --no-cache --device cuda --nvcc " + no_lib + " " + test::fixture("small_cnn.pt2") + " -o " + so);
+  INFO(l.output);
+  CHECK(l.exit_code == 1);
+  CHECK(l.output.find("the linker cannot find libcudnn.so") != std::string::npos);
+  // A model without convolutions does not need cuDNN at all.
+  auto m = test::run_ptc("compile -q --no-cache --device cuda --nvcc " + no_lib + " " + test::fixture("mlp.pt2") + " -o " + dir + "/cuda_mlp_no_cudnn.so");
+  INFO(m.output);
+  CHECK(m.exit_code == 0);
 }
 
 TEST_CASE("CUDA builds: a bad nvcc path or --profile gets one clear error", "[cuda]") {

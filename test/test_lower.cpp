@@ -231,3 +231,58 @@ TEST_CASE("argmax and argmin take the first NaN, as torch", "[lower]") {
   std::memcpy(got.data(), out.at(0).data(), 24);
   CHECK(got == std::vector<int64_t>{1, 1, 0});
 }
+
+TEST_CASE("the cuDNN lowering of convolutions and their gradients (CUDA) matches the CPU lowering", "[lower]") {
+  struct Conv {
+    int64_t C, O, K, stride, pad, dil, groups;
+  };
+  const Conv convs[] = {{3, 4, 3, 1, 1, 1, 1}, {2, 3, 3, 2, 1, 1, 1}, {2, 3, 1, 2, 0, 1, 1},
+                        {4, 6, 3, 1, 2, 2, 2}, {4, 4, 3, 2, 1, 1, 4}, {1, 2, 2, 3, 0, 1, 1}};
+  std::mt19937 rng(7);
+  const OpKind ops[] = {OpKind::Conv2d, OpKind::PtcConv2dWeightGrad, OpKind::PtcConv2dInputGrad};
+  const loop::ExternKind kinds[] = {loop::ExternKind::Convolution, loop::ExternKind::ConvWeightGrad, loop::ExternKind::ConvInputGrad};
+  for (const Conv& k : convs)
+    for (int op = 0; op < 3; ++op) {
+      INFO("op " << op << " C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " pad " << k.pad << " dil " << k.dil
+                 << " groups " << k.groups);
+      const int64_t H = 7, W = 6;
+      const int64_t OH = (H + 2 * k.pad - k.dil * (k.K - 1) - 1) / k.stride + 1, OW = (W + 2 * k.pad - k.dil * (k.K - 1) - 1) / k.stride + 1;
+      test::GraphBuilder b;
+      sym::Expr n = b.sym("n", 1, 4);
+      auto two = [](int64_t v) { return std::vector<int64_t>{v, v}; };
+      std::map<std::string, Arg> args{{"stride", two(k.stride)}, {"padding", two(k.pad)}, {"dilation", two(k.dil)}, {"groups", k.groups}};
+      auto weight = [&] { return b.input("w", DType::Float32, {sym::Expr(k.O), sym::Expr(k.C / k.groups), sym::Expr(k.K), sym::Expr(k.K)}); };
+      auto x = [&] { return b.input("x", DType::Float32, {n, sym::Expr(k.C), sym::Expr(H), sym::Expr(W)}); };
+      auto dy = [&] { return b.input("dy", DType::Float32, {n, sym::Expr(k.O), sym::Expr(OH), sym::Expr(OW)}); };
+      if (op == 0) {
+        args["input"] = x(), args["weight"] = weight();
+        args["bias"] = Arg{b.input("b", DType::Float32, {sym::Expr(k.O)})};
+      } else if (op == 1) {
+        args["input"] = x(), args["grad_output"] = dy(), args["kernel_size"] = two(k.K);
+      } else {
+        args["grad_output"] = dy(), args["weight"] = weight();
+        args["input_size"] = std::vector<sym::Expr>{n, sym::Expr(k.C), sym::Expr(H), sym::Expr(W)};
+      }
+      b.g->outputs.push_back(b.op(ops[op], "out", args));
+      LowerOptions dnn;
+      dnn.cudnn_conv = true;
+      loop::Program cpu = lower_to_loops(*b.g), cuda = lower_to_loops(*b.g, dnn);
+      int externs = 0;
+      for (const auto& c : cuda.comps) externs += c.kind == loop::Computation::Kind::Extern && c.extern_kind == kinds[op];
+      CHECK(externs == 1);
+      for (int64_t batch : {1, 3}) {
+        auto ins = random_inputs(*b.g, batch, rng);
+        auto want = interpret(cpu, *b.g, ins, {{"n", batch}});
+        auto got = interpret(cuda, *b.g, ins, {{"n", batch}});
+        REQUIRE(want[0].size() == got[0].size());
+        std::vector<float> a = floats(want[0]), c = floats(got[0]);
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          worst = std::max(worst, static_cast<double>(std::fabs(a[i] - c[i])));
+          scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+        }
+        CHECK(scale > 0.1);
+        CHECK(worst < 1e-5 * std::max(1.0, scale));
+      }
+    }
+}

@@ -124,7 +124,11 @@ enum class ExternKind : uint8_t {
                 // [0, size) fails the run (CPU) as torch does
   ConvWeightGrad,  // out [O, C/groups, KH, KW] = a convolution's weight gradient; operands {input
                    // [N, C, H, W], grad_output laid out [groups, O/groups, N, OH, OW] contiguous};
-                   // params as Convolution's (the CPU's implicit GEMM; CUDA lowers it to GEMMs)
+                   // params as Convolution's (the CPU's implicit GEMM; cuDNN on CUDA, where
+                   // grad_output may be any view of that shape whose groups and channels merge)
+  ConvInputGrad,   // out [N, C, H, W] = a convolution's input gradient; operands {weight [O, C/groups,
+                   // KH, KW] contiguous, grad_output viewed [groups, O/groups, N, OH, OW]}; params
+                   // as Convolution's. CUDA only (cuDNN's backward data); the CPU lowers GEMMs
 };
 const char* extern_name(ExternKind k);
 

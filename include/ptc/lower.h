@@ -24,8 +24,12 @@ struct LowerOptions {
   // Ungrouped float32 2-d convolutions as im2col columns (a gather) times the weight (a GEMM per
   // image); false: the backend's convolution extern.
   bool conv_as_gemm = false;
+  // float32 2-d convolutions and their weight and input gradients as the convolution externs
+  // with the operand layouts cuDNN takes (ExternKind Convolution, ConvWeightGrad, ConvInputGrad;
+  // a contiguous weight, grad_output as a view); takes precedence over conv_as_gemm.
+  bool cudnn_conv = false;
   // The options of a backend: "cpu" or "cuda" (whose attention kernel takes heads up to 256 and
-  // whose convolutions are GEMMs: cuBLASLt is far faster than its direct convolution kernel).
+  // whose float32 convolutions and their gradients are cuDNN's).
   static LowerOptions for_device(const std::string& device);
 };
 loop::Program lower_to_loops(const Graph& g, const LowerOptions& opts = {});

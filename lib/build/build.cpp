@@ -200,9 +200,13 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
     for (auto& t : pool) t.join();
   }
   for (size_t i = 0; i < units.size(); ++i)
-    if (rcs[i] != 0)
+    if (rcs[i] != 0) {
+      if (units[i] == "ptc_cuda_cudnn.cu" && outputs[i].find("cudnn.h") != std::string::npos)
+        user_error("this model's convolutions run on cuDNN, but nvcc cannot find cudnn.h: install cuDNN 9 where nvcc looks (",
+                   "/usr/local/cuda/include) or name its include folder in CPATH:\n", outputs[i].substr(0, 2000));
       user_error(cuda ? "nvcc" : "the host compiler", " failed on the generated code (", (dir / units[i]).string(), "):\n",
                  outputs[i].substr(0, 4000));
+    }
   spdlog::debug("compiled {} translation units ({} from the cache, {} at a time) in {:.2f} s", units.size(),
                 std::count(cached.begin(), cached.end(), 1), jobs,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -215,7 +219,8 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   // their rpath), not by the path it had at build time.
   std::string soname = shell_quote(opts.soname.empty() ? fs::path(out_path).filename().string() : opts.soname);
   if (cuda)  // nvcc links the CUDA runtime statically (libcudart_static) by default
-    cmd += nvcc + " -shared -Xlinker -soname=" + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + " -lcublasLt" + (weights.external ? " -ldl" : "");
+    cmd += nvcc + " -shared -Xlinker -soname=" + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + " -lcublasLt" +
+           (std::count(units.begin(), units.end(), "ptc_cuda_cudnn.cu") ? " -lcudnn" : "") + (weights.external ? " -ldl" : "");
   else
     cmd += opts.cxx + sanitize + " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : "");
   spdlog::debug("linking: {}", cmd);
@@ -224,6 +229,9 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   spdlog::debug("host compiler took {:.2f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (rc != 0) {
     fs::remove(tmp_out, ec);
+    if (output.find("-lcudnn") != std::string::npos)
+      user_error("this model's convolutions run on cuDNN, but the linker cannot find libcudnn.so: install cuDNN 9 where nvcc ",
+                 "looks (/usr/local/cuda/lib64) or name its library folder in LIBRARY_PATH:\n", output.substr(0, 2000));
     user_error("linking the generated library failed (", dir.string(), "):\n", output.substr(0, 4000));
   }
   fs::rename(tmp_out, out_path, ec);

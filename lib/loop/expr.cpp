@@ -223,6 +223,7 @@ const char* extern_name(ExternKind k) {
     case ExternKind::Attention: return "attention";
     case ExternKind::ScatterAdd: return "scatter_add";
     case ExternKind::ConvWeightGrad: return "conv_weight_grad";
+    case ExternKind::ConvInputGrad: return "conv_input_grad";
   }
   return "?";
 }

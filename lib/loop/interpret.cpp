@@ -222,6 +222,7 @@ class Interp {
         else if (c.extern_kind == loop::ExternKind::Attention) attention(c, out, dt);
         else if (c.extern_kind == loop::ExternKind::ScatterAdd) scatter_add(c, out, dt);
         else if (c.extern_kind == loop::ExternKind::ConvWeightGrad) conv_weight_grad(c, out, dt);
+        else if (c.extern_kind == loop::ExternKind::ConvInputGrad) conv_input_grad(c, out, dt);
         else conv(c, out, dt);
         break;
     }
@@ -304,6 +305,28 @@ class Interp {
             if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
             acc += at(dy, {g, o % Og, n, oh, ow}) * at(x, {n, g * Cg + ci, ih, iw});
           }
+      out.at(pos++) = round_to(acc, dt);
+    });
+  }
+
+  // dx[n, g Cg + ci, ih, iw] = sum over o, kh, kw of dy[g, o, n, oh, ow] w[g Og + o, ci, kh, kw]
+  // where ih = oh sh - ph + kh dh and iw = ow sw - pw + kw dw.
+  void conv_input_grad(const Computation& c, std::vector<double>& out, DType dt) {
+    const loop::View& w = c.operands[0];
+    const loop::View& dy = c.operands[1];
+    const int64_t Og = eval(dy.sizes[1]), OH = eval(dy.sizes[3]), OW = eval(dy.sizes[4]);
+    const int64_t Cg = eval(w.sizes[1]), KH = eval(w.sizes[2]), KW = eval(w.sizes[3]);
+    int64_t sh = c.params[0], sw = c.params[1], ph = c.params[2], pw = c.params[3], dh = c.params[4], dw = c.params[5];
+    size_t pos = 0;
+    for_each(c.domain, 'x', [&](const std::vector<int64_t>& i) {
+      const int64_t n = i[0], g = i[1] / Cg, ci = i[1] % Cg;
+      double acc = 0;
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          const int64_t th = i[2] + ph - kh * dh, tw = i[3] + pw - kw * dw;
+          if (th < 0 || tw < 0 || th % sh || tw % sw || th / sh >= OH || tw / sw >= OW) continue;
+          for (int64_t o = 0; o < Og; ++o) acc += at(dy, {g, o, n, th / sh, tw / sw}) * at(w, {g * Og + o, ci, kh, kw});
+        }
       out.at(pos++) = round_to(acc, dt);
     });
   }

@@ -314,7 +314,7 @@ LowerOptions LowerOptions::for_device(const std::string& device) {
   LowerOptions o;
   if (device == "cuda") {
     o.max_fused_head = 256;  // ptc_cuda::kAttentionMaxHead
-    o.conv_as_gemm = true;
+    o.cudnn_conv = true;
   }
   return o;
 }

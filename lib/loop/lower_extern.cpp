@@ -56,6 +56,42 @@ TensorRef by_group(Lowering& L, const TensorRef& g, int64_t G) {
                    L.origin());
 }
 
+// cuDNN's operands (LowerOptions::cudnn_conv): float32 throughout; the weight contiguous (a
+// filter descriptor is packed), the others any view without broadcast (zero) strides.
+bool cudnn_f32(const Lowering& L, std::initializer_list<DType> dts) {
+  if (!L.options.cudnn_conv) return false;
+  for (DType d : dts)
+    if (d != DType::Float32) return false;
+  return true;
+}
+View dense_view(Lowering& L, const TensorRef& t) {
+  if (t.view) {
+    bool dense = true;
+    sym::Expr expect(1);
+    for (size_t d = t.sizes.size(); d-- > 0;) {
+      auto n = t.sizes[d].as_const(), st = t.view->strides[d].as_const(), e = expect.as_const();
+      if (!(n && *n == 1) && !(st && e && *st == *e)) dense = false;
+      expect = expect * t.sizes[d];
+    }
+    if (dense) return *t.view;
+  }
+  return *L.realize(t, L.origin()).view;
+}
+View cudnn_view(Lowering& L, const TensorRef& t) {
+  View v = L.as_view(t, L.origin());
+  for (size_t d = 0; d < v.sizes.size(); ++d) {
+    auto st = v.strides[d].as_const(), n = v.sizes[d].as_const();
+    if (st && *st == 0 && !(n && *n == 1)) return dense_view(L, t);
+  }
+  return v;
+}
+// by_group's regrouping as a view of g where one exists (cuDNN merges the groups and channels
+// back into its strides).
+View group_view(Lowering& L, const TensorRef& g, int64_t G) {
+  const Index& s = g.sizes;
+  return cudnn_view(L, permute(L, reshape(L, g, {s[0], sym::Expr(G), sym::floordiv(s[1], sym::Expr(G)), s[2], s[3]}), {1, 2, 0, 3, 4}));
+}
+
 }  // namespace
 
 TensorRef emit_extern(Lowering& L, ExternKind kind, DType dt, const Index& out, std::vector<View> operands,
@@ -208,6 +244,12 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       if (n.kind != OpKind::Conv2d && a.b("transposed")) L.fail("transposed convolution is not supported yet");
       auto st = two(a.ints("stride"), 1), pd = two(a.ints("padding"), 0), dl = two(a.ints("dilation"), 1);
       auto kh = w.sizes[2].as_const(), kw = w.sizes[3].as_const();
+      if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype})) {
+        std::vector<View> operands{cudnn_view(L, x), dense_view(L, w)};
+        if (!a.is_none("bias")) operands.push_back(L.as_view(a.tensor("bias"), L.origin()));
+        return one(emit_extern(L, ExternKind::Convolution, a.out_dtype(), a.out_sizes(), std::move(operands),
+                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups")}));
+      }
       if (L.options.conv_as_gemm && a.i("groups") == 1 && kh && kw && a.out_dtype() == DType::Float32 && x.dtype == DType::Float32 &&
           w.dtype == DType::Float32) {
         // One GEMM for the whole batch: Y [O, N OH OW] = W [O, C KH KW] x cols [C KH KW, N OH OW]
@@ -244,6 +286,9 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       const Index out = a.out_sizes();
       const DType dt = a.out_dtype();
       const sym::Expr N = x.sizes[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G));
+      if (cudnn_f32(L, {dt, x.dtype, g.dtype}))
+        return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {cudnn_view(L, x), group_view(L, g, G)},
+                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
       TensorRef gg = by_group(L, g, G);
       if (!L.options.conv_as_gemm && dt == DType::Float32 && x.dtype == DType::Float32 && g.dtype == DType::Float32)
         return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {L.as_view(x, L.origin()), *gg.view},
@@ -268,6 +313,9 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       auto kh_ = w.sizes[2].as_const(), kw_ = w.sizes[3].as_const();
       if (!kh_ || !kw_) L.fail("a convolution's input gradient needs a static kernel size");
       const int64_t KH = *kh_, KW = *kw_;
+      if (cudnn_f32(L, {dt, w.dtype, g.dtype}))
+        return one(emit_extern(L, ExternKind::ConvInputGrad, dt, xs, {dense_view(L, w), group_view(L, g, G)},
+                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
       const sym::Expr N = xs[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G)), Cg = w.sizes[1];
       TensorRef gg = by_group(L, g, G);
       TensorRef wt = transpose_last(L, reshape(L, w, {sym::Expr(G), Og, Cg * (KH * KW)}));  // [G, Cg KH KW, Og]

@@ -259,7 +259,7 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
     if (c.kind == Computation::Kind::Extern) {
       k.kind = c.extern_kind == loop::ExternKind::Gemm          ? Kernel::Kind::Gemm
                : c.extern_kind == loop::ExternKind::Convolution ||
-                       c.extern_kind == loop::ExternKind::ConvWeightGrad
+                       c.extern_kind == loop::ExternKind::ConvWeightGrad || c.extern_kind == loop::ExternKind::ConvInputGrad
                    ? Kernel::Kind::Conv
                : c.extern_kind == loop::ExternKind::ScatterAdd  ? Kernel::Kind::Scatter
                                                                 : Kernel::Kind::Attention;

@@ -12,7 +12,7 @@ std::function<int()> add_compile(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("compile", "Compile a model into a standalone shared library");
   cmd->add_option("model", opts->model, "A torch.export archive (.pt2) or TorchScript archive (.pt)")->required();
   cmd->add_option("-o,--output", opts->output, "The library to write (e.g. model.so; its header model.h goes beside it)");
-  cmd->add_option("--device", opts->device, "cpu (C++/OpenMP) or cuda (CUDA kernels + cuBLASLt; built with nvcc)")
+  cmd->add_option("--device", opts->device, "cpu (C++/OpenMP) or cuda (CUDA kernels, cuBLASLt GEMMs, cuDNN convolutions; built with nvcc)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--cuda-arch", opts->build.cuda_arch, "cuda: the GPU architecture, e.g. sm_90 (default; PTX embedded for newer GPUs)");
   cmd->add_option("--nvcc", opts->build.nvcc, "cuda: the CUDA compiler (default: nvcc)");

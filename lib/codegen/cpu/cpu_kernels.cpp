@@ -520,6 +520,7 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
                const std::string& prepared) {
   const Computation& c = p.comps[k.comps.front()];
   if (c.extern_kind == loop::ExternKind::ConvWeightGrad) return emit_conv_weight_grad(os, p, c, indent);
+  PTC_CHECK(c.extern_kind == loop::ExternKind::Convolution, "the CPU lowers a convolution's input gradient to GEMMs");
   const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
   const loop::View& X = c.operands[0];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU convolution supports float32 only so far (", c.origin, ")");

@@ -15,4 +15,7 @@ namespace ptc::cuda {
 // const ptc_cuda::Ctx& ctx)` (sym in `syms` order; buf[<buffer id>] = device pointers).
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index, const std::vector<std::string>& syms);
 
+// Whether a kernel calls cuDNN (the library then links ptc_cuda_cudnn.cu and libcudnn).
+bool uses_cudnn(const loop::Program& p, const sched::Schedule& s);
+
 }  // namespace ptc::cuda

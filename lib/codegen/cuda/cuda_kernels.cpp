@@ -8,8 +8,9 @@
 //     reductions (warp shuffles, then one value per warp in shared memory), pointwise members
 //     loop over their inner elements with the block's threads, __syncthreads() between members;
 //     rows whose reductions are small constant windows (pooling) take one thread per row instead;
-//   * GEMM: cuBLASLt (ptc_cuda_rt.h); convolution: the runtime's direct kernel; attention: the
-//     runtime's fused flash-style kernel.
+//   * GEMM: cuBLASLt (ptc_cuda_rt.h); float32 convolutions and their gradients: cuDNN (the
+//     runtime's direct kernel for a forward convolution whose weight is no contiguous view);
+//     attention: the runtime's fused flash-style kernel.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +38,7 @@ namespace {
 
 constexpr int kBlock = 256;
 constexpr int64_t kSmallWindow = 64;
+constexpr int64_t kFewRows = 264;  // two blocks per multiprocessor of an H100 / H200
 
 bool read_only(const loop::Program& p, int b) {
   auto k = p.buffers[b].kind;
@@ -207,7 +209,13 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
 void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms,
                     const std::vector<int>& bufs) {
   const std::vector<sym::Expr>& outer = k.outer;
-  os << "__global__ void __launch_bounds__(" << kBlock << ") ptc_kernel_" << index << "(";
+  // Few rows (batch norm's per-channel statistics: 64 rows of N x 112 x 112) would leave most
+  // multiprocessors idle and each block a long serial loop: up to 1024 threads per row there.
+  sym::Expr rows_expr(1);
+  for (const auto& e : outer) rows_expr = rows_expr * e;
+  const auto rows_const = rows_expr.as_const();
+  const int max_block = rows_const && *rows_const <= kFewRows ? 1024 : kBlock;
+  os << "__global__ void __launch_bounds__(" << max_block << ") ptc_kernel_" << index << "(";
   emit_params(os, p, bufs, syms);
   os << ") {\n";
   std::set<DType> acc_types;
@@ -258,7 +266,8 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
   os << "  const int64_t rows = " << product(hn) << ";\n  if (rows <= 0) return nullptr;\n";
   os << "  const unsigned grid = static_cast<unsigned>(rows < (int64_t{1} << 20) ? rows : (int64_t{1} << 20));\n";
   // Threads per row: the widest member's row (a reduction's window or a pointwise member's inner
-  // elements) rounded up to a power of two, 32 to 256 — a 64-element layer-norm row gets 64.
+  // elements) rounded up to a power of two, 32 to 256 (1024 for few rows) — a 64-element
+  // layer-norm row gets 64.
   os << "  int64_t width = 1;\n";
   for (int ci : k.comps) {
     const Computation& c = p.comps[ci];
@@ -268,7 +277,7 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
     for (size_t d = from; d < dims.size(); ++d) w += " * (" + cpp_index(dims[d]) + ")";
     os << "  width = std::max<int64_t>(width, " << w << ");\n";
   }
-  os << "  int block = 32;\n  while (block < " << kBlock << " && block < width) block *= 2;\n";
+  os << "  int block = 32;\n  while (block < " << max_block << " && block < width) block *= 2;\n";
   os << "  ptc_kernel_" << index << "<<<grid, block, 0, stream>>>(" << call_args(p, bufs, syms) << ");\n  return nullptr;\n}\n\n";
 }
 
@@ -295,17 +304,92 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   os << "  return ptc_cuda::gemm(ctx, g, stream);\n}\n\n";
 }
 
+std::string index_list(const std::vector<sym::Expr>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + cpp_index(v[i]);
+  return s;
+}
+
+// The strides of a contiguous tensor of these sizes.
+std::vector<sym::Expr> dense_strides(const std::vector<sym::Expr>& sizes) {
+  std::vector<sym::Expr> st(sizes.size(), sym::Expr(1));
+  for (size_t d = sizes.size(); d-- > 1;) st[d - 1] = st[d] * sizes[d];
+  return st;
+}
+
+bool dense(const loop::View& v) {
+  std::vector<sym::Expr> st = dense_strides(v.sizes);
+  for (size_t d = 0; d < st.size(); ++d) {
+    auto a = v.strides[d].as_const(), b = st[d].as_const(), n = v.sizes[d].as_const();
+    if (n && *n == 1) continue;
+    if (!a || !b || *a != *b) return false;
+  }
+  return true;
+}
+
+bool cudnn_kernel(const loop::Program& p, const Computation& c) {
+  return c.extern_kind != loop::ExternKind::Convolution || (p.buffers[c.out].dtype == DType::Float32 && dense(c.operands[1]));
+}
+
+// A convolution or one of its gradients through cuDNN (ptc_cuda::cudnn_conv). Gradients read
+// grad_output as the view [groups, O/groups, N, OH, OW] of an NCHW tensor: its strides are NCHW
+// strides again (n: 2, c: 1, h: 3, w: 4) when the groups merge with the channels.
+void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const Computation& c, size_t index, const std::vector<std::string>& syms) {
+  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA convolution supports float32 only so far (", c.origin, ")");
+  const bool fwd = c.extern_kind == loop::ExternKind::Convolution, filter = c.extern_kind == loop::ExternKind::ConvWeightGrad;
+  const std::vector<sym::Expr> out_strides = dense_strides(c.domain);
+  auto ptr = [](const loop::View& v) { return "static_cast<float*>(buf[" + std::to_string(v.buffer) + "]) + " + cpp_index(v.offset); };
+  const std::string out = "static_cast<float*>(buf[" + std::to_string(c.out) + "])";
+  os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx& ctx) {\n";
+  emit_sym_locals(os, syms, "  ");
+  os << "  ptc_cuda::CudnnConv a{};\n";
+  std::vector<sym::Expr> x_sizes, w_sizes, y_sizes;
+  if (fwd) {
+    const loop::View &X = c.operands[0], &W = c.operands[1];
+    os << "  a.direction = ptc_cuda::kConvForward;\n";
+    os << "  a.x = " << ptr(X) << "; { const int64_t s[4] = {" << index_list(X.strides) << "}; for (int i = 0; i < 4; ++i) a.xs[i] = s[i]; }\n";
+    os << "  a.w = " << ptr(W) << ";\n";
+    os << "  a.y = " << out << "; { const int64_t s[4] = {" << index_list(out_strides) << "}; for (int i = 0; i < 4; ++i) a.ys[i] = s[i]; }\n";
+    if (c.operands.size() > 2)
+      os << "  a.bias = " << ptr(c.operands[2]) << "; a.bias_stride = " << cpp_index(c.operands[2].strides[0]) << ";\n";
+    x_sizes = X.sizes, w_sizes = W.sizes, y_sizes = c.domain;
+  } else {
+    const loop::View &A = c.operands[0], &DY = c.operands[1];
+    PTC_CHECK(DY.sizes.size() == 5, "a convolution gradient reads grad_output as [groups, O/groups, N, OH, OW]");
+    os << "  const int64_t dys[5] = {" << index_list(DY.strides) << "};\n";
+    os << "  if (" << c.params[6] << " > 1 && dys[0] != (" << cpp_index(DY.sizes[1]) << ") * dys[1]) return \"" << loop::extern_name(c.extern_kind)
+       << ": grad_output's groups and channels do not merge\";\n";
+    os << "  a.y = " << ptr(DY) << "; a.ys[0] = dys[2]; a.ys[1] = dys[1]; a.ys[2] = dys[3]; a.ys[3] = dys[4];\n";
+    y_sizes = {DY.sizes[2], DY.sizes[0] * DY.sizes[1], DY.sizes[3], DY.sizes[4]};
+    if (filter) {
+      os << "  a.direction = ptc_cuda::kConvBackwardFilter;\n";
+      os << "  a.x = " << ptr(A) << "; { const int64_t s[4] = {" << index_list(A.strides) << "}; for (int i = 0; i < 4; ++i) a.xs[i] = s[i]; }\n";
+      os << "  a.w = " << out << ";\n";
+      x_sizes = A.sizes, w_sizes = c.domain;
+    } else {
+      os << "  a.direction = ptc_cuda::kConvBackwardData;\n";
+      os << "  a.x = " << out << "; { const int64_t s[4] = {" << index_list(out_strides) << "}; for (int i = 0; i < 4; ++i) a.xs[i] = s[i]; }\n";
+      os << "  a.w = " << ptr(A) << ";\n";
+      x_sizes = c.domain, w_sizes = A.sizes;
+    }
+  }
+  os << "  a.N = " << cpp_index(x_sizes[0]) << "; a.C = " << cpp_index(x_sizes[1]) << "; a.H = " << cpp_index(x_sizes[2]) << "; a.W = " << cpp_index(x_sizes[3])
+     << ";\n";
+  os << "  a.O = " << cpp_index(w_sizes[0]) << "; a.KH = " << cpp_index(w_sizes[2]) << "; a.KW = " << cpp_index(w_sizes[3]) << "; a.OH = " << cpp_index(y_sizes[2])
+     << "; a.OW = " << cpp_index(y_sizes[3]) << ";\n";
+  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
+  os << " ";
+  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
+  os << "\n  return ptc_cuda::cudnn_conv(ctx, a, stream);\n}\n\n";
+}
+
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
   const Computation& c = p.comps[k.comps.front()];
-  PTC_CHECK(c.extern_kind == loop::ExternKind::Convolution, "CUDA: a convolution weight gradient must be lowered to GEMMs");
+  if (cudnn_kernel(p, c)) return emit_cudnn_conv(os, p, c, index, syms);
   const loop::View& X = c.operands[0];
   const loop::View& W = c.operands[1];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA convolution supports float32 only so far (", c.origin, ")");
-  auto arr = [](const std::vector<sym::Expr>& v) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + cpp_index(v[i]);
-    return s;
-  };
+  auto arr = index_list;
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
   emit_sym_locals(os, syms, "  ");
   os << "  ptc_cuda::Conv2d a{};\n";
@@ -398,6 +482,12 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
 }
 
 }  // namespace
+
+bool uses_cudnn(const loop::Program& p, const sched::Schedule& s) {
+  for (const auto& k : s.kernels)
+    if (k.kind == sched::Kernel::Kind::Conv && cudnn_kernel(p, p.comps[k.comps.front()])) return true;
+  return false;
+}
 
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index, const std::vector<std::string>& syms) {
   const sched::Kernel& k = s.kernels[index];

@@ -1,7 +1,8 @@
 // ptc_cuda_rt.h — the compiled-once runtime of a generated CUDA library (ptc_cuda_runtime.cu):
-// fp32 GEMM through cuBLASLt (exact fp32, no TF32) with any-stride operands and batches, and a
-// direct 2-D convolution. Host functions; they queue work on the given stream and return an
-// error text (nullptr on success).
+// fp32 GEMM through cuBLASLt (exact fp32, no TF32) with any-stride operands and batches, a
+// direct 2-D convolution, fused attention; and (ptc_cuda_cudnn.cu, linked only into libraries
+// with convolutions) 2-D convolutions and their gradients through cuDNN. Host functions; they
+// queue work on the given stream and return an error text (nullptr on success).
 #pragma once
 
 #include <cstdint>
@@ -16,13 +17,20 @@ struct GemmPlans;
 GemmPlans* gemm_plans_create();
 void gemm_plans_destroy(GemmPlans* plans);
 
-// The context a kernel launcher gets: the model's cuBLASLt handle and plans, and this run's GEMM
-// workspace.
+// A cuDNN handle and the descriptors and algorithm per convolution shape (ptc_cuda_cudnn.cu).
+struct ConvPlans;
+// nullptr with an error text in *err (no cuDNN library, no GPU).
+ConvPlans* conv_plans_create(const char** err);
+void conv_plans_destroy(ConvPlans* plans);
+
+// The context a kernel launcher gets: the model's cuBLASLt handle and plans, its cuDNN plans
+// (nullptr without convolutions), and this run's GEMM / convolution workspace.
 struct Ctx {
   cublasLtHandle_t lt;
   GemmPlans* plans;
   void* gemm_ws;
   size_t gemm_ws_bytes;
+  ConvPlans* conv = nullptr;
 };
 
 constexpr int kMaxBatchDims = 6;
@@ -48,6 +56,29 @@ struct Conv2d {
   int64_t sh, sw, ph, pw, dh, dw, groups;
 };
 const char* conv2d(const Conv2d& a, cudaStream_t stream);
+
+// A 2-D convolution or one of its gradients through cuDNN (legacy convolution API), exact fp32
+// (CUDNN_FMA_MATH: no TF32, as torch with allow_tf32 off). The algorithm is chosen on a shape's
+// first call: the fastest whose workspace fits the run's, timed by cuDNN on that call's buffers
+// (as torch with cudnn.benchmark on), or cuDNN's heuristic first while a CUDA graph is captured.
+//   forward:         y = conv(x, w) (+ bias)
+//   backward data:   x = the input gradient, from y = dy
+//   backward filter: w = the weight gradient, from x and y = dy
+// x [N, C, H, W] and y [N, O, OH, OW] take any non-negative strides; w [O, C/groups, KH, KW] is
+// contiguous; the output operand is written whole (beta 0).
+enum ConvDirection { kConvForward = 0, kConvBackwardData = 1, kConvBackwardFilter = 2 };
+struct CudnnConv {
+  int direction = kConvForward;
+  float* x; int64_t xs[4];
+  float* w;
+  float* y; int64_t ys[4];
+  const float* bias = nullptr; int64_t bias_stride = 1;  // forward only
+  int64_t N, C, H, W, O, KH, KW, OH, OW;
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream);
+// The largest workspace cudnn_conv lets an algorithm take.
+constexpr size_t kConvWorkspace = size_t{64} << 20;
 
 // Fused scaled-dot-product attention, flash-style (tiled, online softmax, no Tq x Tk buffer):
 //   o[b, h, i, :] = sum_j softmax_j(scale * q[b, h, i, :] . k[b, h, j, :] + mask) v[b, h, j, :]

@@ -1,0 +1,210 @@
+// ptc_cuda_cudnn.cu — 2-D convolutions and their gradients through cuDNN; see ptc_cuda_rt.h.
+// Linked (with -lcudnn) only into libraries that have convolutions.
+#include <cudnn.h>
+
+#include <climits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ptc_cuda_rt.h"
+
+namespace ptc_cuda {
+namespace {
+
+thread_local std::string g_dnn_error;
+
+const char* dnn_error(const std::string& what, cudnnStatus_t s) {
+  g_dnn_error = what + " failed (cuDNN: " + cudnnGetErrorString(s) + ")";
+  return g_dnn_error.c_str();
+}
+
+// Descriptors and the chosen algorithm of one convolution shape and direction.
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  int algo = 0;
+  size_t ws = 0;
+  void release() {
+    if (bias) cudnnDestroyTensorDescriptor(bias);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+// FFT-based algorithms round differently enough (errors ~1e-4 relative) that 5 optimizer steps
+// of resnet18 drifted from torch's: they are not taken.
+bool fft(cudnnConvolutionFwdAlgo_t a) { return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING; }
+bool fft(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING;
+}
+bool fft(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING;
+}
+
+// The first of cuDNN's ranked algorithms that ran its checks, is no FFT and fits the workspace.
+template <typename Perf>
+const char* pick(const Perf* perf, int n, size_t limit, const char* what, ConvPlan& plan) {
+  for (int i = 0; i < n; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit && !fft(perf[i].algo)) {
+      plan.algo = static_cast<int>(perf[i].algo);
+      plan.ws = perf[i].memory;
+      return nullptr;
+    }
+  g_dnn_error = std::string("cuDNN has no ") + what + " algorithm for this convolution within a " + std::to_string(limit >> 20) +
+                " MiB workspace";
+  return g_dnn_error.c_str();
+}
+
+bool fits_int(const CudnnConv& a) {
+  const int64_t v[] = {a.N, a.C, a.H, a.W, a.O, a.KH, a.KW, a.OH, a.OW, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw, a.groups,
+                       a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3], a.bias_stride};
+  for (int64_t x : v)
+    if (x < 0 || x > INT_MAX) return false;
+  return true;
+}
+
+}  // namespace
+
+struct ConvPlans {
+  std::mutex mu;  // the handle's stream and the plan map
+  cudnnHandle_t handle = nullptr;
+  std::map<std::vector<int64_t>, ConvPlan> plans;
+  ~ConvPlans() {
+    for (auto& [key, p] : plans) p.release();
+    if (handle) cudnnDestroy(handle);
+  }
+};
+
+ConvPlans* conv_plans_create(const char** err) {
+  ConvPlans* p = new (std::nothrow) ConvPlans();
+  if (!p) {
+    *err = "out of memory";
+    return nullptr;
+  }
+  cudnnStatus_t s = cudnnCreate(&p->handle);
+  if (s != CUDNN_STATUS_SUCCESS) {
+    delete p;
+    *err = dnn_error("creating a cuDNN handle", s);
+    return nullptr;
+  }
+  return p;
+}
+
+void conv_plans_destroy(ConvPlans* plans) { delete plans; }
+
+const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) {
+  if (!ctx.conv) return "cudnn_conv: the model has no cuDNN handle";
+  if (a.N == 0 || a.O == 0 || a.C == 0 || a.OH == 0 || a.OW == 0) {
+    // Nothing to multiply: the output is zeros (the input gradient, the weight gradient) or,
+    // for an empty batch, empty.
+    cudaError_t e = cudaSuccess;
+    if (a.direction == kConvBackwardData && a.N * a.C * a.H * a.W > 0)
+      e = cudaMemsetAsync(a.x, 0, sizeof(float) * a.N * a.C * a.H * a.W, stream);
+    if (a.direction == kConvBackwardFilter && a.O * (a.C / a.groups) * a.KH * a.KW > 0)
+      e = cudaMemsetAsync(a.w, 0, sizeof(float) * a.O * (a.C / a.groups) * a.KH * a.KW, stream);
+    if (a.direction == kConvForward && a.N * a.O * a.OH * a.OW > 0)  // C == 0: the bias alone is not supported
+      return "cudnn_conv: a convolution over zero input channels";
+    if (e != cudaSuccess) {
+      g_dnn_error = std::string("cudnn_conv: ") + cudaGetErrorString(e);
+      return g_dnn_error.c_str();
+    }
+    return nullptr;
+  }
+  if (!fits_int(a)) return "cudnn_conv: a size or stride beyond cuDNN's 32-bit range";
+  const std::vector<int64_t> key{a.direction, a.N, a.C, a.H, a.W, a.O, a.KH, a.KW, a.OH, a.OW, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw,
+                                 a.groups, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3],
+                                 a.bias ? a.bias_stride : -1, static_cast<int64_t>(ctx.gemm_ws_bytes)};
+  auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  std::lock_guard<std::mutex> lock(ctx.conv->mu);
+  cudnnHandle_t h = ctx.conv->handle;
+  cudnnStatus_t set = cudnnSetStream(h, stream);
+  if (set != CUDNN_STATUS_SUCCESS) return dnn_error("cudnnSetStream", set);
+  auto it = ctx.conv->plans.find(key);
+  if (it == ctx.conv->plans.end()) {
+    ConvPlan p;
+    cudnnStatus_t s = cudnnCreateTensorDescriptor(&p.x);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&p.y);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateFilterDescriptor(&p.w);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateConvolutionDescriptor(&p.conv);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnSetTensor4dDescriptorEx(p.x, CUDNN_DATA_FLOAT, i32(a.N), i32(a.C), i32(a.H), i32(a.W), i32(a.xs[0]), i32(a.xs[1]),
+                                       i32(a.xs[2]), i32(a.xs[3]));
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnSetTensor4dDescriptorEx(p.y, CUDNN_DATA_FLOAT, i32(a.N), i32(a.O), i32(a.OH), i32(a.OW), i32(a.ys[0]), i32(a.ys[1]),
+                                       i32(a.ys[2]), i32(a.ys[3]));
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i32(a.O), i32(a.C / a.groups), i32(a.KH), i32(a.KW));
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnSetConvolution2dDescriptor(p.conv, i32(a.ph), i32(a.pw), i32(a.sh), i32(a.sw), i32(a.dh), i32(a.dw),
+                                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionGroupCount(p.conv, i32(a.groups));
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionMathType(p.conv, CUDNN_FMA_MATH);
+    if (s == CUDNN_STATUS_SUCCESS && a.bias) {
+      s = cudnnCreateTensorDescriptor(&p.bias);
+      if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnSetTensor4dDescriptorEx(p.bias, CUDNN_DATA_FLOAT, 1, i32(a.O), 1, 1, i32(a.O * a.bias_stride), i32(a.bias_stride), 1, 1);
+    }
+    if (s != CUDNN_STATUS_SUCCESS) {
+      p.release();
+      return dnn_error("describing a convolution", s);
+    }
+    // The algorithm: timed on this call's buffers (cudnnFind*AlgorithmEx, what torch does with
+    // cudnn.benchmark on; it writes only the output and the workspace) unless the stream is
+    // being captured into a CUDA graph, where timing cannot run: then cuDNN's heuristic ranking.
+    // (The heuristics once took a 7 ms direct kernel for resnet18's first weight gradient.)
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const bool timed = cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusNone;
+    int n = 0;
+    const char* err = nullptr;
+    void* ws = ctx.gemm_ws;
+    const size_t wsb = ctx.gemm_ws_bytes;
+    if (a.direction == kConvForward) {
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      s = timed ? cudnnFindConvolutionForwardAlgorithmEx(h, p.x, a.x, p.w, a.w, p.conv, p.y, a.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, ws, wsb)
+                : cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf);
+      if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "forward", p);
+    } else if (a.direction == kConvBackwardData) {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      s = timed ? cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, a.w, p.y, a.y, p.conv, p.x, a.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
+                                                              perf, ws, wsb)
+                : cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv, p.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf);
+      if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "backward-data", p);
+    } else {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      s = timed ? cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, a.x, p.y, a.y, p.conv, p.w, a.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                                                &n, perf, ws, wsb)
+                : cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf);
+      if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "backward-filter", p);
+    }
+    if (s != CUDNN_STATUS_SUCCESS || err) {
+      p.release();
+      return err ? err : dnn_error("choosing a convolution algorithm", s);
+    }
+    it = ctx.conv->plans.emplace(key, p).first;
+  }
+  const ConvPlan& p = it->second;
+  cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+  const float one = 1.f, zero = 0.f;
+  if (a.direction == kConvForward) {
+    s = cudnnConvolutionForward(h, &one, p.x, a.x, p.w, a.w, p.conv, static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), ctx.gemm_ws, p.ws,
+                                &zero, p.y, a.y);
+    if (s == CUDNN_STATUS_SUCCESS && a.bias) s = cudnnAddTensor(h, &one, p.bias, a.bias, &one, p.y, a.y);
+    if (s != CUDNN_STATUS_SUCCESS) return dnn_error("cudnnConvolutionForward", s);
+  } else if (a.direction == kConvBackwardData) {
+    s = cudnnConvolutionBackwardData(h, &one, p.w, a.w, p.y, a.y, p.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo),
+                                     ctx.gemm_ws, p.ws, &zero, p.x, a.x);
+    if (s != CUDNN_STATUS_SUCCESS) return dnn_error("cudnnConvolutionBackwardData", s);
+  } else {
+    s = cudnnConvolutionBackwardFilter(h, &one, p.x, a.x, p.y, a.y, p.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo),
+                                       ctx.gemm_ws, p.ws, &zero, p.w, a.w);
+    if (s != CUDNN_STATUS_SUCCESS) return dnn_error("cudnnConvolutionBackwardFilter", s);
+  }
+  return nullptr;
+}
+
+}  // namespace ptc_cuda
