@@ -102,6 +102,10 @@ TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missin
   INFO(l.output);
   CHECK(l.exit_code == 1);
   CHECK(l.output.find("the linker cannot find libcudnn.so") != std::string::npos);
+  // With the real nvcc, the graph-replaying build of the same model compiles too.
+  auto g = test::run_ptc("compile -q --no-cache --device cuda --cuda-graphs " + test::fixture("small_cnn.pt2") + " -o " + dir + "/cuda_graphs_cnn.so");
+  INFO(g.output);
+  CHECK(g.exit_code == 0);
   // A model without convolutions does not need cuDNN at all.
   auto m = test::run_ptc("compile -q --no-cache --device cuda --nvcc " + no_lib + " " + test::fixture("mlp.pt2") + " -o " + dir + "/cuda_mlp_no_cudnn.so");
   INFO(m.output);

@@ -124,6 +124,12 @@ int run_graph(ptc_model* model, const ptc_tensor* in, ptc_tensor* out, const int
     launch_all(model, in, out, sym, stream, nullptr, &need);
     cudaError_t e = need ? cudaMalloc(reinterpret_cast<void**>(&g.ws), need) : cudaSuccess;
     if (e != cudaSuccess) return cuda_fail("allocating a CUDA graph's workspace", e);
+    // One plain run first (as torch warms up before capturing): the kernels load and cuDNN times
+    // its algorithms outside the capture, where neither can happen.
+    if (const char* warm = launch_all(model, in, out, sym, stream, g.ws, nullptr)) {
+      if (g.ws) cudaFree(g.ws);
+      return fail(std::string("running the model on the GPU: ") + warm);
+    }
     e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) {
       if (g.ws) cudaFree(g.ws);
