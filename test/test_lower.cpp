@@ -286,3 +286,25 @@ TEST_CASE("the cuDNN lowering of convolutions and their gradients (CUDA) matches
       }
     }
 }
+
+TEST_CASE("a symbolic size in a Tensor slot (x / t.numel(), as torch.export writes it) is a wrapped 0-d tensor", "[lower]") {
+  test::GraphBuilder b;
+  sym::Expr n = b.sym("n", 1, 8), m = b.sym("m", 1, 8);
+  Value* x = b.input("x", DType::Float32, {n, sym::Expr(3)});
+  b.input("t", DType::Float32, {m, sym::Expr(2)});
+  Value* d = b.op(OpKind::DivTensor, "div", {{"self", x}, {"other", m * sym::Expr(2)}});
+  b.g->outputs.push_back(b.op(OpKind::MulTensor, "mul", {{"self", d}, {"other", n}}));
+  CHECK(verify_graph(*b.g).empty());
+  loop::Program p = lower_to_loops(*b.g);
+  std::mt19937 rng(11);
+  for (auto [nv, mv] : {std::pair<int64_t, int64_t>{1, 3}, {4, 2}, {7, 5}}) {
+    auto ins = random_inputs(*b.g, 1, rng);
+    std::vector<float> xs(static_cast<size_t>(nv * 3));
+    for (auto& v : xs) v = std::uniform_real_distribution<float>(-2, 2)(rng);
+    ins[0].assign(reinterpret_cast<const std::byte*>(xs.data()), reinterpret_cast<const std::byte*>(xs.data() + xs.size()));
+    ins[1].assign(static_cast<size_t>(mv * 2 * 4), std::byte{0});
+    auto out = floats(interpret(p, *b.g, ins, {{"n", nv}, {"m", mv}})[0]);
+    REQUIRE(out.size() == xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) CHECK(out[i] == Approx(xs[i] / static_cast<float>(2 * mv) * static_cast<float>(nv)).epsilon(1e-6));
+  }
+}

@@ -18,11 +18,11 @@ bool arg_matches(const Arg& a, const SchemaArg& sa) {
     return v && *v && (*v)->type.kind != Type::Kind::Tensor;
   };
   switch (sa.type) {
-    // torch.export writes a Python number where a Tensor is expected (add.Tensor(x, 1)): a
-    // wrapped 0-d tensor.
+    // torch.export writes a Python number or a symbolic size where a Tensor is expected
+    // (add.Tensor(x, 1), div.Tensor(x, t.numel())): a wrapped 0-d tensor.
     case ArgType::Tensor:
       return is_tensor_value(a) || std::holds_alternative<int64_t>(a) || std::holds_alternative<double>(a) ||
-             std::holds_alternative<bool>(a);
+             std::holds_alternative<bool>(a) || std::holds_alternative<sym::Expr>(a) || is_sym_value(a);
     case ArgType::TensorList:
     case ArgType::OptionalTensorList: return std::holds_alternative<std::vector<Value*>>(a);
     case ArgType::Int: return std::holds_alternative<int64_t>(a);

@@ -15,9 +15,13 @@ bool Args::is_none(const char* name) const { return std::holds_alternative<std::
 
 TensorRef Args::tensor(const char* name) const {
   const Arg& a = raw(name);
-  if (auto v = std::get_if<Value*>(&a); v && *v) return L.ref(*v);
-  if (std::holds_alternative<int64_t>(a) || std::holds_alternative<double>(a) || std::holds_alternative<bool>(a)) {
-    // A Python number in a Tensor slot: a 0-d tensor of the node's result dtype.
+  const auto* val = std::get_if<Value*>(&a);
+  const bool sym_value = val && *val && ((*val)->type.kind == Type::Kind::SymInt || (*val)->type.kind == Type::Kind::SymFloat ||
+                                         (*val)->type.kind == Type::Kind::SymBool);
+  if (val && *val && !sym_value) return L.ref(*val);
+  if (std::holds_alternative<int64_t>(a) || std::holds_alternative<double>(a) || std::holds_alternative<bool>(a) ||
+      std::holds_alternative<sym::Expr>(a) || sym_value) {
+    // A Python number or a symbolic size in a Tensor slot: a 0-d tensor of the node's result dtype.
     ExprRef v = scalar(name, out_dtype());
     return L.pointwise(v->dtype, {}, [v](const Index&) { return v; });
   }
