@@ -46,12 +46,16 @@ TEST_CASE("TorchScript reader maps every fixture's aten nodes", "[torchscript]")
       outputs += text.rfind("Tuple[", 0) == 0 ? static_cast<size_t>(std::count(text.begin(), text.end(), ',') + 1) : 1;
     }
     CHECK(g->outputs.size() == outputs);
-    // Frozen parameters arrive as constants named after their attribute, with the same bytes
+    // Frozen parameters arrive as graph inputs named after their attribute, with the same bytes
     // as the .pt2's weights (freezing drops the unused ones).
     auto ep = load_pt2(test::fixture(expect["flavours"]["export"]["file"].get<std::string>()));
     int matched = 0;
     for (const auto& in : g->inputs) {
-      if (in.role != GraphInput::Role::Constant || !ep->weights.count(in.target)) continue;
+      if ((in.role != GraphInput::Role::Constant && in.role != GraphInput::Role::Parameter) || !ep->weights.count(in.target)) continue;
+      // The module's parameters keep that role (what --train differentiates).
+      bool ep_param = false;
+      for (const auto& e : ep->inputs) ep_param = ep_param || (e.target == in.target && e.role == GraphInput::Role::Parameter);
+      CHECK((in.role == GraphInput::Role::Parameter) == ep_param);
       const TensorData& a = g->weights.at(in.target);
       const TensorData& b = ep->weights.at(in.target);
       REQUIRE(a.type.sizes == b.type.sizes);

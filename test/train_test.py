@@ -316,13 +316,18 @@ def main():
     os.makedirs(work, exist_ok=True)
     for name in args.models:
         for flavour in args.flavours:
-            pt2 = MODELS_DIR / (f"{name}.pt2" if flavour == "pt2" else f"{name}.core.pt2")
+            # The archive compiled, and the .pt2 whose eager module is the reference (a TorchScript
+            # fixture has the .pt2's weights).
+            model = MODELS_DIR / {"pt2": f"{name}.pt2", "core": f"{name}.core.pt2", "pt": f"{name}.pt"}[flavour]
+            pt2 = MODELS_DIR / (f"{name}.core.pt2" if flavour == "core" else f"{name}.pt2")
+            if flavour == "pt" and not model.exists():
+                continue
             tag = f"{name}.{flavour}"
             libs = {}
 
-            def build(mode, pt2=pt2, tag=tag, libs=libs):
+            def build(mode, model=model, tag=tag, libs=libs):
                 out = os.path.join(work, f"{tag}.{mode}.so")
-                info = compile_train(args.ptc_binary, pt2, out, ["--save-all"] if mode == "save_all" else [])
+                info = compile_train(args.ptc_binary, model, out, ["--save-all"] if mode == "save_all" else [])
                 libs[mode] = (out, info)
                 return f"{info['saved_values']} saved, {info['saved_bytes_per_sample']:.0f} B/sample"
 
@@ -357,8 +362,35 @@ def main():
             r.check(f"{tag}: AdamW vs torch.optim.AdamW",
                     lambda: check_optimizer(lib, pt2, shapes, "adamw", lr=1e-2, betas=(0.9, 0.99), eps=1e-8,
                                             weight_decay=0.05))
+    if "pt" in args.flavours and not PREBUILT:
+        r.check("TorchScript --train refuses a parameter that freezing folds away", lambda: check_folded_parameter(args.ptc_binary, work))
     print(f"{r.passed} passed, {r.failed} failed")
     sys.exit(1 if r.failed else 0)
+
+
+class FoldedParameter(torch.nn.Module):
+    """w reaches the frozen graph only as the constant 2 w (torch.jit.freeze folds it); b and c
+    are equal zero biases, which freezing must not merge into one constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 3))
+        self.b = torch.nn.Parameter(torch.zeros(4))
+        self.c = torch.nn.Parameter(torch.zeros(4))
+
+    def forward(self, x):
+        return torch.mm(x, (self.w * 2).t()) + self.b + self.c
+
+
+def check_folded_parameter(ptc, work):
+    path = os.path.join(work, "folded.pt")
+    torch.jit.script(FoldedParameter()).save(path)
+    cmd = [ptc, "compile", path, "--input-shape", "2x3", "--train", "-o", os.path.join(work, "folded.so")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    want = "--train: torch.jit.freeze folded parameter 'w' into another constant"
+    if r.returncode == 0 or want not in r.stderr + r.stdout:
+        raise AssertionError(f"exit {r.returncode}, expected the message '{want}'; got:\n{r.stdout}{r.stderr}")
+    return "one sentence, exit 1"
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ struct LoadOptions {
   // scripts/export_models.py.
   std::vector<std::string> input_shapes;
   std::vector<std::string> symbol_ranges;
+  // A training compile: a TorchScript module's floating-point parameters must each reach the
+  // frozen graph as themselves (not folded into other constants), or the read fails.
+  bool train = false;
 };
 
 enum class ModelFormat { Pt2, TorchScript };

@@ -220,7 +220,9 @@ void compile_model(const CompileOptions& in) {
   std::unique_ptr<Graph> g;
   {
     Stage s("read");
-    g = load_model(opts.model, opts.load);
+    LoadOptions load = opts.load;
+    load.train = opts.train;
+    g = load_model(opts.model, load);
   }
   bool untyped = false;
   for (const auto& n : g->nodes())

@@ -7,9 +7,12 @@
 // shapes, node output types come from torch's shape propagation; otherwise they stay unknown
 // until ptc's own shape propagation runs.
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/script.h>
 
 #include <nlohmann/json.hpp>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "ptc/error.h"
@@ -27,6 +30,23 @@ struct InputSpec {
   std::vector<sym::Expr> sizes;
   std::vector<int64_t> hints;  // concrete sizes for shape propagation
 };
+
+// The attribute paths ("fc.weight") that forward reads through prim::GetAttr, after inlining.
+std::set<std::string> attributes_read(const jit::Module& module) {
+  std::shared_ptr<jit::Graph> g = module.get_method("forward").graph()->copy();
+  jit::Inline(*g);
+  std::map<const jit::Value*, std::string> path{{g->inputs()[0], ""}};
+  std::set<std::string> used;
+  for (jit::DepthFirstGraphNodeIterator it(g); const jit::Node* n = it.next();) {
+    if (n->kind() != c10::prim::GetAttr) continue;
+    auto base = path.find(n->input(0));
+    if (base == path.end()) continue;
+    const std::string p = base->second.empty() ? n->s(c10::attr::name) : base->second + "." + n->s(c10::attr::name);
+    path[n->output()] = p;
+    used.insert(p);
+  }
+  return used;
+}
 
 class Reader {
  public:
@@ -55,6 +75,12 @@ class Reader {
   std::map<const jit::Value*, std::vector<const jit::Value*>> lists_;  // prim::ListConstruct
   // Integer-valued results (sizes and arithmetic on them, also as 0-dim tensors in traces).
   std::map<const jit::Value*, sym::Expr> exprs_;
+  // The module's floating-point parameters ("fc.weight"), and those read as frozen constants
+  // (graph inputs of role Parameter).
+  std::set<std::string> params_, read_params_;
+  // --train: the parameters' values, while the module's own hold a distinct fill each (so that
+  // freezing cannot merge two equal parameters, e.g. two zero biases, into one constant).
+  std::map<std::string, at::Tensor> originals_;
   std::optional<sym::Expr> int_expr(const jit::Value* v) const;
   void track_int(const jit::Node* n);
   void infer_unknown_types(Node& node);
@@ -353,6 +379,9 @@ void Reader::add_node(const jit::Node* n) {
       if (target.rfind("self.", 0) == 0) target = target.substr(5);
       else target = "constant_" + std::to_string(n_tensor_constants_++);
       while (g_->weights.count(target)) target += "_";
+      const bool param = params_.count(target) > 0;
+      if (param) read_params_.insert(target);
+      if (auto o = originals_.find(target); o != originals_.end()) t = o->second.contiguous();
       auto bytes = std::make_shared<std::string>(static_cast<const char*>(t.data_ptr()), t.nbytes());
       TensorData td;
       td.type = Type::tensor(*dt, std::vector<sym::Expr>(t.sizes().begin(), t.sizes().end()));
@@ -361,7 +390,7 @@ void Reader::add_node(const jit::Node* n) {
       td.owner = bytes;
       Type vt = td.type;
       g_->weights[target] = std::move(td);
-      values_[n->output()] = g_->add_input(fresh_name(n->output()), vt, GraphInput::Role::Constant, target);
+      values_[n->output()] = g_->add_input(fresh_name(n->output()), vt, param ? GraphInput::Role::Parameter : GraphInput::Role::Constant, target);
       if (t.dim() == 0 && !t.is_floating_point() && !t.is_complex() && t.scalar_type() != at::kBool)
         exprs_[n->output()] = sym::Expr(t.item<int64_t>());  // traces keep sizes as 0-dim tensors
     } else {
@@ -450,7 +479,22 @@ std::unique_ptr<Graph> Reader::run() {
     fail("not a TorchScript archive torch::jit::load can read (", what.substr(0, what.find('\n')), ")");
   }
   std::shared_ptr<jit::Graph> graph;
+  std::set<std::string> used;  // attribute paths forward reads, before freezing
   try {
+    // Every floating-point parameter, as for .pt2 archives (torch.jit.trace under no_grad saves
+    // them with requires_grad off).
+    for (const auto& p : module.named_parameters(/*recurse=*/true))
+      if (p.value.is_floating_point()) params_.insert(p.name);
+    if (opts_.train) {
+      used = attributes_read(module);
+      torch::NoGradGuard no_grad;
+      double fill = 1;
+      for (const auto& p : module.named_parameters(/*recurse=*/true))
+        if (p.value.is_floating_point()) {
+          originals_[p.name] = p.value.detach().clone();
+          p.value.detach().fill_(fill++);
+        }
+    }
     module.eval();
     jit::Module frozen = jit::freeze(module, std::nullopt, /*optimize_numerics=*/false);
     graph = frozen.get_method("forward").graph()->copy();
@@ -487,6 +531,11 @@ std::unique_ptr<Graph> Reader::run() {
   }
   std::vector<std::string> problems = verify_graph(*g_);
   if (!problems.empty()) fail("the graph read is malformed: ", problems.front());
+  if (opts_.train)
+    for (const std::string& p : params_)
+      if (used.count(p) && !read_params_.count(p))
+        fail("--train: torch.jit.freeze folded parameter '", p, "' into another constant, so ptc cannot compute its gradient; ",
+             "export the model with torch.export (.pt2) for training");
   return std::move(g_);
 }
 
