@@ -14,6 +14,7 @@
 #include "ptc/error.h"
 #include "ptc/lower.h"
 #include "ptc/passes.h"
+#include "codegen/wrapper/abi_common.h"
 #include "test_util.h"
 
 using namespace ptc;
@@ -572,6 +573,26 @@ TEST_CASE("the partition saves matmul outputs and recomputes elementwise chains"
   CHECK(min_cut.params.size() == 6);
   CHECK(min_cut.grad_param_index.size() == 6);
   CHECK(verify_graph(*min_cut.backward).empty());
+}
+
+TEST_CASE("a size only a forward input has reaches the backward in an empty saved tensor", "[autodiff]") {
+  // y = x * w / (2 m), m a size of t, which the backward does not read: without the carrier the
+  // backward library could not bind m.
+  test::GraphBuilder b;
+  Expr n = b.sym("n", 1, 8), m = b.sym("m", 1, 8);
+  Value* x = b.input("x", DType::Float32, {n, Expr(3)});
+  b.input("t", DType::Float32, {m, Expr(2)});
+  Value* w = b.weight("w", "w", DType::Float32, {3}, {1, 2, 3});
+  Value* xw = b.op(OpKind::MulTensor, "xw", {{"self", x}, {"other", w}});
+  b.g->outputs.push_back(b.op(OpKind::DivTensor, "y", {{"self", xw}, {"other", m * Expr(2)}}));
+  TrainGraphs t = partition_joint_graph(build_joint_graph(*b.g));
+  const Value* carrier = t.forward->outputs.back();
+  REQUIRE(carrier->type.sizes.size() == 2);
+  CHECK(carrier->type.sizes[0] == m);
+  CHECK(carrier->type.sizes[1] == Expr(0));
+  CHECK(t.backward->inputs[t.num_saved - 1].value->name == "size_m");
+  loop::Program bwd = lower_to_loops(*t.backward);
+  CHECK_NOTHROW(wrapper::abi_names(bwd, *t.backward));
 }
 
 TEST_CASE("training compile errors are one sentence naming the node", "[autodiff][bad_input]") {

@@ -17,9 +17,11 @@
 // and returns their new contents after the model's outputs.
 #include <algorithm>
 #include <functional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "builder.h"
 #include "ptc/autodiff.h"
 #include "ptc/error.h"
 
@@ -254,7 +256,21 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
   for (size_t i = 0; i < nf; ++i)
     for (const Value* o : g.nodes()[i]->outputs)
       if (saved.count(o)) saved_list.push_back(o);
-  t.num_saved = saved_list.size();
+  // A library binds each size symbol from an input dimension that is exactly that symbol. A
+  // symbol that none of the backward's inputs has (a size of an input only the forward reads, as
+  // in x / t.numel()) travels in an empty saved tensor [s, 0] of its own.
+  std::set<std::string> bindable;
+  auto bind = [&](const Value* v) {
+    if (v->type.is_tensor())
+      for (const auto& s : v->type.sizes)
+        if (s.kind() == sym::Kind::Symbol) bindable.insert(s.name());
+  };
+  for (const Value* v : saved_list) bind(v);
+  for (size_t i = n_fwd_inputs; i < g.inputs.size(); ++i) bind(g.inputs[i].value);
+  std::vector<std::string> carried;
+  for (const auto& [name, r] : g.symbols)
+    if (!bindable.count(name)) carried.push_back(name);
+  t.num_saved = saved_list.size() + carried.size();
 
   // Forward graph.
   t.forward = std::make_unique<Graph>();
@@ -283,6 +299,8 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
     for (size_t i = 0; i < nf; ++i) x.copy(*g.nodes()[i]);
     for (size_t i = 0; i < j.num_forward_outputs; ++i) t.forward->outputs.push_back(x.map(g.outputs[i]));
     for (const Value* v : saved_list) t.forward->outputs.push_back(x.map(v));
+    autodiff::Builder b(*t.forward, &g, "_size");
+    for (const std::string& s : carried) t.forward->outputs.push_back(b.zeros({sym::symbol(s, g.symbols.at(s)), sym::Expr(0)}, DType::Float32));
   }
 
   // Backward graph.
@@ -290,6 +308,8 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
   {
     Extractor x(g, *t.backward);
     for (const Value* v : saved_list) x.input(v, GraphInput::Role::User, "", true);
+    for (const std::string& s : carried)
+      t.backward->add_input("size_" + s, Type::tensor(DType::Float32, {sym::symbol(s, g.symbols.at(s)), sym::Expr(0)}), GraphInput::Role::User, "");
     std::unordered_set<const Value*> used;  // params/weights the backward side reads
     auto note = [&](const Node& n) {
       for (const Value* v : n.inputs()) used.insert(v);
