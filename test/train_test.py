@@ -362,10 +362,61 @@ def main():
             r.check(f"{tag}: AdamW vs torch.optim.AdamW",
                     lambda: check_optimizer(lib, pt2, shapes, "adamw", lr=1e-2, betas=(0.9, 0.99), eps=1e-8,
                                             weight_decay=0.05))
+    if "pt2" in args.flavours and not PREBUILT:
+        r.check("a size only a forward input has (x / t.numel()): gradients vs torch.autograd",
+                lambda: check_forward_only_size(args.ptc_binary, work))
     if "pt" in args.flavours and not PREBUILT:
         r.check("TorchScript --train refuses a parameter that freezing folds away", lambda: check_folded_parameter(args.ptc_binary, work))
     print(f"{r.passed} passed, {r.failed} failed")
     sys.exit(1 if r.failed else 0)
+
+
+class SizeFromForwardInput(torch.nn.Module):
+    """Uses t's sizes (a SymInt in a Tensor slot: aten::div.Tensor(y, sym_numel(t))) but never
+    its values: the backward needs t's size symbol without reading t."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(5, 4)
+
+    def forward(self, x, t):
+        y = self.lin(x)
+        return y / t.numel() + y.mean() * t.size(0) - t.size(0)
+
+
+def check_forward_only_size(ptc, work):
+    torch.manual_seed(0)
+    m = SizeFromForwardInput()
+    x, t = torch.randn(4, 5), torch.randn(3, 2)
+    dims = {"x": {0: torch.export.Dim("b", max=64)}, "t": {0: torch.export.Dim("n", max=64)}}
+    path = os.path.join(work, "forward_only_size.pt2")
+    torch.export.save(torch.export.export(m, (x, t), dynamic_shapes=dims), path)
+    lib = os.path.join(work, "forward_only_size.so")
+    compile_train(ptc, path, lib)
+    ref = load_ref(path)
+    tr = trainer(lib, DEVICE)
+    params = dict(ref.named_parameters())
+    worst = 0.0
+    for b, n in [(4, 3), (7, 2), (2, 6)]:
+        x, t = torch.randn(b, 5), torch.randn(n, 2)
+        ref.zero_grad(set_to_none=True)
+        out = ref(x, t)
+        g = torch.randn(out.shape)
+        out.backward(g)
+        tr.zero_grad()
+        got, saved = tr.forward_train(x, t)
+        tr.backward(saved, [g])
+        saved.free()
+        ok, msg = close(got[0], out, GRAD_TOL)
+        if not ok:
+            raise AssertionError(f"b={b} n={n}: output: {msg}")
+        for k in tr.grads:
+            ok, msg = close(tr.grads[k], params[k].grad, GRAD_TOL)
+            if not ok:
+                raise AssertionError(f"b={b} n={n}: grad of {k}: {msg}")
+            worst = max(worst, (tr.grads[k].cpu() - params[k].grad).abs().max().item())
+    tr.close()
+    return f"3 sizes, worst grad err {worst:.2g}"
 
 
 class FoldedParameter(torch.nn.Module):
