@@ -11,6 +11,16 @@ ptc=$(readlink -f "$1")
 out=$2
 shift 2
 mkdir -p "$out/models" "$out/libs"
+# Convolutions link cuDNN: where the system has none, use the one torch's pip packages carry
+# (they ship libcudnn.so.9 but no libcudnn.so for the linker, hence the link).
+if [ ! -e /usr/local/cuda/include/cudnn.h ]; then
+  dnn=$(python3 -c 'import nvidia.cudnn, os; print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null || true)
+  if [ -n "$dnn" ]; then
+    mkdir -p "$out/cudnn-link" && ln -sf "$dnn/lib/libcudnn.so.9" "$out/cudnn-link/libcudnn.so"
+    export CPATH="$dnn/include${CPATH:+:$CPATH}" LIBRARY_PATH="$out/cudnn-link:$dnn/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+    export LD_LIBRARY_PATH="$dnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+fi
 python3 scripts/export_models.py --real "$@" --out "$out/models" --no-trace --no-verify
 # Several models at a time (nvcc is single-threaded per translation unit).
 printf '%s\n' "$@" | xargs -P 4 -I{} sh -c \
