@@ -138,6 +138,8 @@ struct View {
   int buffer = -1;
   std::vector<sym::Expr> sizes, strides;
   sym::Expr offset;
+  // The strides of a contiguous tensor of these sizes (those of size-1 dimensions aside).
+  bool dense() const;
 };
 
 struct Computation {

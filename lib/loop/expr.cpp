@@ -216,6 +216,13 @@ const char* reduce_name(ReduceOp r) {
   return "?";
 }
 
+bool View::dense() const {
+  sym::Expr expect(1);
+  for (size_t d = sizes.size(); d-- > 0; expect = expect * sizes[d])
+    if (!(sizes[d] == sym::Expr(1)) && !(strides[d] == expect)) return false;
+  return true;
+}
+
 const char* extern_name(ExternKind k) {
   switch (k) {
     case ExternKind::Gemm: return "gemm";

@@ -48,13 +48,14 @@ TensorRef matmul(Lowering& L, TensorRef a, TensorRef b, DType dt, const Index& o
   return reshape(L, y, out_sizes);
 }
 
-// dy [N, O, OH, OW] regrouped densely to [G, O/G, N, OH, OW]: per group, the positions of every
-// image in a row (the inner dimension of the convolution gradients' GEMMs).
-TensorRef by_group(Lowering& L, const TensorRef& g, int64_t G) {
+// dy [N, O, OH, OW] regrouped to [G, O/G, N, OH, OW]: per group, the positions of every image in
+// a row (the inner dimension of the convolution gradients' GEMMs).
+TensorRef regroup(Lowering& L, const TensorRef& g, int64_t G) {
   const Index& s = g.sizes;
-  return L.realize(permute(L, reshape(L, g, {s[0], sym::Expr(G), sym::floordiv(s[1], sym::Expr(G)), s[2], s[3]}), {1, 2, 0, 3, 4}),
-                   L.origin());
+  return permute(L, reshape(L, g, {s[0], sym::Expr(G), sym::floordiv(s[1], sym::Expr(G)), s[2], s[3]}), {1, 2, 0, 3, 4});
 }
+// The same, realized densely.
+TensorRef by_group(Lowering& L, const TensorRef& g, int64_t G) { return L.realize(regroup(L, g, G), L.origin()); }
 
 // cuDNN's operands (LowerOptions::cudnn_conv): float32 throughout; the weight contiguous (a
 // filter descriptor is packed), the others any view without broadcast (zero) strides.
@@ -64,19 +65,7 @@ bool cudnn_f32(const Lowering& L, std::initializer_list<DType> dts) {
     if (d != DType::Float32) return false;
   return true;
 }
-View dense_view(Lowering& L, const TensorRef& t) {
-  if (t.view) {
-    bool dense = true;
-    sym::Expr expect(1);
-    for (size_t d = t.sizes.size(); d-- > 0;) {
-      auto n = t.sizes[d].as_const(), st = t.view->strides[d].as_const(), e = expect.as_const();
-      if (!(n && *n == 1) && !(st && e && *st == *e)) dense = false;
-      expect = expect * t.sizes[d];
-    }
-    if (dense) return *t.view;
-  }
-  return *L.realize(t, L.origin()).view;
-}
+View dense_view(Lowering& L, const TensorRef& t) { return t.view && t.view->dense() ? *t.view : *L.realize(t, L.origin()).view; }
 View cudnn_view(Lowering& L, const TensorRef& t) {
   View v = L.as_view(t, L.origin());
   for (size_t d = 0; d < v.sizes.size(); ++d) {
@@ -85,12 +74,9 @@ View cudnn_view(Lowering& L, const TensorRef& t) {
   }
   return v;
 }
-// by_group's regrouping as a view of g where one exists (cuDNN merges the groups and channels
-// back into its strides).
-View group_view(Lowering& L, const TensorRef& g, int64_t G) {
-  const Index& s = g.sizes;
-  return cudnn_view(L, permute(L, reshape(L, g, {s[0], sym::Expr(G), sym::floordiv(s[1], sym::Expr(G)), s[2], s[3]}), {1, 2, 0, 3, 4}));
-}
+// The regrouping as a view of g where one exists (cuDNN merges the groups and channels back into
+// its strides).
+View group_view(Lowering& L, const TensorRef& g, int64_t G) { return cudnn_view(L, regroup(L, g, G)); }
 
 }  // namespace
 

@@ -468,8 +468,6 @@ std::string index_list(const std::vector<sym::Expr>& v) {
   return s;
 }
 
-// The weight-side fields of a convolution's Conv2dArgs `a` (weight, its strides, O, C, KH, KW,
-// strides, padding, dilation, groups).
 // Conv2dArgs' stride, padding, dilation and groups (the extern's params).
 void emit_conv_params(std::ostream& os, const Computation& c, const std::string& indent) {
   const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
@@ -484,6 +482,8 @@ void emit_conv_input(std::ostream& os, const loop::View& X, const std::string& i
      << "}; std::memcpy(a.xs, s, sizeof s); }\n";
 }
 
+// The weight-side fields of a convolution's Conv2dArgs `a` (weight, its strides, O, C, KH, KW,
+// strides, padding, dilation, groups).
 void emit_conv_weight_args(std::ostream& os, const Computation& c, const std::string& indent) {
   const loop::View& X = c.operands[0];
   const loop::View& W = c.operands[1];
@@ -501,9 +501,7 @@ void emit_conv_weight_grad(std::ostream& os, const loop::Program& p, const Compu
   const loop::View& G = c.operands[1];  // [groups, O/groups, N, OH, OW], contiguous
   if (p.buffers[c.out].dtype != DType::Float32 || p.buffers[X.buffer].dtype != DType::Float32)
     user_error("the CPU convolution weight gradient supports float32 only so far (", c.origin, ")");
-  sym::Expr dense = 1;
-  for (size_t d = G.sizes.size(); d-- > 0; dense = dense * G.sizes[d])
-    PTC_CHECK(G.sizes[d] == sym::Expr(1) || G.strides[d] == dense, "conv_weight_grad: grad_output must be regrouped densely");
+  PTC_CHECK(G.dense(), "conv_weight_grad: grad_output must be regrouped densely");
   PTC_CHECK(G.sizes.size() == 5, "conv_weight_grad: grad_output must be [groups, O/groups, N, OH, OW]");
   os << indent << "{\n" << indent << "  ptc_rt::Conv2dArgs a{};\n";
   emit_conv_input(os, X, indent);

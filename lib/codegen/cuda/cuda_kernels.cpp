@@ -22,6 +22,7 @@
 #include "../wrapper/abi_common.h"
 #include "cuda_internal.h"
 #include "ptc/codegen.h"
+#include "ptc/graph.h"
 #include "ptc/error.h"
 
 namespace ptc::cuda {
@@ -310,25 +311,22 @@ std::string index_list(const std::vector<sym::Expr>& v) {
   return s;
 }
 
-// The strides of a contiguous tensor of these sizes.
-std::vector<sym::Expr> dense_strides(const std::vector<sym::Expr>& sizes) {
-  std::vector<sym::Expr> st(sizes.size(), sym::Expr(1));
-  for (size_t d = sizes.size(); d-- > 1;) st[d - 1] = st[d] * sizes[d];
-  return st;
+// A Conv2d / CudnnConv's stride, padding, dilation and groups (the extern's params).
+void emit_conv_params(std::ostream& os, const Computation& c) {
+  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
+  os << " ";
+  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
+  os << "\n";
 }
 
-bool dense(const loop::View& v) {
-  std::vector<sym::Expr> st = dense_strides(v.sizes);
-  for (size_t d = 0; d < st.size(); ++d) {
-    auto a = v.strides[d].as_const(), b = st[d].as_const(), n = v.sizes[d].as_const();
-    if (n && *n == 1) continue;
-    if (!a || !b || *a != *b) return false;
-  }
-  return true;
+// `a.<field> = <pointer>;` and its 4 strides into `a.<field>s`.
+void emit_strided(std::ostream& os, const std::string& field, const std::string& pointer, const std::vector<sym::Expr>& strides) {
+  os << "  a." << field << " = " << pointer << "; { const int64_t s[4] = {" << index_list(strides) << "}; for (int i = 0; i < 4; ++i) a."
+     << field << "s[i] = s[i]; }\n";
 }
 
 bool cudnn_kernel(const loop::Program& p, const Computation& c) {
-  return c.extern_kind != loop::ExternKind::Convolution || (p.buffers[c.out].dtype == DType::Float32 && dense(c.operands[1]));
+  return c.extern_kind != loop::ExternKind::Convolution || (p.buffers[c.out].dtype == DType::Float32 && c.operands[1].dense());
 }
 
 // A convolution or one of its gradients through cuDNN (ptc_cuda::cudnn_conv). Gradients read
@@ -337,7 +335,7 @@ bool cudnn_kernel(const loop::Program& p, const Computation& c) {
 void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const Computation& c, size_t index, const std::vector<std::string>& syms) {
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA convolution supports float32 only so far (", c.origin, ")");
   const bool fwd = c.extern_kind == loop::ExternKind::Convolution, filter = c.extern_kind == loop::ExternKind::ConvWeightGrad;
-  const std::vector<sym::Expr> out_strides = dense_strides(c.domain);
+  const std::vector<sym::Expr> out_strides = contiguous_strides(c.domain);
   auto ptr = [](const loop::View& v) { return "static_cast<float*>(buf[" + std::to_string(v.buffer) + "]) + " + cpp_index(v.offset); };
   const std::string out = "static_cast<float*>(buf[" + std::to_string(c.out) + "])";
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx& ctx) {\n";
@@ -347,9 +345,9 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const Computation
   if (fwd) {
     const loop::View &X = c.operands[0], &W = c.operands[1];
     os << "  a.direction = ptc_cuda::kConvForward;\n";
-    os << "  a.x = " << ptr(X) << "; { const int64_t s[4] = {" << index_list(X.strides) << "}; for (int i = 0; i < 4; ++i) a.xs[i] = s[i]; }\n";
+    emit_strided(os, "x", ptr(X), X.strides);
     os << "  a.w = " << ptr(W) << ";\n";
-    os << "  a.y = " << out << "; { const int64_t s[4] = {" << index_list(out_strides) << "}; for (int i = 0; i < 4; ++i) a.ys[i] = s[i]; }\n";
+    emit_strided(os, "y", out, out_strides);
     if (c.operands.size() > 2)
       os << "  a.bias = " << ptr(c.operands[2]) << "; a.bias_stride = " << cpp_index(c.operands[2].strides[0]) << ";\n";
     x_sizes = X.sizes, w_sizes = W.sizes, y_sizes = c.domain;
@@ -363,12 +361,12 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const Computation
     y_sizes = {DY.sizes[2], DY.sizes[0] * DY.sizes[1], DY.sizes[3], DY.sizes[4]};
     if (filter) {
       os << "  a.direction = ptc_cuda::kConvBackwardFilter;\n";
-      os << "  a.x = " << ptr(A) << "; { const int64_t s[4] = {" << index_list(A.strides) << "}; for (int i = 0; i < 4; ++i) a.xs[i] = s[i]; }\n";
+      emit_strided(os, "x", ptr(A), A.strides);
       os << "  a.w = " << out << ";\n";
       x_sizes = A.sizes, w_sizes = c.domain;
     } else {
       os << "  a.direction = ptc_cuda::kConvBackwardData;\n";
-      os << "  a.x = " << out << "; { const int64_t s[4] = {" << index_list(out_strides) << "}; for (int i = 0; i < 4; ++i) a.xs[i] = s[i]; }\n";
+      emit_strided(os, "x", out, out_strides);
       os << "  a.w = " << ptr(A) << ";\n";
       x_sizes = c.domain, w_sizes = A.sizes;
     }
@@ -377,10 +375,8 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const Computation
      << ";\n";
   os << "  a.O = " << cpp_index(w_sizes[0]) << "; a.KH = " << cpp_index(w_sizes[2]) << "; a.KW = " << cpp_index(w_sizes[3]) << "; a.OH = " << cpp_index(y_sizes[2])
      << "; a.OW = " << cpp_index(y_sizes[3]) << ";\n";
-  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
-  os << " ";
-  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
-  os << "\n  return ptc_cuda::cudnn_conv(ctx, a, stream);\n}\n\n";
+  emit_conv_params(os, c);
+  os << "  return ptc_cuda::cudnn_conv(ctx, a, stream);\n}\n\n";
 }
 
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
@@ -389,14 +385,12 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   const loop::View& X = c.operands[0];
   const loop::View& W = c.operands[1];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA convolution supports float32 only so far (", c.origin, ")");
-  auto arr = index_list;
+  auto ptr = [](const loop::View& v) { return "static_cast<const float*>(buf[" + std::to_string(v.buffer) + "]) + " + cpp_index(v.offset); };
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
   emit_sym_locals(os, syms, "  ");
   os << "  ptc_cuda::Conv2d a{};\n";
-  os << "  a.x = static_cast<const float*>(buf[" << X.buffer << "]) + " << cpp_index(X.offset) << "; { const int64_t s[4] = {" << arr(X.strides)
-     << "}; for (int i = 0; i < 4; ++i) a.xs[i] = s[i]; }\n";
-  os << "  a.w = static_cast<const float*>(buf[" << W.buffer << "]) + " << cpp_index(W.offset) << "; { const int64_t s[4] = {" << arr(W.strides)
-     << "}; for (int i = 0; i < 4; ++i) a.ws[i] = s[i]; }\n";
+  emit_strided(os, "x", ptr(X), X.strides);
+  emit_strided(os, "w", ptr(W), W.strides);
   if (c.operands.size() > 2)
     os << "  a.bias = static_cast<const float*>(buf[" << c.operands[2].buffer << "]) + " << cpp_index(c.operands[2].offset)
        << "; a.bias_stride = " << cpp_index(c.operands[2].strides[0]) << ";\n";
@@ -405,10 +399,8 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   for (int i = 0; i < 4; ++i) os << "  a." << names[i] << " = " << cpp_index(X.sizes[i]) << ";\n";
   os << "  a.O = " << cpp_index(W.sizes[0]) << "; a.KH = " << cpp_index(W.sizes[2]) << "; a.KW = " << cpp_index(W.sizes[3])
      << "; a.OH = " << cpp_index(c.domain[2]) << "; a.OW = " << cpp_index(c.domain[3]) << ";\n";
-  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
-  os << " ";
-  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
-  os << "\n  return ptc_cuda::conv2d(a, stream);\n}\n\n";
+  emit_conv_params(os, c);
+  os << "  return ptc_cuda::conv2d(a, stream);\n}\n\n";
 }
 
 // Fused attention (ptc_cuda::attention): q, k, v (and the mask) as strided views whose up to two
