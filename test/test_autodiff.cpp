@@ -555,21 +555,43 @@ TEST_CASE("a parameter's gradient sums the contributions of all its uses", "[aut
 }
 
 TEST_CASE("the partition saves matmul outputs and recomputes elementwise chains", "[autodiff]") {
-  auto g = run_training_graph_passes(*load_model(test::fixture("mlp.pt2")));
-  JointGraph j = build_joint_graph(*g);
-  TrainGraphs min_cut = partition_joint_graph(j);
-  PartitionOptions all;
-  all.save_all = true;
-  TrainGraphs save_all = partition_joint_graph(j, all);
   auto saved = [](const TrainGraphs& t) {
     std::vector<std::string> names;
     for (size_t i = t.num_model_outputs; i < t.forward->outputs.size(); ++i) names.push_back(t.forward->outputs[i]->name);
     return names;
   };
-  // x, the first linear's output (gelu is recomputed from it) and the layer norm's input.
-  CHECK(saved(min_cut) == std::vector<std::string>{"x", "linear", "add"});
-  CHECK(saved(save_all) == std::vector<std::string>{"x", "linear", "gelu", "add"});
-  CHECK(min_cut.saved_bytes_per_sample < save_all.saved_bytes_per_sample);
+  PartitionOptions all;
+  all.save_all = true;
+  // h = x w1, g = gelu(h): out = g * g reads g only in elementwise backward math, which
+  // recomputes it from h; out = g w2 has the GEMM of w2's gradient read g from memory, so g is
+  // saved (the backward would write it anyway).
+  for (bool gemm_after : {false, true}) {
+    test::GraphBuilder b;
+    Expr n = b.sym("n", 1, 8);
+    Value* x = b.input("x", DType::Float32, {n, Expr(3)});
+    Value* w1 = b.weight("w1", "w1", DType::Float32, {3, 3}, {1, -2, 3, 0.5, 1, -1, 2, 1, 0.25});
+    Value* w2 = b.weight("w2", "w2", DType::Float32, {3, 2}, {1, 2, -1, 0.5, 3, 1});
+    Value* h = b.op(OpKind::Mm, "h", {{"self", x}, {"mat2", w1}});
+    Value* g = b.op(OpKind::Gelu, "g", {{"self", h}});
+    b.g->outputs.push_back(gemm_after ? b.op(OpKind::Mm, "y", {{"self", g}, {"mat2", w2}})
+                                      : b.op(OpKind::MulTensor, "y", {{"self", g}, {"other", g}}));
+    JointGraph j = build_joint_graph(*b.g);
+    TrainGraphs min_cut = partition_joint_graph(j);
+    TrainGraphs save_all = partition_joint_graph(j, all);
+    CHECK(saved(save_all) == std::vector<std::string>{"x", "h", "g"});
+    if (gemm_after) {
+      CHECK(saved(min_cut) == std::vector<std::string>{"x", "h", "g"});
+    } else {
+      CHECK(saved(min_cut) == std::vector<std::string>{"x", "h"});
+      CHECK(min_cut.saved_bytes_per_sample < save_all.saved_bytes_per_sample);
+    }
+    CHECK(verify_graph(*min_cut.backward).empty());
+  }
+  // The mlp fixture: x, the first linear's output (gelu's derivative reads it), the gelu output
+  // (the second linear's weight gradient reads it) and the layer norm's input.
+  auto g = run_training_graph_passes(*load_model(test::fixture("mlp.pt2")));
+  TrainGraphs min_cut = partition_joint_graph(build_joint_graph(*g));
+  CHECK(saved(min_cut) == std::vector<std::string>{"x", "linear", "gelu", "add"});
   CHECK(min_cut.params.size() == 6);
   CHECK(min_cut.grad_param_index.size() == 6);
   CHECK(verify_graph(*min_cut.backward).empty());

@@ -9,6 +9,13 @@
 //     node is copied into the backward graph instead of its output being saved. This is the
 //     effect of AOTAutograd's min-cut partitioner on the graphs ptc sees: GEMM, convolution and
 //     attention outputs are saved, the pointwise chains after them are recomputed from them.
+//     A value a backward library call reads (a GEMM or convolution operand, directly or through
+//     views) is not recomputed: the backward would have to write it to memory anyway, in a pass of
+//     its own, where saving costs only the bytes the forward already wrote (AOTAutograd's
+//     partitioner bans recomputing such "materialized in the backward" nodes too). In
+//     conv -> batch norm -> relu -> conv, the second convolution's weight gradient reads the relu
+//     output: it is saved, while the batch norm's output behind the relu's mask is recomputed,
+//     fused into the backward's elementwise kernels.
 //   - saved: everything else (the forward writes them as extra outputs; the training library
 //     keeps them until the backward).
 // --save-all saves every non-free value the backward reads (views of free values are still
@@ -64,6 +71,20 @@ bool is_cheap(OpKind k) {
     case OpKind::NeScalar: case OpKind::Flip:
     case OpKind::UnderscoreNativeBatchNormLegitNoTraining:  // eval-mode batch norm: per-channel affine
     case OpKind::BatchNorm: case OpKind::NativeBatchNorm:   // (training mode has no derivative rule yet)
+      return true;
+    default: return false;
+  }
+}
+
+// Ops the lowering turns into library calls (GEMM, convolution, attention) that read their
+// operands from memory.
+bool reads_from_memory(OpKind k) {
+  switch (k) {
+    case OpKind::Linear: case OpKind::Matmul: case OpKind::Mm: case OpKind::Bmm: case OpKind::Addmm: case OpKind::Baddbmm:
+    case OpKind::Conv1d: case OpKind::Conv2d: case OpKind::Conv3d: case OpKind::Convolution:
+    case OpKind::UnderscoreConvolution: case OpKind::ConvTranspose2dInput: case OpKind::PtcConv2dWeightGrad:
+    case OpKind::PtcConv2dInputGrad: case OpKind::ScaledDotProductAttention:
+    case OpKind::UnderscoreScaledDotProductFlashAttentionForCpu:
       return true;
     default: return false;
   }
@@ -197,6 +218,20 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
     else saved.insert(v);
   }
   if (!opts.save_all) {
+    // Values the backward materializes: operands of its library calls, and (latest first) the
+    // sources of views of those.
+    std::unordered_set<const Value*> materialized;
+    for (size_t i = nf; i < g.nodes().size(); ++i)
+      if (reads_from_memory(g.nodes()[i]->kind))
+        for (const Value* v : g.nodes()[i]->inputs()) materialized.insert(v);
+    for (size_t i = g.nodes().size(); i-- > 0;) {
+      const Node& n = *g.nodes()[i];
+      if (!is_view(n.kind)) continue;
+      bool m = false;
+      for (const Value* o : n.outputs) m = m || materialized.count(o);
+      if (m)
+        for (const Value* v : n.inputs()) materialized.insert(v);
+    }
     // Greedy to a fixpoint, latest first: a saved value produced by a cheap node is recomputed
     // when the chain of cheap nodes behind it reaches only values available anyway (free,
     // saved, recomputed) — so recomputing never adds a saved value. A chain may pass through
@@ -206,6 +241,7 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
       if (!u->type.is_tensor() || free_vals.count(u) || saved.count(u) || recomputed.count(u)) return true;
       auto it = fwd_index.find(u);
       if (it == fwd_index.end() || depth > 16 || !is_cheap(g.nodes()[it->second]->kind)) return false;
+      if (materialized.count(u) && !is_view(g.nodes()[it->second]->kind)) return false;
       if (std::find(chain.begin(), chain.end(), it->second) != chain.end()) return true;
       chain.push_back(it->second);
       for (const Value* w : g.nodes()[it->second]->inputs())
@@ -218,9 +254,12 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
       for (size_t i = nf; i-- > 0;) {
         const Node& n = *g.nodes()[i];
         if (!is_cheap(n.kind) || recompute_nodes.count(i)) continue;
-        bool wanted = false;
-        for (const Value* o : n.outputs) wanted = wanted || saved.count(o);
-        if (!wanted) continue;
+        bool wanted = false, kept = false;
+        for (const Value* o : n.outputs) {
+          wanted = wanted || saved.count(o);
+          kept = kept || materialized.count(o);
+        }
+        if (!wanted || (kept && !is_view(n.kind))) continue;
         std::vector<size_t> chain{i};
         bool ok = true;
         for (const Value* u : n.inputs()) ok = ok && reachable(u, chain, 0);
