@@ -73,6 +73,11 @@ TEST_CASE("CUDA training libraries (--train --device cuda) compile and export th
     CHECK(deps.find("torch") == std::string::npos);
     CHECK((deps.find("libcudnn") != std::string::npos) == (name == "small_cnn.pt2"));
   }
+  // Training parts that replay CUDA graphs compile too.
+  auto g = test::run_ptc("compile -q --no-cache --device cuda --train --cuda-graphs " + test::fixture("small_cnn.pt2") + " -o " +
+                         test::temp_dir() + "/cuda_train_graphs.so");
+  INFO(g.output);
+  CHECK(g.exit_code == 0);
 }
 
 TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missing", "[cuda]") {

@@ -116,7 +116,7 @@ def compile_train(ptc, model, out, extra=()):
     report = out[:-3] + ".json"
     if PREBUILT:  # --libs: compiled beforehand (--build-only), e.g. for a GPU machine without ptc
         return json.load(open(report))["training"]
-    cmd = [ptc, "compile", str(model), "-o", out, "--train", "--report", report, "--device", DEVICE, *extra]
+    cmd = [ptc, "compile", str(model), "-o", out, "--train", "--report", report, "--device", DEVICE, *EXTRA_FLAGS, *extra]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
@@ -124,6 +124,7 @@ def compile_train(ptc, model, out, extra=()):
 
 
 MODELS_DIR = ROOT / "models"
+EXTRA_FLAGS = []  # --cuda-graphs
 
 
 def cases(name):
@@ -204,16 +205,28 @@ def check_bad_calls(lib):
     x = torch.randn(4, 64)
     before = {n: p.clone() for n, p in t.params.items()}
     msgs = []
-    for what, fn in [
+    cases = [
         ("AdamW beta1 = 1", lambda: t.adamw_step(1e-3, (1.0, 0.999))),
         ("SGD lr < 0", lambda: t.sgd_step(-1.0)),
         ("backward with no gradients", lambda: t.backward(t.forward_train(x)[1], [])),
         ("forward_train with two inputs", lambda: t.forward_train(x, x)),
-    ]:
+    ]
+    if DEVICE == "cuda":
+        def host_memory():  # host tensors past the Python side's device check: the library refuses them
+            raw = t._t
+            raw.device = "cpu"
+            try:
+                raw.forward_train(x)
+            finally:
+                raw.device = "cuda"
+        cases.append(("forward_train with host memory", host_memory))
+    for what, fn in cases:
         try:
             fn()
         except RuntimeError as e:
             msgs.append(str(e))
+            if what.endswith("host memory") and "not CUDA device memory" not in str(e):
+                raise AssertionError(f"{what}: unclear error: {e}")
             continue
         raise AssertionError(f"{what}: no error")
     if any(not torch.equal(before[n], t.params[n]) for n in before):
@@ -300,6 +313,7 @@ def main():
                     help="compile with --device cuda and run the libraries on the GPU (torch's reference on the CPU)")
     ap.add_argument("--build-only", action="store_true", help="only compile the libraries (into --keep)")
     ap.add_argument("--libs", help="use the libraries a --build-only run wrote here instead of compiling (a GPU machine)")
+    ap.add_argument("--cuda-graphs", action="store_true", help="compile with --cuda-graphs (with --device cuda)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -308,6 +322,8 @@ def main():
     F64_REF = args.f64_ref or args.sensitivity > 0
     SENSITIVITY = args.sensitivity
     DEVICE = args.device
+    if args.cuda_graphs:
+        EXTRA_FLAGS.append("--cuda-graphs")
     PREBUILT = bool(args.libs)
     if args.libs:
         args.keep = args.libs

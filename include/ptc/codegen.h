@@ -61,13 +61,14 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
 // A training library (ptc compile --train; lib/runtime/cpu/ptc_train.h): the forward and backward
 // programs as parts "fwd" and "bwd" (generate_cpu, or generate_cuda when `cuda`), and a model.cpp
 // (model.cu) with the parameters' layout and the C ABI (runtime.h, training functions included).
-// `g` is the graph whose weights the blob holds.
+// `g` is the graph whose weights the blob holds. cuda_graphs: each part's runs replay CUDA
+// graphs as generate_cuda's do.
 struct TrainProgram {
   const loop::Program* program;
   const sched::Schedule* schedule;
 };
 LibrarySource generate_training(const TrainProgram& fwd, const TrainProgram& bwd, const TrainGraphs& t, const Graph& g,
-                                const WeightLayout& weights, bool cuda);
+                                const WeightLayout& weights, bool cuda, bool cuda_graphs = false);
 // Lays out the named weights of `g` (storages shared by several names are stored once).
 WeightLayout layout_weight_names(const std::vector<std::string>& names, const Graph& g, bool external = false);
 

@@ -17,7 +17,8 @@ std::function<int()> add_compile(CLI::App& app) {
   cmd->add_option("--cuda-arch", opts->build.cuda_arch, "cuda: the GPU architecture, e.g. sm_90 (default; PTX embedded for newer GPUs)");
   cmd->add_option("--nvcc", opts->build.nvcc, "cuda: the CUDA compiler (default: nvcc)");
   cmd->add_flag("--cuda-graphs", opts->cuda_graphs,
-                "cuda: capture each run's launches in a CUDA graph per (input sizes, data pointers) and replay it");
+                "cuda: capture each run's launches in a CUDA graph per (input sizes, data pointers) and replay it (with --train: "
+                "the forward's and the backward's runs)");
   cmd->add_flag("--train", opts->train,
                 "Build a training library (CPU or --device cuda): ptc_forward_train, ptc_backward (gradients of the "
                 "parameters and of inputs that require grad) and fused SGD/AdamW steps over parameters the library holds; "

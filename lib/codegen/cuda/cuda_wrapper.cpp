@@ -14,7 +14,7 @@ namespace ptc {
 
 LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
                             bool cuda_graphs, const std::string& part) {
-  PTC_CHECK(part.empty() || (!weights.external && !cuda_graphs), "a training library's parts read embedded weights, without graphs");
+  PTC_CHECK(part.empty() || !weights.external, "a training library's parts read embedded weights");
   const std::string part_ns = part.empty() ? "" : "ptc_part_" + part;
   wrapper::AbiNames names = wrapper::abi_names(p, g);
   std::ostringstream os;
@@ -29,12 +29,14 @@ LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, co
      << "#include <cuda_runtime.h>\n#include <cublasLt.h>\n\n"
      << "#include \"ptc_arena.h\"\n#include \"ptc_support.h\"\n#include \"ptc_cuda.cuh\"\n#include \"ptc_cuda_rt.h\"\n#include \"runtime.h\"\n\n"
      << (weights.external ? "#include \"ptc_weights.h\"\n\n" : "extern \"C\" const unsigned char ptc_model_weights[];\n\n")
+     << "#ifdef PTC_CUDA_GRAPHS\n#include <mutex>\n#include <vector>\n#endif\n\n"
      << (part.empty() ? "" : "namespace " + part_ns + " {  // one part of a training library (ptc_train.h)\n\n")
-     << "#ifdef PTC_CUDA_GRAPHS\n#include <mutex>\n#include <vector>\n"
+     << "#ifdef PTC_CUDA_GRAPHS\n"
      << "struct GraphEntry {\n  std::vector<int64_t> key;  // symbols, input and output pointers\n  cudaGraphExec_t exec = nullptr;\n"
      << "  unsigned char* ws = nullptr;\n  cudaEvent_t done = nullptr;\n};\n#endif\n\n"
      << "struct ptc_model {\n  unsigned char* weights = nullptr;  // device\n  cublasLtHandle_t lt = nullptr;\n"
-     << "  ptc_cuda::GemmPlans* plans = nullptr;\n  ptc_cuda::ConvPlans* conv = nullptr;  // with cuDNN convolutions\n#ifdef PTC_CUDA_GRAPHS\n  std::mutex mu;\n  std::vector<GraphEntry> graphs;\n#endif\n};\n\n"
+     << "  ptc_cuda::GemmPlans* plans = nullptr;\n  ptc_cuda::ConvPlans* conv = nullptr;  // with cuDNN convolutions\n"
+     << "  cudaMemPool_t pool = nullptr;  // the runs' workspaces (ptc_cuda::pool_create)\n#ifdef PTC_CUDA_GRAPHS\n  std::mutex mu;\n  std::vector<GraphEntry> graphs;\n#endif\n};\n\n"
      << "namespace ptc_gen {\n\n";
   for (size_t ki = 0; ki < s.kernels.size(); ++ki) cuda::emit_kernel(os, p, s, ki, names.syms);
   os << "}  // namespace ptc_gen\n\nnamespace {\n\n";
@@ -43,13 +45,17 @@ LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, co
   bool any_gemm = false;
   for (const auto& k : s.kernels) any_gemm = any_gemm || k.kind == sched::Kernel::Kind::Gemm;
 
+  os << "constexpr bool kTrainingPart = " << (part.empty() ? "false" : "true") << ";\n\n";
   os << R"ptc(int cuda_fail(const char* what, cudaError_t e) {
   cudaGetLastError();  // clear a sticky launch error for the next call
   return fail(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-// Inputs and outputs must be device memory: a host pointer would fault inside a kernel.
+// Inputs and outputs must be device memory: a host pointer would fault inside a kernel. (A
+// training library's parts skip this: their tensors are the library's own memory, and
+// ptc_train.h checks the caller's.)
 int check_data(int n_in, const ptc_tensor* in, int n_out, const ptc_tensor* out) {
+  if (kTrainingPart) return PTC_OK;
   auto check = [](const ptc_tensor& t, const char* kind, const char* name) -> int {
     int64_t numel = 1;
     for (int d = 0; d < t.rank; ++d) numel *= t.sizes[d];
@@ -91,7 +97,7 @@ int finish(void* stream) {
      << (any_gemm || cudnn ? "ptc_cuda::kGemmWorkspace" : "0") << ";\n";
   os << "  if (need) {\n    *need = arena_bytes + gemm_ws_bytes;\n    return nullptr;\n  }\n";
   wrapper::emit_buffer_table(os, p, s, weights, "weights", "ws");
-  os << "  const ptc_cuda::Ctx ctx{model->lt, model->plans, ws + arena_bytes, gemm_ws_bytes, model->conv};\n";
+  os << "  const ptc_cuda::Ctx ctx{model->lt, model->plans, ws + arena_bytes, gemm_ws_bytes, model->conv, model->pool};\n";
   os << "  const char* err = nullptr;\n";
   for (size_t ki = 0; ki < s.kernels.size(); ++ki) os << "  if (!err) err = ptc_gen::ptc_launch_" << ki << "(sym, bufs, stream, ctx);\n";
   os << "  if (!err) {\n    cudaError_t e = cudaGetLastError();\n    if (e != cudaSuccess) err = cudaGetErrorString(e);\n  }\n";
@@ -165,7 +171,7 @@ int run_impl(ptc_model* model, const ptc_tensor* in, ptc_tensor* out, const int6
   launch_all(model, in, out, sym, stream, nullptr, &need);
   unsigned char* ws = nullptr;
   if (need) {
-    cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&ws), need, stream);
+    cudaError_t e = ptc_cuda::pool_alloc(reinterpret_cast<void**>(&ws), need, model->pool, stream);
     if (e != cudaSuccess) return cuda_fail(("allocating a " + std::to_string(need) + "-byte device workspace").c_str(), e);
   }
   const char* err = launch_all(model, in, out, sym, stream, ws, nullptr);
@@ -206,6 +212,10 @@ int ptc_open(const char* weights_path, ptc_model** out) {
     if (e == cudaSuccess) e = cudaMemcpy(m->weights, host, total, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) rc = cuda_fail("uploading the weights to the GPU", e);
   }
+  if (rc == PTC_OK) {
+    cudaError_t e = ptc_cuda::pool_create(&m->pool);
+    if (e != cudaSuccess) rc = cuda_fail("creating a device memory pool", e);
+  }
   if (rc == PTC_OK && cublasLtCreate(&m->lt) != CUBLAS_STATUS_SUCCESS) rc = fail("cannot create a cuBLASLt handle");
   if (rc == PTC_OK && !(m->plans = ptc_cuda::gemm_plans_create())) rc = fail("out of memory");
 #ifdef PTC_CUDNN
@@ -239,6 +249,7 @@ void ptc_close(ptc_model* model) {
 #endif
   if (model->lt) cublasLtDestroy(model->lt);
   if (model->weights) cudaFree(model->weights);
+  if (model->pool) cudaMemPoolDestroy(model->pool);  // (released once pending frees complete)
   delete model;
 }
 )ptc" << (part.empty() ? "}  // extern \"C\"\n" : "") << "\n";

@@ -16,6 +16,11 @@
 // CUDA kernels), which define namespace ptc_train::dev:
 //   void* alloc(size_t bytes);                       zero-filled, 64-byte aligned; nullptr: failed
 //   void release(void* p);
+//   void* take(size_t bytes);  void give(void* p, size_t bytes);  void trim();
+//                                                    saved activations: unfilled memory, kept
+//                                                    for reuse after give until trim
+//   bool device_memory(const void* p);  const char* memory_kind();
+//                                                    whether a caller's pointer is the device's
 //   bool upload(void* dst, const void* host, size_t bytes);
 //   bool zero(void* p, size_t bytes);
 //   bool add(float* a, const float* b, int64_t n);   a += b
@@ -105,6 +110,17 @@ inline int fail(const std::string& m) {
   return PTC_ERROR;
 }
 
+// The caller's tensors must be the device's memory (the parts do not check their tensors).
+inline int check_memory(const char* fn, const char* kind, int n, const ptc_tensor* t) {
+  for (int i = 0; i < n; ++i) {
+    int64_t count = 1;
+    for (int d = 0; d < t[i].rank && t[i].sizes; ++d) count *= t[i].sizes[d];
+    if (count > 0 && t[i].data && !dev::device_memory(t[i].data))
+      return fail(std::string(fn) + ": " + kind + " " + std::to_string(i) + " is not " + dev::memory_kind());
+  }
+  return PTC_OK;
+}
+
 inline int64_t numel(const ptc_tensor_info& t) {
   int64_t n = 1;
   for (int d = 0; d < t.rank; ++d) n *= t.sizes[d];
@@ -150,6 +166,7 @@ struct Model {
     for (void* b : buffers) dev::release(b);
     for (void* b : buffers_next) dev::release(b);
     dev::release(seed_scratch);
+    dev::trim();
   }
 };
 
@@ -157,10 +174,11 @@ struct Saved {
   Model* owner = nullptr;
   int64_t* seed = nullptr;  // (device) the dropout key of its forward call: the backward recomputes masks from it
   std::vector<void*> bufs;
+  std::vector<size_t> bytes;
   std::vector<std::vector<int64_t>> sizes;           // saved values
   std::vector<std::vector<int64_t>> output_sizes;    // the model outputs
   ~Saved() {
-    for (void* b : bufs) dev::release(b);
+    for (size_t i = 0; i < bufs.size(); ++i) dev::give(bufs[i], bytes[i]);
     dev::release(seed);
   }
 };
@@ -275,6 +293,8 @@ inline int forward_train(Model* m, int n_in, const ptc_tensor* in, int n_out, pt
   int rc = !forward_inputs(m, n_in, in, all, s->seed) ? PTC_ERROR
            : n_out != L.num_model_outputs ? fail("expected " + std::to_string(L.num_model_outputs) + " outputs, got " + std::to_string(n_out))
            : n_out > 0 && !out            ? fail("the outputs array is null")
+           : check_memory("ptc_forward_train", "input", n_in, in) != PTC_OK   ? PTC_ERROR
+           : check_memory("ptc_forward_train", "output", n_out, out) != PTC_OK ? PTC_ERROR
                                           : PTC_OK;
   if (rc != PTC_OK) {
     delete s;
@@ -305,12 +325,13 @@ inline int forward_train(Model* m, int n_in, const ptc_tensor* in, int n_out, pt
     sz.resize(static_cast<size_t>(info.rank));
     size_t bytes = dtype_bytes(info.dtype);
     for (int64_t d : sz) bytes *= static_cast<size_t>(d);
-    void* buf = dev::alloc(bytes);
+    void* buf = dev::take(bytes);
     if (!buf) {
       delete s;
       return fail("out of memory for the saved activations");
     }
     s->bufs.push_back(buf);
+    s->bytes.push_back(bytes);
     s->sizes.push_back(std::move(sz));
     outs.push_back(ptc_tensor{buf, info.dtype, info.rank, s->sizes.back().data()});
   }
@@ -335,6 +356,9 @@ inline int backward(Model* m, Saved* s, int n_g, const ptc_tensor* g, int n_ig, 
   if (n_ig != L.num_grad_inputs)
     return fail("ptc_backward: expected " + std::to_string(L.num_grad_inputs) + " input gradients, got " + std::to_string(n_ig));
   if (n_ig > 0 && !ig) return fail("ptc_backward: the input gradients array is null");
+  if (check_memory("ptc_backward", "output gradient", n_g, g) != PTC_OK ||
+      check_memory("ptc_backward", "input gradient", n_ig, ig) != PTC_OK)
+    return PTC_ERROR;
   std::vector<ptc_tensor> ins;
   for (int i = 0; i < L.num_saved; ++i) {
     ptc_tensor_info info;

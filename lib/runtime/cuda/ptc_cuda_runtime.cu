@@ -9,6 +9,26 @@
 #include "ptc_cuda_rt.h"
 
 namespace ptc_cuda {
+
+cudaError_t pool_create(cudaMemPool_t* pool) {
+  *pool = nullptr;
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  e = cudaMemPoolCreate(pool, &props);
+  if (e != cudaSuccess) return e;
+  uint64_t keep = UINT64_MAX;
+  e = cudaMemPoolSetAttribute(*pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (e != cudaSuccess) {
+    cudaMemPoolDestroy(*pool);
+    *pool = nullptr;
+  }
+  return e;
+}
 namespace {
 
 thread_local std::string g_error;

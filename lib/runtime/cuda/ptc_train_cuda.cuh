@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
+#include "ptc_cuda_rt.h"
 #include "ptc_train_math.h"
 
 namespace ptc_train::dev {
@@ -26,9 +27,19 @@ inline bool ok(cudaError_t e) {
 }
 inline const char* error() { return cudaGetErrorString(last()); }
 
+// All of it comes from one pool that keeps freed memory (the device's default pool would hand
+// it back at each step's synchronization and map it again in the next step).
+inline cudaMemPool_t pool() {
+  static cudaMemPool_t p = [] {
+    cudaMemPool_t q = nullptr;
+    if (ptc_cuda::pool_create(&q) != cudaSuccess) cudaGetLastError();  // (then the default pool)
+    return q;
+  }();
+  return p;
+}
 inline void* alloc(size_t bytes) {
   void* p = nullptr;
-  if (!ok(cudaMallocAsync(&p, bytes ? bytes : 1, cudaStreamPerThread))) return nullptr;
+  if (!ok(ptc_cuda::pool_alloc(&p, bytes ? bytes : 1, pool(), cudaStreamPerThread))) return nullptr;
   if (!ok(cudaMemsetAsync(p, 0, bytes, cudaStreamPerThread))) {
     cudaFreeAsync(p, cudaStreamPerThread);
     return nullptr;
@@ -38,6 +49,26 @@ inline void* alloc(size_t bytes) {
 inline void release(void* p) {
   if (p) cudaFreeAsync(p, cudaStreamPerThread);
 }
+// Saved activations: the forward writes all of them, so they are not filled; freed memory goes
+// back to the stream-ordered allocator's pool, which keeps it for the next step.
+inline void* take(size_t bytes) {
+  void* p = nullptr;
+  return ok(ptc_cuda::pool_alloc(&p, bytes ? bytes : 1, pool(), cudaStreamPerThread)) ? p : nullptr;
+}
+inline void give(void* p, size_t) { release(p); }
+inline void trim() {  // when a model closes
+  if (pool() && cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess) cudaMemPoolTrimTo(pool(), 0);
+}
+// Whether the caller's `p` is memory kernels can read (a host pointer would fault inside one).
+inline bool device_memory(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+inline const char* memory_kind() { return "CUDA device memory (this is a CUDA library)"; }
 // (From pageable host memory the copy is staged before the call returns: `host` may go away.)
 inline bool upload(void* dst, const void* host, size_t bytes) {
   return ok(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread));
