@@ -41,10 +41,39 @@ def parse_args():
     ap.add_argument("--torch-tf32", action="store_true",
                     help="GPU: leave torch's default of TF32 cuDNN convolutions (ptc computes in exact fp32; by default "
                          "torch does too: torch.backends.cudnn.allow_tf32 = False)")
+    ap.add_argument("--gpu-profile", type=int, default=0, metavar="N",
+                    help="GPU: also profile 3 steps of ptc and of torch.compile with torch.profiler and print their GPU "
+                         "time per step and the N kernels that take most of it")
     ap.add_argument("--build-only", action="store_true", help="only compile the ptc libraries (into --libs)")
     ap.add_argument("--libs", help="where the libraries are (NAME.so; with --build-only: where to write them); "
                                    "without it they are compiled into a temporary directory")
     return ap.parse_args()
+
+
+def gpu_profile(label, step, sync, top):
+    """GPU time per step of `step` (3 steps under torch.profiler, which sees every kernel of the
+    process, ptc's included) and its `top` kernels by total time."""
+    from torch.profiler import ProfilerActivity, profile
+    step()
+    sync()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            step()
+        sync()
+    wall = (time.perf_counter() - t0) / 3
+    events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    total = sum(e.self_device_time_total for e in events) / 3 / 1e3
+    n = sum(e.count for e in events) / 3
+    print(f"\n{label}: {total:.2f} ms GPU time per step in {n:.0f} kernels and copies ({wall * 1e3:.1f} ms wall per step, "
+          "profiled)")
+    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
+        print(f"  {e.self_device_time_total / 3 / 1e3:8.3f} ms  {e.count / 3:5.0f}x  {e.key[:110]}")
+    # The host side: CUDA runtime and driver calls (CUPTI sees every library's), by CPU time.
+    api = [e for e in prof.key_averages() if e.key.startswith("cu") and e.self_cpu_time_total > 0]
+    print(f"  host: {sum(e.self_cpu_time_total for e in api) / 3 / 1e3:.2f} ms per step in CUDA API calls; the most:")
+    for e in sorted(api, key=lambda e: -e.self_cpu_time_total)[:8]:
+        print(f"  {e.self_cpu_time_total / 3 / 1e3:8.3f} ms  {e.count / 3:5.0f}x  {e.key[:80]}")
 
 
 def main():
@@ -134,6 +163,8 @@ def main():
                 sync()
                 row["inductor_compile_s"] = time.perf_counter() - t0 - row["eager_ms"] / 1e3
                 row["inductor_ms"] = timed(lambda: torch_step(cmod, copt), args.steps) * 1e3
+                if args.gpu_profile and dev == "cuda":
+                    gpu_profile(f"{name} {dims} torch.compile", lambda: torch_step(cmod, copt), sync, args.gpu_profile)
             except Exception as e:  # noqa: BLE001
                 row["inductor_error"] = f"{type(e).__name__}: {str(e)[:120]}"
         if args.libs:
@@ -153,6 +184,28 @@ def main():
             t.sgd_step(1e-4, 0.9)
 
         row["ptc_ms"] = timed(ptc_step, args.steps)
+        if args.gpu_profile:
+            # Where ptc's step spends its wall time, call by call (each call waits for its work).
+            phases = {"zero_grad": [], "forward_train": [], "backward": [], "sgd_step": []}
+            for _ in range(args.steps):
+                t0 = time.perf_counter()
+                t.zero_grad()
+                t1 = time.perf_counter()
+                _, saved = t.forward_train(*xs)
+                sync()
+                t2 = time.perf_counter()
+                t.backward(saved, ws)
+                sync()
+                t3 = time.perf_counter()
+                saved.free()
+                t.sgd_step(1e-4, 0.9)
+                sync()
+                t4 = time.perf_counter()
+                for k, v in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                    phases[k].append(v)
+            print("ptc wall per call (median ms): " + ", ".join(f"{k} {statistics.median(v) * 1e3:.2f}" for k, v in phases.items()))
+        if args.gpu_profile and dev == "cuda":
+            gpu_profile(f"{name} {dims} ptc", ptc_step, sync, args.gpu_profile)
         row["ptc_ms"] *= 1e3
         t.close()
         row["ptc_vs_eager"] = row["eager_ms"] / row["ptc_ms"]
