@@ -25,7 +25,7 @@ LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, co
   if (weights.external)
     os << "#define PTC_EXTERNAL_WEIGHTS 1\n#define PTC_WEIGHTS_BYTES " << weights.total_bytes << "ull\n#define PTC_WEIGHTS_CHECKSUM "
        << weights.checksum << "ull\n#define PTC_MODEL_ID " << weights.model_id << "ull\n";
-  os << "#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n#include <limits>\n#include <new>\n#include <string>\n\n"
+  os << "#include <algorithm>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n#include <limits>\n#include <new>\n#include <string>\n\n"
      << "#include <cuda_runtime.h>\n#include <cublasLt.h>\n\n"
      << "#include \"ptc_arena.h\"\n#include \"ptc_support.h\"\n#include \"ptc_cuda.cuh\"\n#include \"ptc_cuda_rt.h\"\n#include \"runtime.h\"\n\n"
      << (weights.external ? "#include \"ptc_weights.h\"\n\n" : "extern \"C\" const unsigned char ptc_model_weights[];\n\n")
@@ -93,8 +93,9 @@ int finish(void* stream) {
   for (size_t k = 0; k < names.syms.size(); ++k) os << "  const int64_t " << names.syms[k] << " = sym[" << k << "]; (void)" << names.syms[k] << ";\n";
   wrapper::emit_workspace_plan(os, p, s);
   os << "  const size_t arena_bytes = (ws_bytes + 255) / 256 * 256;\n";
-  os << "  const size_t gemm_ws_bytes = " << (cudnn ? "ptc_cuda::kConvWorkspace > ptc_cuda::kGemmWorkspace ? ptc_cuda::kConvWorkspace : " : "")
-     << (any_gemm || cudnn ? "ptc_cuda::kGemmWorkspace" : "0") << ";\n";
+  os << "  const size_t gemm_ws_bytes = "
+     << (cudnn ? "std::max(ptc_cuda::kConvWorkspace, ptc_cuda::kGemmWorkspace)" : any_gemm ? "ptc_cuda::kGemmWorkspace" : "size_t{0}")
+     << ";\n";
   os << "  if (need) {\n    *need = arena_bytes + gemm_ws_bytes;\n    return nullptr;\n  }\n";
   wrapper::emit_buffer_table(os, p, s, weights, "weights", "ws");
   os << "  const ptc_cuda::Ctx ctx{model->lt, model->plans, ws + arena_bytes, gemm_ws_bytes, model->conv, model->pool};\n";
