@@ -482,18 +482,18 @@ std::unique_ptr<Graph> Reader::run() {
   std::set<std::string> used;  // attribute paths forward reads, before freezing
   try {
     // Every floating-point parameter, as for .pt2 archives (torch.jit.trace under no_grad saves
-    // them with requires_grad off).
-    for (const auto& p : module.named_parameters(/*recurse=*/true))
-      if (p.value.is_floating_point()) params_.insert(p.name);
-    if (opts_.train) {
-      used = attributes_read(module);
-      torch::NoGradGuard no_grad;
-      double fill = 1;
-      for (const auto& p : module.named_parameters(/*recurse=*/true))
-        if (p.value.is_floating_point()) {
-          originals_[p.name] = p.value.detach().clone();
-          p.value.detach().fill_(fill++);
-        }
+    // them with requires_grad off). For training each first gets a distinct fill (freezing
+    // pools equal constants), its real values kept to restore.
+    if (opts_.train) used = attributes_read(module);
+    torch::NoGradGuard no_grad;
+    double fill = 1;
+    for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+      if (!p.value.is_floating_point()) continue;
+      params_.insert(p.name);
+      if (opts_.train) {
+        originals_[p.name] = p.value.detach().clone();
+        p.value.detach().fill_(fill++);
+      }
     }
     module.eval();
     jit::Module frozen = jit::freeze(module, std::nullopt, /*optimize_numerics=*/false);
