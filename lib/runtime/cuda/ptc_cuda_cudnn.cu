@@ -205,7 +205,12 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
                 : cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf);
       if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "backward-filter", p);
     }
-    if (find_ws) cudaFreeAsync(find_ws, stream);
+    if (find_ws) {
+      // The pool keeps what is freed into it: once the free is done, the timing workspace's
+      // memory goes back to the device (a shape's first call only; the timing waited anyway).
+      cudaFreeAsync(find_ws, stream);
+      if (ctx.pool && cudaStreamSynchronize(stream) == cudaSuccess) cudaMemPoolTrimTo(ctx.pool, 0);
+    }
     if (s != CUDNN_STATUS_SUCCESS || err) {
       p.release();
       return err ? err : dnn_error("choosing a convolution algorithm", s);
