@@ -230,6 +230,13 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
       if (m)
         for (const Value* v : n.inputs()) materialized.insert(v);
     }
+    // A node whose output the backward materializes is not recomputed (a view of one is).
+    auto kept = [&](const Node& n) {
+      if (is_view(n.kind)) return false;
+      for (const Value* o : n.outputs)
+        if (materialized.count(o)) return true;
+      return false;
+    };
     // Greedy to a fixpoint, latest first: a saved value produced by a cheap node is recomputed
     // when the chain of cheap nodes behind it reaches only values available anyway (free,
     // saved, recomputed) — so recomputing never adds a saved value. A chain may pass through
@@ -238,8 +245,8 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
                                                                                  int depth) {
       if (!u->type.is_tensor() || free_vals.count(u) || saved.count(u) || recomputed.count(u)) return true;
       auto it = fwd_index.find(u);
-      if (it == fwd_index.end() || depth > 16 || !is_cheap(g.nodes()[it->second]->kind)) return false;
-      if (materialized.count(u) && !is_view(g.nodes()[it->second]->kind)) return false;
+      if (it == fwd_index.end() || depth > 16 || !is_cheap(g.nodes()[it->second]->kind) || kept(*g.nodes()[it->second]))
+        return false;
       if (std::find(chain.begin(), chain.end(), it->second) != chain.end()) return true;
       chain.push_back(it->second);
       for (const Value* w : g.nodes()[it->second]->inputs())
@@ -252,12 +259,9 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
       for (size_t i = nf; i-- > 0;) {
         const Node& n = *g.nodes()[i];
         if (!is_cheap(n.kind) || recompute_nodes.count(i)) continue;
-        bool wanted = false, kept = false;
-        for (const Value* o : n.outputs) {
-          wanted = wanted || saved.count(o);
-          kept = kept || materialized.count(o);
-        }
-        if (!wanted || (kept && !is_view(n.kind))) continue;
+        bool wanted = false;
+        for (const Value* o : n.outputs) wanted = wanted || saved.count(o);
+        if (!wanted || kept(n)) continue;
         std::vector<size_t> chain{i};
         bool ok = true;
         for (const Value* u : n.inputs()) ok = ok && reachable(u, chain, 0);

@@ -60,13 +60,11 @@ int check_data(int n_in, const ptc_tensor* in, int n_out, const ptc_tensor* out)
     int64_t numel = 1;
     for (int d = 0; d < t.rank; ++d) numel *= t.sizes[d];
     if (numel == 0) return PTC_OK;
-    cudaPointerAttributes a{};
-    cudaError_t e = cudaPointerGetAttributes(&a, t.data);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
+    bool device = false;
+    cudaError_t e = ptc_cuda::device_memory(t.data, &device);
+    if (e != cudaSuccess)
       return fail(std::string(kind) + " " + name + ": cannot query the data pointer (" + cudaGetErrorString(e) + ")");
-    }
-    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+    if (!device)
       return fail(std::string(kind) + " " + name + ": data is not CUDA device memory (this is a CUDA library)");
     return PTC_OK;
   };

@@ -32,6 +32,16 @@ inline cudaError_t pool_alloc(void** p, size_t bytes, cudaMemPool_t pool, cudaSt
   return pool ? cudaMallocFromPoolAsync(p, bytes, pool, stream) : cudaMallocAsync(p, bytes, stream);
 }
 
+// Whether kernels can read `p` (*device: device or managed memory); the query's error, if any
+// (then cleared, so that it does not stick to the next call).
+inline cudaError_t device_memory(const void* p, bool* device) {
+  cudaPointerAttributes a{};
+  cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) cudaGetLastError();
+  *device = e == cudaSuccess && (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged);
+  return e;
+}
+
 // The context a kernel launcher gets: the model's cuBLASLt handle and plans, its cuDNN plans
 // (nullptr without convolutions), this run's GEMM / convolution workspace, and the model's pool.
 struct Ctx {

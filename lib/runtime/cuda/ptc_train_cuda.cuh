@@ -37,9 +37,10 @@ inline cudaMemPool_t pool() {
   }();
   return p;
 }
+inline void* take(size_t bytes);
 inline void* alloc(size_t bytes) {
-  void* p = nullptr;
-  if (!ok(ptc_cuda::pool_alloc(&p, bytes ? bytes : 1, pool(), cudaStreamPerThread))) return nullptr;
+  void* p = take(bytes);
+  if (!p) return nullptr;
   if (!ok(cudaMemsetAsync(p, 0, bytes, cudaStreamPerThread))) {
     cudaFreeAsync(p, cudaStreamPerThread);
     return nullptr;
@@ -61,12 +62,8 @@ inline void trim() {  // when a model closes
 }
 // Whether the caller's `p` is memory kernels can read (a host pointer would fault inside one).
 inline bool device_memory(const void* p) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  bool device = false;
+  return ptc_cuda::device_memory(p, &device) == cudaSuccess && device;
 }
 inline const char* memory_kind() { return "CUDA device memory (this is a CUDA library)"; }
 // (From pageable host memory the copy is staged before the call returns: `host` may go away.)
