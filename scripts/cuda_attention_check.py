@@ -15,6 +15,7 @@ as torch's math path gives), q/k/v as strided views (heads split out of [B, T, H
 The reference is torch's math SDPA in float64; max |ptc - ref| must be within 1e-4 (+ 1e-4 rel).
 """
 import argparse
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -39,6 +40,10 @@ CASES = {
     "dv_ne_d": (1, 2, 33, 40, 48, 96, False, None, False),
     "allmasked": (1, 2, 20, 20, 32, 32, False, "bool_allmasked", False),
     "split_heads": (2, 4, 61, 61, 64, 64, True, None, True),
+    # The shapes of the acceptance models' attention (for --bench): BERT-base b8, ViT-S/16 b8, GPT-2 b4.
+    "bert_b8": (8, 12, 128, 128, 64, 64, False, "float", True),
+    "vit_s_b8": (8, 6, 197, 197, 64, 64, False, None, True),
+    "gpt2_b4": (4, 12, 128, 128, 64, 64, True, None, True),
 }
 
 
@@ -77,16 +82,20 @@ def inputs(case, seed=0):
     return args
 
 
-def build(out, ptc):
+def build(out, ptc, jobs):
     out.mkdir(parents=True, exist_ok=True)
+
+    def compile_case(case):
+        lib = out / f"attn_{case}.so"
+        subprocess.run([ptc, "compile", "-q", str(out / f"attn_{case}.pt2"), "-o", str(lib), "--device", "cuda"], check=True)
+        return lib
+
     for case, spec in CASES.items():
         module = Sdpa(spec[6], spec[8], spec[1]).eval()
-        ep = torch.export.export(module, tuple(inputs(case)))
-        pt2 = out / f"attn_{case}.pt2"
-        torch.export.save(ep, str(pt2))
-        lib = out / f"attn_{case}.so"
-        subprocess.run([ptc, "compile", "-q", str(pt2), "-o", str(lib), "--device", "cuda"], check=True)
-        print(lib)
+        torch.export.save(torch.export.export(module, tuple(inputs(case))), str(out / f"attn_{case}.pt2"))
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        for lib in pool.map(compile_case, CASES):
+            print(lib)
 
 
 def check(out, bench):
@@ -137,9 +146,10 @@ def main():
     ap.add_argument("--check")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
+    ap.add_argument("--jobs", type=int, default=2, help="compiles at a time")
     a = ap.parse_args()
     if a.build:
-        build(Path(a.build), a.ptc_binary)
+        build(Path(a.build), a.ptc_binary, a.jobs)
     if a.check:
         return check(Path(a.check), a.bench)
     return 0

@@ -401,6 +401,161 @@ const char* attention_launch(const Attention& a, cudaStream_t stream) {
   return e == cudaSuccess ? nullptr : cuda_error("the attention kernel", e);
 }
 
+// Register-tiled variant for head sizes up to kAttnTiledMaxHead (most models): one block of 128
+// threads per (b, h, tile of 32 query rows), key tiles of 64. Q (transposed), each K tile
+// (transposed) and V tile are staged in shared memory. Thread (ty, tx) of the 8 x 16 grid computes
+// the 4 x 4 scores of rows 4ty.. and keys 4tx.. as an outer product over d (two 16-byte shared
+// loads per 16 FMAs); the 16 threads of a row group, one half-warp, reduce the row max and sum with
+// shuffles; the probabilities go through shared memory, and the thread accumulates output rows
+// 4ty.. and columns 64c + 4tx.. (c < DVT) the same way from the V tile.
+constexpr int kTBQ = 32, kTBK = 64, kTThreads = 128, kTLdq = kTBQ + 4, kTLdk = kTBK + 4;
+constexpr int64_t kAttnTiledMaxHead = 128;
+
+template <int DVT>  // Dv <= 64 * DVT
+__global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a) {
+  extern __shared__ __align__(16) float tsm[];
+  const int D = static_cast<int>(a.D), Dv = static_cast<int>(a.Dv), ldv = 64 * DVT;
+  float* sq = tsm;                 // [D][kTLdq]  Q transposed
+  float* sk = sq + D * kTLdq;      // [D][kTLdk]  K tile transposed
+  float* sv = sk + D * kTLdk;      // [kTBK][ldv] V tile
+  float* sp = sv + kTBK * ldv;     // [kTBK][kTLdq] probabilities, transposed
+  const float ninf = -INFINITY;
+  const int64_t nqb = (a.Tq + kTBQ - 1) / kTBQ;
+  int64_t blk = blockIdx.x;
+  const int64_t qb = blk % nqb;
+  blk /= nqb;
+  const int64_t h = blk % a.H, b = blk / a.H;
+  const int64_t i0 = qb * kTBQ;
+  const int nq = static_cast<int>(std::min<int64_t>(kTBQ, a.Tq - i0));
+  const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+  const float* qbase = a.q + b * a.qs[0] + h * a.qs[1];
+  const float* kbase = a.k + b * a.ks[0] + h * a.ks[1];
+  const float* vbase = a.v + b * a.vs[0] + h * a.vs[1];
+  for (int idx = tid; idx < kTBQ * D; idx += kTThreads) {
+    const int r = idx / D, d = idx % D;
+    sq[d * kTLdq + r] = r < nq ? qbase[(i0 + r) * a.qs[2] + d * a.qs[3]] : 0.f;
+  }
+  float m[4], l[4], acc[4][DVT][4];
+#pragma unroll
+  for (int ii = 0; ii < 4; ++ii) {
+    m[ii] = ninf, l[ii] = 0.f;
+#pragma unroll
+    for (int c = 0; c < DVT; ++c)
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) acc[ii][c][jj] = 0.f;
+  }
+  const int64_t kend = a.causal ? std::min<int64_t>(a.Tk, i0 + nq) : a.Tk;  // causal: later keys add nothing
+  for (int64_t j0 = 0; j0 < kend; j0 += kTBK) {
+    const int nk = static_cast<int>(std::min<int64_t>(kTBK, kend - j0));
+    __syncthreads();  // the previous tile is consumed (and Q is staged)
+    for (int idx = tid; idx < kTBK * D; idx += kTThreads) {
+      const int c = idx / D, d = idx % D;
+      sk[d * kTLdk + c] = c < nk ? kbase[(j0 + c) * a.ks[2] + d * a.ks[3]] : 0.f;
+    }
+    for (int idx = tid; idx < kTBK * ldv; idx += kTThreads) {
+      const int c = idx / ldv, d = idx % ldv;
+      sv[idx] = c < nk && d < Dv ? vbase[(j0 + c) * a.vs[2] + d * a.vs[3]] : 0.f;
+    }
+    __syncthreads();
+    float s[4][4] = {};
+    for (int d = 0; d < D; ++d) {
+      const float4 qv = *reinterpret_cast<const float4*>(sq + d * kTLdq + 4 * ty);
+      const float4 kv = *reinterpret_cast<const float4*>(sk + d * kTLdk + 4 * tx);
+      const float qa[4] = {qv.x, qv.y, qv.z, qv.w}, ka[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+      for (int ii = 0; ii < 4; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) s[ii][jj] = fmaf(qa[ii], ka[jj], s[ii][jj]);
+    }
+#pragma unroll
+    for (int ii = 0; ii < 4; ++ii) {
+      const int64_t i = i0 + 4 * ty + ii;
+      float best = ninf;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int c = 4 * tx + jj;
+        const int64_t j = j0 + c;
+        float v = s[ii][jj] * a.scale;
+        if (c >= nk || i >= a.Tq || (a.causal && j > i)) {
+          v = ninf;
+        } else if (a.mask_kind != kMaskNone) {
+          const int64_t at = b * a.ms[0] + h * a.ms[1] + i * a.ms[2] + j * a.ms[3];
+          if (a.mask_kind == kMaskAdd)
+            v += static_cast<const float*>(a.mask)[at];
+          else if ((static_cast<const unsigned char*>(a.mask)[at] != 0) != (a.mask_kind == kMaskKeep))
+            v = ninf;
+        }
+        s[ii][jj] = v;
+        best = maxnan_f(best, v);
+      }
+#pragma unroll
+      for (int off = 8; off > 0; off >>= 1) best = maxnan_f(best, __shfl_xor_sync(0xffffffffu, best, off));
+      const float mnew = maxnan_f(best, m[ii]);
+      // Every key so far masked: probabilities 0, nothing to rescale (uniform over the row group).
+      const float base = mnew == ninf ? 0.f : mnew;
+      float sum = 0.f;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const float p = expf(s[ii][jj] - base);
+        sp[(4 * tx + jj) * kTLdq + 4 * ty + ii] = p;
+        sum += p;
+      }
+#pragma unroll
+      for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      const float corr = m[ii] == ninf ? 0.f : expf(m[ii] - mnew);
+      l[ii] = l[ii] * corr + sum;
+      m[ii] = mnew;
+#pragma unroll
+      for (int c = 0; c < DVT; ++c)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) acc[ii][c][jj] *= corr;
+    }
+    __syncthreads();  // the probabilities are in shared memory
+    for (int kk = 0; kk < nk; ++kk) {
+      const float4 pv = *reinterpret_cast<const float4*>(sp + kk * kTLdq + 4 * ty);
+      const float pa[4] = {pv.x, pv.y, pv.z, pv.w};
+#pragma unroll
+      for (int c = 0; c < DVT; ++c) {
+        const float4 vv = *reinterpret_cast<const float4*>(sv + kk * ldv + 64 * c + 4 * tx);
+        const float va[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+        for (int ii = 0; ii < 4; ++ii)
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) acc[ii][c][jj] = fmaf(pa[ii], va[jj], acc[ii][c][jj]);
+      }
+    }
+  }
+#pragma unroll
+  for (int ii = 0; ii < 4; ++ii) {
+    const int r = 4 * ty + ii;
+    if (r >= nq) continue;
+    float* orow = a.o + ((b * a.H + h) * a.Tq + i0 + r) * a.Dv;
+    // Tk = 0: zeros (an empty matmul); l = 0: every key of the row masked: zeros or NaN.
+    const float fill = a.Tk == 0 ? 0.f : a.masked_rows_zero ? 0.f : NAN;
+#pragma unroll
+    for (int c = 0; c < DVT; ++c)
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int d = 64 * c + 4 * tx + jj;
+        if (d < Dv) orow[d] = (a.Tk == 0 || l[ii] == 0.f) ? fill : acc[ii][c][jj] / l[ii];
+      }
+  }
+}
+
+template <int DVT>
+const char* attention_tiled_launch(const Attention& a, cudaStream_t stream) {
+  const int64_t blocks = a.B * a.H * ((a.Tq + kTBQ - 1) / kTBQ);
+  const size_t smem = sizeof(float) * static_cast<size_t>(a.D * (kTLdq + kTLdk) + kTBK * 64 * DVT + kTBK * kTLdq);
+  if (smem > 48 * 1024) {  // above the default: opt in (up to 227 KiB on Hopper)
+    cudaError_t e = cudaFuncSetAttribute(attention_tiled_kernel<DVT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+    if (e != cudaSuccess) return cuda_error("the attention kernel's shared memory", e);
+  }
+  attention_tiled_kernel<DVT><<<static_cast<unsigned>(blocks), kTThreads, smem, stream>>>(a);
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? nullptr : cuda_error("the attention kernel", e);
+}
+
 }  // namespace
 
 const char* attention(const Attention& a, cudaStream_t stream) {
@@ -414,6 +569,8 @@ const char* attention(const Attention& a, cudaStream_t stream) {
     g_error = "attention over too many (batch, head, query tile) blocks";
     return g_error.c_str();
   }
+  if (a.D <= kAttnTiledMaxHead && a.Dv <= kAttnTiledMaxHead)
+    return a.Dv <= 64 ? attention_tiled_launch<1>(a, stream) : attention_tiled_launch<2>(a, stream);
   if (a.Dv <= 32) return attention_launch<1>(a, stream);
   if (a.Dv <= 64) return attention_launch<2>(a, stream);
   if (a.Dv <= 128) return attention_launch<4>(a, stream);
