@@ -230,11 +230,19 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       if (n.kind != OpKind::Conv2d && a.b("transposed")) L.fail("transposed convolution is not supported yet");
       auto st = two(a.ints("stride"), 1), pd = two(a.ints("padding"), 0), dl = two(a.ints("dilation"), 1);
       auto kh = w.sizes[2].as_const(), kw = w.sizes[3].as_const();
+      // y + bias[o] as a pointwise op, which fuses into y's consumers (a folded batch norm's
+      // bias then costs no pass of its own).
+      auto plus_bias = [&](const TensorRef& y) {
+        if (a.is_none("bias")) return y;
+        TensorRef b = a.tensor("bias");
+        return L.pointwise(DType::Float32, y.sizes, [=](const Index& i) {
+          return binary(Op::Add, y.at(i), cast(b.at({i[1]}), DType::Float32));
+        });
+      };
       if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype})) {
         std::vector<View> operands{cudnn_view(L, x), dense_view(L, w)};
-        if (!a.is_none("bias")) operands.push_back(L.as_view(a.tensor("bias"), L.origin()));
-        return one(emit_extern(L, ExternKind::Convolution, a.out_dtype(), a.out_sizes(), std::move(operands),
-                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups")}));
+        return one(plus_bias(emit_extern(L, ExternKind::Convolution, a.out_dtype(), a.out_sizes(), std::move(operands),
+                                         {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups")})));
       }
       if (L.options.conv_as_gemm && a.i("groups") == 1 && kh && kw && a.out_dtype() == DType::Float32 && x.dtype == DType::Float32 &&
           w.dtype == DType::Float32) {
@@ -250,12 +258,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         TensorRef ym = gemm(L, reshape(L, w, {w.sizes[0], ckk}), cols, DType::Float32);  // [O, N L]
         PTC_CHECK(ym.view, "conv as GEMM: the GEMM result is no buffer");
         View v{ym.view->buffer, out, {l, nl, out[3], sym::Expr(1)}, ym.view->offset};
-        TensorRef y = L.of_view(v, DType::Float32);
-        if (a.is_none("bias")) return one(y);
-        TensorRef b = a.tensor("bias");
-        return one(L.pointwise(DType::Float32, out, [=](const Index& i) {
-          return binary(Op::Add, y.at(i), cast(b.at({i[1]}), DType::Float32));
-        }));
+        return one(plus_bias(L.of_view(v, DType::Float32)));
       }
       std::vector<View> operands{L.as_view(x, L.origin()), L.as_view(w, L.origin())};
       if (!a.is_none("bias")) operands.push_back(L.as_view(a.tensor("bias"), L.origin()));

@@ -67,18 +67,31 @@ std::vector<std::string> sizes(std::ostream& os, const std::vector<sym::Expr>& d
   return n;
 }
 
-// Declares the variables <var><first>.. of a row-major index `flat` over sizes `n`.
+// Whether every index below the product of `dims` fits 32 bits unsigned for all symbol values
+// in range: then a flat index is split with 32-bit divisions (a 64-bit one is a long
+// instruction sequence, per element and dimension); the variables stay int64_t.
+bool index_fits_32(const std::vector<sym::Expr>& dims) {
+  sym::Expr total(1);
+  for (const auto& d : dims) total = total * d;
+  const sym::Range r = sym::bounds(total);
+  return r.bounded_above() && r.hi <= int64_t{0xffffffff};
+}
+
+// Declares the variables <var><first>.. of a row-major index `flat` over sizes `n` (`narrow`:
+// flat and the sizes fit uint32_t).
 void decompose_into(std::ostream& os, const std::string& flat, const std::vector<std::string>& n, char var, size_t first,
-                    const std::string& in) {
+                    const std::string& in, bool narrow = false) {
   if (n.empty()) return;
+  const std::string T = narrow ? "uint32_t" : "int64_t";
+  auto as_t = [&](const std::string& v) { return narrow ? "static_cast<uint32_t>(" + v + ")" : v; };
   std::string rest = "rest_" + std::string(1, var) + std::to_string(first);
-  os << in << "int64_t " << rest << " = " << flat << ";\n";
+  os << in << T << " " << rest << " = " << as_t(flat) << ";\n";
   for (size_t d = n.size(); d-- > 0;) {
     std::string v = std::string(1, var) + std::to_string(first + d);
     if (d == 0) {
       os << in << "const int64_t " << v << " = " << rest << ";\n";
     } else {
-      os << in << "const int64_t " << v << " = " << rest << " % " << n[d] << "; " << rest << " /= " << n[d] << ";\n";
+      os << in << "const int64_t " << v << " = " << rest << " % " << as_t(n[d]) << "; " << rest << " /= " << as_t(n[d]) << ";\n";
     }
   }
   os << in << "(void)" << rest << ";\n";
@@ -184,7 +197,7 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
   std::vector<std::string> n = sizes(os, dom, "", "  ");
   os << "  const int64_t total = " << product(n) << ";\n";
   os << "  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
-  decompose_into(os, "i", n, 'x', 0, "    ");
+  decompose_into(os, "i", n, 'x', 0, "    ", index_fits_32(dom));
   for (int ci : k.comps) {
     const Computation& c = p.comps[ci];
     std::string at = "b" + std::to_string(c.out) + "[i]";
@@ -226,7 +239,7 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
   std::vector<std::string> n = sizes(os, outer, "", "  ");
   os << "  const int64_t rows = " << product(n) << ";\n";
   os << "  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n";
-  decompose_into(os, "row", n, 'x', 0, "    ");
+  decompose_into(os, "row", n, 'x', 0, "    ", index_fits_32(outer));
   for (int ci : k.comps) {
     const Computation& c = p.comps[ci];
     std::string in = "      ";
@@ -239,7 +252,7 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
       os << in << T << " acc = " << rs.init << ";\n";
       std::vector<std::string> m = sizes(os, c.reduce_domain, "c" + std::to_string(ci) + "_r", in);
       os << in << "for (int64_t j = threadIdx.x; j < " << product(m) << "; j += blockDim.x) {\n";
-      decompose_into(os, "j", m, 'r', 0, in + "  ");
+      decompose_into(os, "j", m, 'r', 0, in + "  ", index_fits_32(c.reduce_domain));
       ExprPrinter pr(os, in + "  ", Dialect::Cuda);
       std::string v = pr.print(c.body);
       os << in << "  acc = combine(acc, " << v << ");\n" << in << "}\n";
@@ -253,7 +266,8 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
       }
       os << in << "const int64_t inner = " << product(m) << ";\n";
       os << in << "for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) {\n";
-      decompose_into(os, "j", m, 'x', outer.size(), in + "  ");
+      decompose_into(os, "j", m, 'x', outer.size(), in + "  ",
+                     index_fits_32(std::vector<sym::Expr>(c.domain.begin() + static_cast<std::ptrdiff_t>(outer.size()), c.domain.end())));
       ExprPrinter pr(os, in + "  ", Dialect::Cuda);
       std::string v = pr.print(c.body);
       os << in << "  b" << c.out << "[row * inner + j] = " << v << ";\n" << in << "}\n";
@@ -348,8 +362,6 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const Computation
     emit_strided(os, "x", ptr(X), X.strides);
     os << "  a.w = " << ptr(W) << ";\n";
     emit_strided(os, "y", out, out_strides);
-    if (c.operands.size() > 2)
-      os << "  a.bias = " << ptr(c.operands[2]) << "; a.bias_stride = " << cpp_index(c.operands[2].strides[0]) << ";\n";
     x_sizes = X.sizes, w_sizes = W.sizes, y_sizes = c.domain;
   } else {
     const loop::View &A = c.operands[0], &DY = c.operands[1];

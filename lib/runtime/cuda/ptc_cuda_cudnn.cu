@@ -23,13 +23,12 @@ const char* dnn_error(const std::string& what, cudnnStatus_t s) {
 
 // Descriptors and the chosen algorithm of one convolution shape and direction.
 struct ConvPlan {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   int algo = 0;
   size_t ws = 0;
   void release() {
-    if (bias) cudnnDestroyTensorDescriptor(bias);
     if (y) cudnnDestroyTensorDescriptor(y);
     if (x) cudnnDestroyTensorDescriptor(x);
     if (w) cudnnDestroyFilterDescriptor(w);
@@ -70,7 +69,7 @@ const char* pick(const Perf* perf, int n, size_t limit, const char* what, ConvPl
 
 bool fits_int(const CudnnConv& a) {
   const int64_t v[] = {a.N, a.C, a.H, a.W, a.O, a.KH, a.KW, a.OH, a.OW, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw, a.groups,
-                       a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3], a.bias_stride};
+                       a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3]};
   for (int64_t x : v)
     if (x < 0 || x > INT_MAX) return false;
   return true;
@@ -115,8 +114,8 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
       e = cudaMemsetAsync(a.x, 0, sizeof(float) * a.N * a.C * a.H * a.W, stream);
     if (a.direction == kConvBackwardFilter && a.O * (a.C / a.groups) * a.KH * a.KW > 0)
       e = cudaMemsetAsync(a.w, 0, sizeof(float) * a.O * (a.C / a.groups) * a.KH * a.KW, stream);
-    if (a.direction == kConvForward && a.N * a.O * a.OH * a.OW > 0)  // C == 0: the bias alone is not supported
-      return "cudnn_conv: a convolution over zero input channels";
+    if (a.direction == kConvForward && a.N * a.O * a.OH * a.OW > 0)  // over zero input channels: y is the extern's own, contiguous
+      e = cudaMemsetAsync(a.y, 0, sizeof(float) * a.N * a.O * a.OH * a.OW, stream);
     if (e != cudaSuccess) {
       g_dnn_error = std::string("cudnn_conv: ") + cudaGetErrorString(e);
       return g_dnn_error.c_str();
@@ -126,7 +125,7 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
   if (!fits_int(a)) return "cudnn_conv: a size or stride beyond cuDNN's 32-bit range";
   const std::vector<int64_t> key{a.direction, a.N, a.C, a.H, a.W, a.O, a.KH, a.KW, a.OH, a.OW, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw,
                                  a.groups, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3],
-                                 a.bias ? a.bias_stride : -1, static_cast<int64_t>(ctx.gemm_ws_bytes)};
+                                 static_cast<int64_t>(ctx.gemm_ws_bytes)};
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   std::lock_guard<std::mutex> lock(ctx.conv->mu);
   cudnnHandle_t h = ctx.conv->handle;
@@ -152,11 +151,6 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionGroupCount(p.conv, i32(a.groups));
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionMathType(p.conv, CUDNN_FMA_MATH);
-    if (s == CUDNN_STATUS_SUCCESS && a.bias) {
-      s = cudnnCreateTensorDescriptor(&p.bias);
-      if (s == CUDNN_STATUS_SUCCESS)
-        s = cudnnSetTensor4dDescriptorEx(p.bias, CUDNN_DATA_FLOAT, 1, i32(a.O), 1, 1, i32(a.O * a.bias_stride), i32(a.bias_stride), 1, 1);
-    }
     if (s != CUDNN_STATUS_SUCCESS) {
       p.release();
       return dnn_error("describing a convolution", s);
@@ -235,7 +229,6 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
   if (a.direction == kConvForward) {
     s = cudnnConvolutionForward(h, &one, p.x, a.x, p.w, a.w, p.conv, static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), ws, p.ws, &zero,
                                 p.y, a.y);
-    if (s == CUDNN_STATUS_SUCCESS && a.bias) s = cudnnAddTensor(h, &one, p.bias, a.bias, &one, p.y, a.y);
     what = "cudnnConvolutionForward";
   } else if (a.direction == kConvBackwardData) {
     s = cudnnConvolutionBackwardData(h, &one, p.w, a.w, p.y, a.y, p.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo), ws,

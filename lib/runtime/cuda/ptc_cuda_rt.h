@@ -83,7 +83,7 @@ const char* conv2d(const Conv2d& a, cudaStream_t stream);
 // memory, timed by cuDNN on that call's buffers (as torch with cudnn.benchmark on), or cuDNN's
 // heuristic first while a CUDA graph is captured. An algorithm that needs more than the run's
 // workspace gets its own from the model's pool for the call.
-//   forward:         y = conv(x, w) (+ bias)
+//   forward:         y = conv(x, w) (a bias is a pointwise op after it, fused into its consumers)
 //   backward data:   x = the input gradient, from y = dy
 //   backward filter: w = the weight gradient, from x and y = dy
 // x [N, C, H, W] and y [N, O, OH, OW] take any non-negative strides; w [O, C/groups, KH, KW] is
@@ -94,7 +94,6 @@ struct CudnnConv {
   float* x; int64_t xs[4];
   float* w;
   float* y; int64_t ys[4];
-  const float* bias = nullptr; int64_t bias_stride = 1;  // forward only
   int64_t N, C, H, W, O, KH, KW, OH, OW;
   int64_t sh, sw, ph, pw, dh, dw, groups;
 };
