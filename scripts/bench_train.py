@@ -50,32 +50,6 @@ def parse_args():
     return ap.parse_args()
 
 
-def gpu_profile(label, step, sync, top):
-    """GPU time per step of `step` (3 steps under torch.profiler, which sees every kernel of the
-    process, ptc's included) and its `top` kernels by total time."""
-    from torch.profiler import ProfilerActivity, profile
-    step()
-    sync()
-    t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(3):
-            step()
-        sync()
-    wall = (time.perf_counter() - t0) / 3
-    events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
-    total = sum(e.self_device_time_total for e in events) / 3 / 1e3
-    n = sum(e.count for e in events) / 3
-    print(f"\n{label}: {total:.2f} ms GPU time per step in {n:.0f} kernels and copies ({wall * 1e3:.1f} ms wall per step, "
-          "profiled)")
-    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
-        print(f"  {e.self_device_time_total / 3 / 1e3:8.3f} ms  {e.count / 3:5.0f}x  {e.key[:110]}")
-    # The host side: CUDA runtime and driver calls (CUPTI sees every library's), by CPU time.
-    api = [e for e in prof.key_averages() if e.key.startswith("cu") and e.self_cpu_time_total > 0]
-    print(f"  host: {sum(e.self_cpu_time_total for e in api) / 3 / 1e3:.2f} ms per step in CUDA API calls; the most:")
-    for e in sorted(api, key=lambda e: -e.self_cpu_time_total)[:8]:
-        print(f"  {e.self_cpu_time_total / 3 / 1e3:8.3f} ms  {e.count / 3:5.0f}x  {e.key[:80]}")
-
-
 def main():
     args = parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -83,6 +57,7 @@ def main():
     import torch
 
     import ptc_ctypes
+    from gpu_profile import gpu_profile
 
     torch.set_num_threads(args.threads)
     work = args.libs or tempfile.mkdtemp(prefix="ptc-bench-train-")

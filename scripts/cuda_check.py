@@ -13,8 +13,11 @@ Correctness: every recorded case of each fixture (models/<name>.expect.json, inp
 models/ref/) runs through the library and through the exported program (or TorchScript module)
 on the GPU; max |ptc - eager| must be within atol = rtol = 1e-4 (and the recorded CPU eager
 outputs are compared too).
---bench: for each model (.pt2 flavour, first recorded case, or --sizes), median latency over
-CUDA events of eager, torch.compile (default and mode="reduce-overhead") and ptc, with ratios.
+--bench: for each model (.pt2 flavour, last recorded case), median latency over CUDA events of
+eager, torch.compile (default and mode="reduce-overhead") and ptc, with ratios.
+--sizes MODEL:D0[,D1] ...: bench these models at these leading input dimensions instead (batch, or
+batch and sequence length; random inputs), e.g. --sizes resnet50:32 bert:8,128; the geomean of
+eager/ptc and of best-torch.compile/ptc over them is printed.
 """
 import argparse
 import json
@@ -31,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ptc_ctypes  # noqa: E402
+from gpu_profile import gpu_profile  # noqa: E402
 
 ATOL = RTOL = 1e-4
 FLAVOURS = {"pt2": ".pt2", "core_pt2": ".core.pt2", "pt": ".pt"}
@@ -40,7 +44,17 @@ def load_eager(name, flavour, models=MODELS):
     path = models / f"{name}{FLAVOURS[flavour]}"
     if flavour == "pt":
         return torch.jit.load(str(path), map_location="cuda").eval()
-    return torch.export.load(str(path)).module().to("cuda")
+    # The export ran on the CPU: factory ops (arange, ones, ...) carry device=cpu, which
+    # move_to_device_pass rewrites along with the weights and constants.
+    from torch.export.passes import move_to_device_pass
+    mod = move_to_device_pass(torch.export.load(str(path)), "cuda").module()
+    # ... but not the device in the module's tensor-metadata asserts, which torch.compile then
+    # trips on (GPT-2): they check nothing a run needs.
+    for node in list(mod.graph.nodes):
+        if node.target is torch.ops.aten._assert_tensor_metadata.default:
+            mod.graph.erase_node(node)
+    mod.recompile()
+    return mod
 
 
 def flat(out):
@@ -128,8 +142,34 @@ def time_cuda(fn, reps, warmup=10):
 BIG = {"mlp_dyn": [(1024, 64)], "tfm_dyn": [(32, 256, 64)]}
 
 
-def bench(libs, reps, only=None, models=MODELS):
+def sized_inputs(models, name, dims, gen):
+    """Random inputs shaped like the model's last recorded case with the leading dims replaced
+    (floats: randn; integers: ids in the recorded range)."""
+    case = json.loads((models / f"{name}.expect.json").read_text())["cases"][-1]
+    xs = []
+    for f in case["inputs"]:
+        rec = torch.from_numpy(np.load(models / f["file"]))
+        shape = list(rec.shape)
+        shape[: len(dims)] = dims
+        if rec.dtype.is_floating_point:
+            xs.append(torch.randn(shape, generator=gen, dtype=rec.dtype).cuda())
+        else:
+            xs.append(torch.randint(0, int(rec.max()) + 1, shape, generator=gen, dtype=rec.dtype).cuda())
+    return xs
+
+
+def bench(libs, reps, only=None, models=MODELS, sizes=None):
     rows = []
+    gen = torch.Generator().manual_seed(0)
+    if sizes:
+        for spec in sizes:
+            name, _, dims = spec.partition(":")
+            dims = [int(d) for d in dims.split(",") if d]
+            try:
+                rows.append(bench_one(libs, name, libs / f"cuda_{name}_pt2.so", sized_inputs(models, name, dims, gen), reps, models))
+            except Exception as exc:  # noqa: BLE001
+                print(f"skipping {spec}: {str(exc)[:200]}", flush=True)
+        return print_bench(rows)
     for exp_file in sorted(models.glob("*.expect.json")):
         name = exp_file.name[: -len(".expect.json")]
         lib = libs / f"cuda_{name}_pt2.so"
@@ -137,7 +177,6 @@ def bench(libs, reps, only=None, models=MODELS):
             continue
         case = json.loads(exp_file.read_text())["cases"][-1]
         inputs = [[torch.from_numpy(np.load(models / f["file"])).cuda() for f in case["inputs"]]]
-        gen = torch.Generator().manual_seed(0)
         inputs += [[torch.randn(shape, generator=gen).cuda()] for shape in BIG.get(name, [])]
         for ins in inputs:
             try:
@@ -147,12 +186,18 @@ def bench(libs, reps, only=None, models=MODELS):
     return print_bench(rows)
 
 
+INDUCTOR_MODES = (("ind", {}), ("ind_ro", {"mode": "reduce-overhead"}))
+PROFILE_TOP = 0  # --gpu-profile N: the top N kernels of eager and of ptc for each bench row
+
+
 def bench_one(libs, name, lib, ins, reps, models=MODELS):
     row = dict(model=name, inputs="x".join(str(s) for s in ins[0].shape))
     with torch.inference_mode():
         eager = load_eager(name, "pt2", models)
         row["eager_ms"] = time_cuda(lambda: eager(*ins), reps)
-        for label, kw in (("ind", {}), ("ind_ro", {"mode": "reduce-overhead"})):
+        if PROFILE_TOP:
+            gpu_profile(f"{name} {row['inputs']} eager", lambda: eager(*ins), torch.cuda.synchronize, PROFILE_TOP)
+        for label, kw in INDUCTOR_MODES:
             try:
                 torch._dynamo.reset()
                 comp = torch.compile(eager, **kw)
@@ -171,9 +216,13 @@ def bench_one(libs, name, lib, ins, reps, models=MODELS):
                 outs = [torch.empty(s, dtype=i.dtype, device="cuda") for s, i in zip(m.output_shapes(*ins), m.outputs)]
                 run = m.prepare(*ins, out=outs)  # a C++ caller's per-run cost (no Python marshalling)
                 row[f"{label}_ms"] = time_cuda(run, reps)
+                if PROFILE_TOP and label == "ptc":
+                    gpu_profile(f"{name} {row['inputs']} ptc", run, torch.cuda.synchronize, PROFILE_TOP)
                 got = [o.clone() for o in outs]
                 want = flat(eager(*ins))
                 row[f"{label}_err"] = err_of(got, want)[0]
+    print(f"{name} {row['inputs']}: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                                   for k, v in row.items() if k not in ("model", "inputs")), flush=True)
     return row
 
 
@@ -182,13 +231,19 @@ def print_bench(rows):
           "ratios use the better ptc; best-ind = the faster torch.compile mode")
     print("| model | input | eager ms | ind ms | ind-ro ms | ptc ms | ptc-g ms | eager/ptc | best-ind/ptc | ptc err |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    nan = float("nan")
+    vs_eager, vs_ind = [], []
     for r in rows:
-        e, i, ro = r["eager_ms"], r["ind_ms"], r["ind_ro_ms"]
-        p, pg = r.get("ptc_ms", float("nan")), r.get("ptc_graphs_ms", float("nan"))
-        best = min(x for x in (p, pg) if x == x)
-        bi = min(x for x in (i, ro) if x == x) if (i == i or ro == ro) else float("nan")
+        e, i, ro = r["eager_ms"], r.get("ind_ms", nan), r.get("ind_ro_ms", nan)
+        p, pg = r.get("ptc_ms", nan), r.get("ptc_graphs_ms", nan)
+        best = min((x for x in (p, pg) if x == x), default=nan)
+        bi = min((x for x in (i, ro) if x == x), default=nan)
         err = max(r.get("ptc_err", 0.0), r.get("ptc_graphs_err", 0.0))
+        vs_eager.append(e / best)
+        vs_ind.append(bi / best)
         print(f"| {r['model']} | {r['inputs']} | {e:.3f} | {i:.3f} | {ro:.3f} | {p:.3f} | {pg:.3f} | {e / best:.2f} | {bi / best:.2f} | {err:.1e} |")
+    geo = lambda xs: float(np.exp(np.mean(np.log(xs)))) if xs else nan  # noqa: E731
+    print(f"geomean over {len(rows)} rows: eager/ptc {geo(vs_eager):.2f}, best-ind/ptc {geo(vs_ind):.2f}")
     return rows
 
 
@@ -200,6 +255,11 @@ def main():
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--json")
     ap.add_argument("--only", nargs="*", help="only these fixtures")
+    ap.add_argument("--sizes", nargs="*", help="bench MODEL:D0[,D1] (leading input dims) instead of the recorded cases")
+    ap.add_argument("--no-inductor", action="store_true", help="bench without torch.compile")
+    ap.add_argument("--no-check", action="store_true", help="skip the correctness check")
+    ap.add_argument("--gpu-profile", type=int, default=0, metavar="N",
+                    help="for each bench row, GPU time and the top N kernels of eager and of ptc")
     ap.add_argument("--models-dir", default=str(MODELS),
                     help="where NAME.expect.json and ref/ are (models/cache for the real models)")
     ap.add_argument("--ref-only", action="store_true",
@@ -208,9 +268,13 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    res = {"check": check(Path(args.libs), args.only, args.ref_only, Path(args.models_dir))}
-    if args.bench:
-        res["bench"] = bench(Path(args.libs), args.reps, args.only, Path(args.models_dir))
+    global INDUCTOR_MODES, PROFILE_TOP
+    PROFILE_TOP = args.gpu_profile
+    if args.no_inductor:
+        INDUCTOR_MODES = ()
+    res = {"check": [] if args.no_check else check(Path(args.libs), args.only, args.ref_only, Path(args.models_dir))}
+    if args.bench or args.sizes:
+        res["bench"] = bench(Path(args.libs), args.reps, args.only, Path(args.models_dir), args.sizes)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     sys.exit(0 if all(r["ok"] for r in res["check"]) else 1)
