@@ -280,6 +280,34 @@ TEST_CASE("the cuDNN lowering of convolutions and their gradients (CUDA) matches
     }
 }
 
+TEST_CASE("attention stored heads-inner (CUDA) matches and its heads merge back as a view", "[lower]") {
+  // y = sdpa(q, k, v).transpose(1, 2).view(n, T, H * Dv), as a transformer merges its heads.
+  std::mt19937 rng(5);
+  for (int variant = 0; variant < 3; ++variant) {
+    INFO("variant " << variant << " (0 plain, 1 causal, 2 float mask)");
+    test::GraphBuilder b;
+    sym::Expr n = b.sym("n", 1, 4);
+    const int64_t H = 3, T = 5, D = 4, Dv = 6;
+    auto e = [](int64_t v) { return sym::Expr(v); };
+    std::map<std::string, Arg> args{{"query", b.input("q", DType::Float32, {n, e(H), e(T), e(D)})},
+                                    {"key", b.input("k", DType::Float32, {n, e(H), e(T), e(D)})},
+                                    {"value", b.input("v", DType::Float32, {n, e(H), e(T), e(Dv)})}};
+    if (variant == 1) args["is_causal"] = true;
+    if (variant == 2) args["attn_mask"] = Arg{b.input("mask", DType::Float32, {e(T), e(T)})};
+    Value* y = b.op(OpKind::ScaledDotProductAttention, "y", args);
+    Value* t = b.op(OpKind::TransposeInt, "t", {{"self", y}, {"dim0", int64_t(1)}, {"dim1", int64_t(2)}});
+    b.g->outputs.push_back(b.op(OpKind::View, "merged", {{"self", t}, {"size", std::vector<sym::Expr>{n, e(T), e(H * Dv)}}}));
+    LowerOptions plain, inner;
+    inner.attention_heads_inner = true;
+    loop::Program want = lower_to_loops(*b.g, plain), got = lower_to_loops(*b.g, inner);
+    REQUIRE(got.comps.size() == 1);  // the attention extern writes the output: no copy
+    CHECK(got.comps[0].extern_kind == loop::ExternKind::Attention);
+    CHECK(got.comps[0].params.size() == 5);
+    CHECK(want.comps.size() == 2);  // the heads merged by a copy
+    same_outputs(want, got, *b.g, rng);
+  }
+}
+
 TEST_CASE("a symbolic size in a Tensor slot (x / t.numel(), as torch.export writes it) is a wrapped 0-d tensor", "[lower]") {
   test::GraphBuilder b;
   sym::Expr n = b.sym("n", 1, 8), m = b.sym("m", 1, 8);

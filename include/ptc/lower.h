@@ -28,6 +28,10 @@ struct LowerOptions {
   // with the operand layouts cuDNN takes (ExternKind Convolution, ConvWeightGrad, ConvInputGrad;
   // a contiguous weight, grad_output as a view); takes precedence over conv_as_gemm.
   bool cudnn_conv = false;
+  // The fused attention extern over [B, H, T, D] writes its output as [B, T, H, Dv] (params[4]
+  // = 1; the result is a permuted view): merging the heads back, [B, T, H*Dv] for the output
+  // projection, is then a view instead of a copy.
+  bool attention_heads_inner = false;
   // The options of a backend: "cpu" or "cuda" (whose attention kernel takes heads up to 256 and
   // whose float32 convolutions and their gradients are cuDNN's).
   static LowerOptions for_device(const std::string& device);

@@ -340,7 +340,10 @@ class Interp {
     std::memcpy(&scale, &c.params[2], sizeof scale);
     std::vector<double> prob(static_cast<size_t>(Tk));
     size_t pos = 0;
-    for_each(c.domain, 'x', [&](const std::vector<int64_t>& idx) {
+    // params[4]: the output is stored [B, T, H, Dv]; the operands are indexed [B, H, T, .].
+    const bool heads_inner = c.params.size() > 4 && c.params[4];
+    for_each(c.domain, 'x', [&](const std::vector<int64_t>& stored) {
+      const std::vector<int64_t> idx = heads_inner ? std::vector<int64_t>{stored[0], stored[2], stored[1], stored[3]} : stored;
       if (idx[r - 1] == 0) {  // a new query row: its probabilities
         const int64_t i = idx[r - 2];
         double mx = -INFINITY;

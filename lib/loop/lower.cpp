@@ -332,6 +332,7 @@ LowerOptions LowerOptions::for_device(const std::string& device) {
   if (device == "cuda") {
     o.max_fused_head = 256;  // ptc_cuda::kAttentionMaxHead
     o.cudnn_conv = true;
+    o.attention_heads_inner = true;
   }
   return o;
 }

@@ -165,9 +165,14 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
     out.push_back(v.sizes[r - 1]);
     int64_t scale_bits;
     std::memcpy(&scale_bits, &scale, sizeof scale);
-    return {emit_extern(L, ExternKind::Attention, DType::Float32, out, std::move(ops),
-                        {kind, causal ? 1 : 0, scale_bits, masked_rows_zero ? 1 : 0}),
-            std::nullopt};
+    std::vector<int64_t> params{kind, causal ? 1 : 0, scale_bits, masked_rows_zero ? 1 : 0};
+    if (L.options.attention_heads_inner && r == 4) {  // stored [B, T, H, Dv], returned as [B, H, T, Dv]
+      params.push_back(1);
+      return {permute(L, emit_extern(L, ExternKind::Attention, DType::Float32, {out[0], out[2], out[1], out[3]}, std::move(ops), params),
+                      {0, 2, 1, 3}),
+              std::nullopt};
+    }
+    return {emit_extern(L, ExternKind::Attention, DType::Float32, out, std::move(ops), params), std::nullopt};
   }
   TensorRef s = gemm(L, q, transpose_last(L, k), compute);
   if (mask) mask = L.broadcast_to(*mask, s.sizes);

@@ -42,7 +42,10 @@ std::string comment_text(const std::string& s) {
 std::string attention_fields(const loop::Computation& c, const std::string& indent,
                              const std::function<std::string(size_t, const loop::View&)>& base) {
   const size_t r = c.domain.size(), lead = r - 2;
-  PTC_CHECK(r >= 2 && lead <= 2 && c.params.size() == 4, "malformed attention extern (", c.origin, ")");
+  PTC_CHECK(r >= 2 && lead <= 2 && (c.params.size() == 4 || (c.params.size() == 5 && r == 4)), "malformed attention extern (", c.origin, ")");
+  // params[4]: the output is stored [B, T, H, Dv] (the domain), the operands are [B, H, T, .].
+  const bool heads_inner = c.params.size() == 5 && c.params[4];
+  const std::vector<sym::Expr> dom = heads_inner ? std::vector<sym::Expr>{c.domain[0], c.domain[2], c.domain[1], c.domain[3]} : c.domain;
   std::ostringstream os;
   const char* names[] = {"q", "k", "v", "mask"};
   const char* fields[] = {"qs", "ks", "vs", "ms"};
@@ -55,14 +58,15 @@ std::string attention_fields(const loop::Computation& c, const std::string& inde
     os << "\n";
   }
   std::string dims[2] = {"1", "1"};
-  for (size_t d = 0; d < lead; ++d) dims[2 - lead + d] = cpp_index(c.domain[d]);
+  for (size_t d = 0; d < lead; ++d) dims[2 - lead + d] = cpp_index(dom[d]);
   double scale;
   std::memcpy(&scale, &c.params[2], sizeof scale);
   os << indent << "a.mask_kind = " << c.params[0] << "; a.causal = " << (c.params[1] ? "true" : "false")
-     << "; a.scale = " << codegen::literal(scale, DType::Float32) << "; a.masked_rows_zero = " << (c.params[3] ? "true" : "false") << ";\n";
-  os << indent << "a.B = " << dims[0] << "; a.H = " << dims[1] << "; a.Tq = " << cpp_index(c.domain[r - 2])
+     << "; a.scale = " << codegen::literal(scale, DType::Float32) << "; a.masked_rows_zero = " << (c.params[3] ? "true" : "false")
+     << (heads_inner ? "; a.o_heads_inner = true" : "") << ";\n";
+  os << indent << "a.B = " << dims[0] << "; a.H = " << dims[1] << "; a.Tq = " << cpp_index(dom[r - 2])
      << "; a.Tk = " << cpp_index(c.operands[1].sizes[r - 2]) << "; a.D = " << cpp_index(c.operands[0].sizes[r - 1])
-     << "; a.Dv = " << cpp_index(c.domain[r - 1]) << ";\n";
+     << "; a.Dv = " << cpp_index(dom[r - 1]) << ";\n";
   return os.str();
 }
 

@@ -121,6 +121,7 @@ struct Attention {
   float scale;
   bool causal = false;            // key j allowed for query i when j <= i
   bool masked_rows_zero = false;
+  bool o_heads_inner = false;     // o is [B, Tq, H, Dv] instead
 };
 const char* attention(const Attention& a, cudaStream_t stream);
 

@@ -377,7 +377,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(Attention a)
   for (int rr = 0; rr < kAttnRows; ++rr) {
     const int r = warp * kAttnRows + rr;
     if (r >= nq) continue;
-    float* orow = a.o + ((b * a.H + h) * a.Tq + i0 + r) * a.Dv;
+    float* orow = a.o + (a.o_heads_inner ? (b * a.Tq + i0 + r) * a.H + h : (b * a.H + h) * a.Tq + i0 + r) * a.Dv;
 #pragma unroll
     for (int dd = 0; dd < DV_LANE; ++dd) {
       const int d = lane + 32 * dd;
@@ -458,6 +458,7 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a)
     }
     __syncthreads();
     float s[4][4] = {};
+#pragma unroll 4  // shared loads issued ahead of the FMAs they feed
     for (int d = 0; d < D; ++d) {
       const float4 qv = *reinterpret_cast<const float4*>(sq + d * kTLdq + 4 * ty);
       const float4 kv = *reinterpret_cast<const float4*>(sk + d * kTLdk + 4 * tx);
@@ -511,6 +512,7 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a)
         for (int jj = 0; jj < 4; ++jj) acc[ii][c][jj] *= corr;
     }
     __syncthreads();  // the probabilities are in shared memory
+#pragma unroll 4
     for (int kk = 0; kk < nk; ++kk) {
       const float4 pv = *reinterpret_cast<const float4*>(sp + kk * kTLdq + 4 * ty);
       const float pa[4] = {pv.x, pv.y, pv.z, pv.w};
@@ -529,7 +531,7 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a)
   for (int ii = 0; ii < 4; ++ii) {
     const int r = 4 * ty + ii;
     if (r >= nq) continue;
-    float* orow = a.o + ((b * a.H + h) * a.Tq + i0 + r) * a.Dv;
+    float* orow = a.o + (a.o_heads_inner ? (b * a.Tq + i0 + r) * a.H + h : (b * a.H + h) * a.Tq + i0 + r) * a.Dv;
     // Tk = 0: zeros (an empty matmul); l = 0: every key of the row masked: zeros or NaN.
     const float fill = a.Tk == 0 ? 0.f : a.masked_rows_zero ? 0.f : NAN;
 #pragma unroll
