@@ -114,6 +114,10 @@ Index loop_vars(const Index& sizes) {
 
 TensorRef Lowering::realize(const TensorRef& t, const std::string& origin) {
   if (t.view && is_whole_buffer(prog_, *t.view)) return t;
+  if (!t.view && t.reshaped_from) {
+    TensorRef stored = reshape(*this, realize(*t.reshaped_from, origin), t.sizes);
+    if (stored.view) return stored;
+  }
   int buf = new_buffer("buf", t.dtype, t.sizes);
   Computation c;
   c.kind = Computation::Kind::Pointwise;

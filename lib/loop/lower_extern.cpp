@@ -211,10 +211,6 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       TensorRef x = a.tensor("input"), w = a.tensor("weight");
       DType dt = a.out_dtype();
       Index out = a.out_sizes();
-      // A computed [B, T, K] input is stored in its own shape, then read as [B*T, K]: its
-      // computation keeps the domain of its producers (a layer norm's rows join the norm's row
-      // kernel) instead of taking the GEMM operand's.
-      if (!x.view && x.rank() > 2) x = L.realize(x, L.origin());
       sym::Expr m = 1;
       for (size_t d = 0; d + 1 < x.rank(); ++d) m = m * x.sizes[d];
       TensorRef y = gemm(L, reshape(L, x, {m, x.sizes.back()}), transpose_last(L, w), dt);

@@ -10,6 +10,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include "ptc/error.h"
@@ -26,6 +27,11 @@ struct TensorRef {
   Index sizes;
   std::optional<View> view;  // set when the tensor is a strided view of a buffer
   std::function<ExprRef(const Index&)> fn;
+  // Set for a reshape of a computed (not stored) tensor: realizing stores that tensor in its own
+  // shape and reads it through the reshape (the same elements in the same order), so its
+  // computation keeps its producers' domain (a layer norm's rows stay in the norm's row kernel
+  // when GPT-2 views them as [B*T, C] for addmm).
+  std::shared_ptr<const TensorRef> reshaped_from;
   ExprRef at(const Index& idx) const { return fn(idx); }
   size_t rank() const { return sizes.size(); }
 };

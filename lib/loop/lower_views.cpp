@@ -177,7 +177,9 @@ TensorRef reshape(Lowering& L, const TensorRef& x, const Index& sizes) {
     }
     return o;
   };
-  return remap(L, x, sizes, map, view_map);
+  TensorRef r = remap(L, x, sizes, map, view_map);
+  if (!x.view) r.reshaped_from = x.reshaped_from ? x.reshaped_from : std::make_shared<const TensorRef>(x);
+  return r;
 }
 
 TensorRef permute(Lowering& L, const TensorRef& x, const std::vector<int64_t>& perm) {
