@@ -23,7 +23,7 @@ void compile_front_half(std::string bytes) {
     for (bool cuda : {false, true}) {
       loop::Program prog = lower_to_loops(*g, LowerOptions::for_device(cuda ? "cuda" : "cpu"));
       sched::ScheduleOptions so;
-      so.extern_epilogues = !cuda;
+      so.extern_epilogues = cuda ? sched::Epilogues::Library : sched::Epilogues::Any;
       sched::Schedule s = sched::schedule(prog, so);
       WeightLayout w = layout_weights(prog, *g, /*external=*/cuda);  // both weight layouts
       LibrarySource src = cuda ? generate_cuda(prog, s, *g, w, false) : generate_cpu(prog, s, *g, w);

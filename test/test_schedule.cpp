@@ -143,3 +143,81 @@ TEST_CASE("in-place reuse: a dying temporary read only at the writer's own eleme
   CHECK(found);
   for (const auto& l : lives) CHECK(l.buffer != t1);
 }
+
+namespace {
+
+// out = body(gemm result) after y = a [s0, 8] x w [8, 16]; bias [16], residual [s0, 16].
+struct GemmCase {
+  Builder b;
+  int a, w, bias, res, y, out;
+  std::vector<sym::Expr> dom{S(), 16};
+  GemmCase() {
+    a = b.buffer("a", Buffer::Kind::Input, {S(), 8});
+    w = b.buffer("w", Buffer::Kind::Weight, {8, 16});
+    bias = b.buffer("bias", Buffer::Kind::Weight, {16});
+    res = b.buffer("res", Buffer::Kind::Input, {S(), 16});
+    y = b.buffer("y", Buffer::Kind::Temp, dom);
+    out = b.buffer("out", Buffer::Kind::Output, dom);
+    Computation g;
+    g.kind = Computation::Kind::Extern;
+    g.extern_kind = ExternKind::Gemm;
+    g.out = y;
+    g.domain = dom;
+    g.operands = {View{a, {S(), 8}, {8, 1}, 0}, View{w, {8, 16}, {16, 1}, 0}};
+    b.p.comps.push_back(g);
+  }
+  ExprRef gemm() const { return load(y, DType::Float32, Builder::flat(dom)); }
+  ExprRef bias_n() const { return load(bias, DType::Float32, loop_var(1, 16)); }
+  ExprRef bias_m() const { return load(bias, DType::Float32, loop_var(0, S())); }
+  ExprRef residual() const { return load(res, DType::Float32, Builder::flat(dom)); }
+  sched::Schedule run(ExprRef body, sched::Epilogues mode) {
+    b.pointwise(out, dom, body);
+    sched::ScheduleOptions so;
+    so.extern_epilogues = mode;
+    return sched::schedule(b.p, so);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("library GEMM epilogues: cuBLASLt's bias + residual + ReLU join the GEMM, other forms do not", "[schedule]") {
+  SECTION("relu(residual + (gemm + bias)) is matched in any order of the sum") {
+    GemmCase t;
+    sched::Schedule s = t.run(unary(Op::Relu, binary(Op::Add, t.residual(), binary(Op::Add, t.gemm(), t.bias_n()))), sched::Epilogues::Library);
+    REQUIRE(s.kernels.size() == 1);
+    REQUIRE(s.kernels[0].epilogue == 1);
+    CHECK(s.elided[t.y]);
+    auto m = sched::match_library_epilogue(t.b.p, t.b.p.comps[0], t.b.p.comps[1]);
+    REQUIRE(m.has_value());
+    CHECK(m->bias == t.bias);
+    CHECK(m->residual == t.res);
+    CHECK(m->relu);
+    CHECK(m->bias_offset == sym::Expr(0));
+  }
+  SECTION("a bias alone") {
+    GemmCase t;
+    sched::Schedule s = t.run(binary(Op::Add, t.gemm(), t.bias_n()), sched::Epilogues::Library);
+    REQUIRE(s.kernels.size() == 1);
+    auto m = sched::match_library_epilogue(t.b.p, t.b.p.comps[0], t.b.p.comps[1]);
+    REQUIRE(m.has_value());
+    CHECK(m->bias == t.bias);
+    CHECK(m->residual == -1);
+    CHECK_FALSE(m->relu);
+  }
+  SECTION("a scale, a bias along rows, or a second bias is no library epilogue, but fits the CPU's") {
+    for (int form = 0; form < 3; ++form) {
+      GemmCase t;
+      ExprRef body = form == 0   ? binary(Op::Mul, t.gemm(), f32(2))
+                     : form == 1 ? binary(Op::Add, t.gemm(), t.bias_m())
+                                 : binary(Op::Add, binary(Op::Add, t.gemm(), t.bias_n()), t.bias_n());
+      GemmCase u = t;
+      sched::Schedule lib = t.run(body, sched::Epilogues::Library);
+      CHECK(lib.kernels.size() == 2);
+      CHECK(lib.kernels[0].epilogue == -1);
+      sched::Schedule any = u.run(body, sched::Epilogues::Any);
+      CHECK(any.kernels.size() == 1);
+      GemmCase v;
+      CHECK(v.run(binary(Op::Add, v.gemm(), v.bias_n()), sched::Epilogues::None).kernels.size() == 2);
+    }
+  }
+}

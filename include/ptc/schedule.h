@@ -7,7 +7,8 @@
 //   * GEMM and convolution epilogues: a pointwise computation over a GEMM's (or convolution's)
 //     result domain that reads that result only at its own element (bias, activation,
 //     residual) runs inside the GEMM's epilogue on each tile while it is in cache, writing the
-//     final buffer directly.
+//     final buffer directly (Epilogues::Any: the CPU). Epilogues::Library (CUDA) takes only the
+//     bias + residual + ReLU forms cuBLASLt runs itself.
 //   * Horizontal fusion: later pointwise computations over the same domain join a pointwise
 //     kernel's loop nest when they depend on nothing computed in between and read the
 //     kernel's own results only at their own element (sibling bias adds, the parts of a split).
@@ -19,6 +20,7 @@
 // Memory planning (temp_lifetimes + ptc_arena.h) is separate.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,11 +48,29 @@ struct Schedule {
   std::vector<int> alias_of;
 };
 
-struct ScheduleOptions {
-  // Fuse pointwise consumers into GEMM/convolution epilogues (the CPU runtime runs them per
-  // tile; the CUDA backend's library calls take none yet).
-  bool extern_epilogues = true;
+// Which pointwise consumers join a GEMM/convolution as its epilogue.
+enum class Epilogues : uint8_t {
+  None,
+  Any,      // any that fits (the CPU runtime runs them per tile)
+  Library,  // GEMMs only, and only what the GEMM library runs itself (match_library_epilogue):
+            // the CUDA backend's cuBLASLt calls
 };
+struct ScheduleOptions {
+  Epilogues extern_epilogues = Epilogues::Any;
+};
+
+// A GEMM epilogue of the form out = [relu](gemm + bias + residual), each addend optional but
+// the GEMM's result, in any order of the sum: the bias a vector along the last dimension
+// (bias[bias_offset + n]), the residual laid out as the output (residual[residual_offset + i]
+// at flat element i). That is cuBLASLt's D = [relu](A B + bias + 1 * C).
+struct LibraryEpilogue {
+  int bias = -1;  // buffer, or -1
+  sym::Expr bias_offset;
+  int residual = -1;  // buffer, or -1
+  sym::Expr residual_offset;
+  bool relu = false;
+};
+std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, const loop::Computation& gemm, const loop::Computation& e);
 Schedule schedule(const loop::Program& p, const ScheduleOptions& opts = {});
 std::string print_schedule(const loop::Program& p, const Schedule& s);
 

@@ -276,7 +276,7 @@ void compile_model(const CompileOptions& in) {
     {
       Stage s("schedule");
       sched::ScheduleOptions so;
-      so.extern_epilogues = !cuda;  // the CUDA library calls (cuBLASLt, convolution) take no fused epilogue yet
+      so.extern_epilogues = cuda ? sched::Epilogues::Library : sched::Epilogues::Any;  // cuBLASLt runs bias / residual / ReLU
       for_model(opts.model, [&] { schedule = sched::schedule(prog, so); });
     }
     for_model(opts.model, [&] { weights = layout_weights(prog, *g, opts.weights == "external"); });
@@ -315,7 +315,7 @@ void compile_model(const CompileOptions& in) {
     {
       Stage s("schedule");
       sched::ScheduleOptions so;
-      so.extern_epilogues = !cuda;  // as for inference
+      so.extern_epilogues = cuda ? sched::Epilogues::Library : sched::Epilogues::Any;  // as for inference
       for_model(opts.model, [&] {
         schedule = sched::schedule(prog, so);
         bschedule = sched::schedule(bprog, so);

@@ -1,5 +1,7 @@
 #include "ptc/schedule.h"
 
+#include "schedule_internal.h"
+
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -7,6 +9,19 @@
 #include <sstream>
 
 namespace ptc::sched {
+
+std::vector<sym::Expr> loop_vars(const std::vector<sym::Expr>& sizes, size_t n) {
+  std::vector<sym::Expr> v;
+  for (size_t d = 0; d < n; ++d) v.push_back(loop::loop_var(static_cast<int>(d), sizes[d]));
+  return v;
+}
+
+sym::Expr row_major_flat(const std::vector<sym::Expr>& idx, const std::vector<sym::Expr>& sizes) {
+  sym::Expr flat = 0;
+  for (size_t d = 0; d < idx.size(); ++d) flat = flat * sizes[d] + idx[d];
+  return flat;
+}
+
 namespace {
 
 using loop::Computation;
@@ -41,17 +56,6 @@ std::vector<int> reads_of(const Computation& c) {
   return r;
 }
 
-std::vector<sym::Expr> loop_vars(const std::vector<sym::Expr>& sizes, size_t n) {
-  std::vector<sym::Expr> v;
-  for (size_t d = 0; d < n; ++d) v.push_back(loop::loop_var(static_cast<int>(d), sizes[d]));
-  return v;
-}
-
-sym::Expr row_major_flat(const std::vector<sym::Expr>& idx, const std::vector<sym::Expr>& sizes) {
-  sym::Expr flat = 0;
-  for (size_t d = 0; d < idx.size(); ++d) flat = flat * sizes[d] + idx[d];
-  return flat;
-}
 
 bool has_prefix(const std::vector<sym::Expr>& dom, const std::vector<sym::Expr>& prefix) {
   if (dom.size() < prefix.size()) return false;
@@ -128,8 +132,9 @@ bool same_flat_rows(const std::vector<sym::Expr>& a, const std::vector<sym::Expr
   return pa == pb;
 }
 
-bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Computation& e, const std::vector<int>& readers) {
-  if (e.kind != Computation::Kind::Pointwise) return false;
+bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Computation& e, const std::vector<int>& readers, Epilogues mode) {
+  if (mode == Epilogues::None || e.kind != Computation::Kind::Pointwise) return false;
+  if (mode == Epilogues::Library && !match_library_epilogue(p, gemm, e)) return false;
   // A convolution's epilogue runs over its [N, O, OH, OW] output rows: the same domain only.
   if (gemm.extern_kind == loop::ExternKind::Convolution ? !(e.domain == gemm.domain) : !same_flat_rows(e.domain, gemm.domain)) return false;
   if (p.buffers[gemm.out].dtype != DType::Float32 || p.buffers[e.out].dtype != DType::Float32) return false;
@@ -265,7 +270,7 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
                                                                 : Kernel::Kind::Attention;
       size_t j = next_free(i + 1);
       const bool epilogue_kind = c.extern_kind == loop::ExternKind::Gemm || c.extern_kind == loop::ExternKind::Convolution;
-      if (opts.extern_epilogues && epilogue_kind && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers)) {
+      if (epilogue_kind && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers, opts.extern_epilogues)) {
         k.epilogue = static_cast<int>(j);
         take(j);
         s.elided[c.out] = true;

@@ -13,6 +13,7 @@
 //     attention: the runtime's fused flash-style kernel.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -311,7 +312,18 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
      << "; g.lda_k = " << cpp_index(A.strides[r - 1]) << ";\n";
   os << "  g.B = static_cast<const float*>(buf[" << B.buffer << "]) + " << cpp_index(B.offset) << "; g.ldb_k = " << cpp_index(B.strides[r - 2])
      << "; g.ldb_n = " << cpp_index(B.strides[r - 1]) << ";\n";
-  os << "  g.C = static_cast<float*>(buf[" << c.out << "]);\n";
+  if (k.epilogue >= 0) {  // cuBLASLt's bias / residual / ReLU (Epilogues::Library)
+    const Computation& e = p.comps[k.epilogue];
+    std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, e);
+    PTC_CHECK(m.has_value(), "a CUDA GEMM epilogue the schedule took is no library epilogue");
+    os << "  g.C = static_cast<float*>(buf[" << e.out << "]);\n";
+    if (m->bias >= 0) os << "  g.bias = static_cast<const float*>(buf[" << m->bias << "]) + " << cpp_index(m->bias_offset) << ";\n";
+    if (m->residual >= 0)
+      os << "  g.residual = static_cast<const float*>(buf[" << m->residual << "]) + " << cpp_index(m->residual_offset) << ";\n";
+    if (m->relu) os << "  g.relu = true;\n";
+  } else {
+    os << "  g.C = static_cast<float*>(buf[" << c.out << "]);\n";
+  }
   os << "  g.nbatch = " << r - 2 << ";\n";
   for (size_t d = 0; d + 2 < r; ++d)
     os << "  g.bsize[" << d << "] = " << cpp_index(c.domain[d]) << "; g.bsa[" << d << "] = " << cpp_index(A.strides[d]) << "; g.bsb[" << d
@@ -496,7 +508,7 @@ bool uses_cudnn(const loop::Program& p, const sched::Schedule& s) {
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index, const std::vector<std::string>& syms) {
   const sched::Kernel& k = s.kernels[index];
   os << "// " << wrapper::kernel_summary(p, k) << "\n";
-  PTC_CHECK(k.epilogue < 0, "the CUDA backend schedules without extern epilogues");
+  PTC_CHECK(k.epilogue < 0 || k.kind == sched::Kernel::Kind::Gemm, "the CUDA backend fuses epilogues into GEMMs only");
   switch (k.kind) {
     case sched::Kernel::Kind::Loop: emit_elementwise(os, p, k, index, syms, sched::kernel_buffers(p, s, k)); break;
     case sched::Kernel::Kind::RowGroup:

@@ -62,6 +62,11 @@ struct Gemm {
   float* C;                              // C[batch..., m, n], contiguous
   int nbatch = 0;                        // leading batch dimensions
   int64_t bsize[kMaxBatchDims], bsa[kMaxBatchDims], bsb[kMaxBatchDims];  // sizes, A and B strides
+  // Epilogue (cuBLASLt's, or a kernel after it where cuBLASLt cannot take it):
+  // C = [relu](A B + bias[n] + residual), each part optional.
+  const float* bias = nullptr;      // [N], contiguous; the same for every batch
+  const float* residual = nullptr;  // laid out as C (cuBLASLt's C with beta = 1)
+  bool relu = false;
 };
 const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream);
 // Workspace bytes gemm may use (cuBLASLt's), per call.

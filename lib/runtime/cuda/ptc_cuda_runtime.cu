@@ -54,6 +54,18 @@ __global__ void gemm_naive(int64_t M, int64_t N, int64_t K, const float* A, int6
   }
 }
 
+// A GEMM epilogue cuBLASLt did not run: c[i] = [relu](c[i] + bias[i % n] + residual[i]) over
+// `count` elements (bias / residual may be null).
+__global__ void gemm_epilogue(int64_t count, int64_t n, float* c, const float* bias, const float* residual, bool relu) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float v = c[i];
+    if (bias) v += bias[i % n];
+    if (residual) v += residual[i];
+    c[i] = relu ? fmaxf(v, 0.f) : v;
+  }
+}
+
 // A col-major operand for cuBLASLt of `rows` x `cols` from element strides (row stride rs,
 // column stride cs): plain when rs == 1, transposed when cs == 1.
 struct Operand {
@@ -81,11 +93,12 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool failed = false;  // no algorithm takes this epilogue
 };
 
 struct GemmPlans {
   std::mutex mu;
-  std::map<std::array<int64_t, 12>, Plan> plans;
+  std::map<std::array<int64_t, 13>, Plan> plans;
   ~GemmPlans() {
     for (auto& [key, p] : plans) {
       if (p.lc) cublasLtMatrixLayoutDestroy(p.lc);
@@ -103,7 +116,7 @@ namespace {
 
 // Builds the descriptors and picks the algorithm for one layout; nullptr or an error text.
 const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa, int64_t M, int64_t N, int32_t batch, int64_t sa,
-                      int64_t sb, int64_t sc, size_t ws_bytes, Plan& plan) {
+                      int64_t sb, int64_t sc, size_t ws_bytes, cublasLtEpilogue_t epilogue, Plan& plan) {
   const char* err = nullptr;
   auto check = [&](cublasStatus_t s, const char* what) {
     if (s != CUBLAS_STATUS_SUCCESS && !err) err = lt_error(what, s);
@@ -120,6 +133,8 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
   if (check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate")) {
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op, sizeof ob.op), "transa");
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &oa.op, sizeof oa.op), "transb");
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue), "epilogue");
   }
   layout(&plan.la, ob.rows, ob.cols, ob.ld, sb);
   layout(&plan.lb, oa.rows, oa.cols, oa.ld, sa);
@@ -138,6 +153,20 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
   }
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   return err;
+}
+
+}  // namespace
+
+namespace {
+
+// The epilogue as a kernel after the GEMM (residual_done: cuBLASLt added the residual as C).
+const char* apply_epilogue(const Gemm& g, int64_t count, bool residual_done, cudaStream_t stream) {
+  const float* residual = residual_done ? nullptr : g.residual;
+  if (!g.bias && !residual && !g.relu) return nullptr;
+  const int64_t blocks = std::min<int64_t>((count + 255) / 256, 65535);
+  gemm_epilogue<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(count, g.N, g.C, g.bias, residual, g.relu);
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? nullptr : cuda_error("the GEMM epilogue kernel", e);
 }
 
 }  // namespace
@@ -179,7 +208,8 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   if (total == 0) return nullptr;
   if (g.K <= 0) {
     cudaError_t e = cudaMemsetAsync(g.C, 0, static_cast<size_t>(total * mn) * sizeof(float), stream);
-    return e == cudaSuccess ? nullptr : cuda_error("cudaMemsetAsync", e);
+    if (e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
+    return apply_epilogue(g, total * mn, false, stream);
   }
   int big = -1;
   for (int d = 0; d < nb; ++d)
@@ -211,35 +241,59 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
                                                                          g.ldb_k, g.ldb_n, g.C + c + i * sc);
       }
     cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? nullptr : cuda_error("the GEMM kernel", e);
+    if (e != cudaSuccess) return cuda_error("the GEMM kernel", e);
+    return apply_epilogue(g, total * mn, false, stream);
   }
+  // cuBLASLt's epilogue: bias (a 16-byte aligned vector: heuristic kernels assume aligned
+  // operands) and ReLU in the descriptor, the residual as C with beta = 1.
+  const bool lt_bias = g.bias && reinterpret_cast<uintptr_t>(g.bias) % 16 == 0;
+  cublasLtEpilogue_t epi = lt_bias ? (g.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                   : (g.relu && !g.bias ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   const int32_t batch = static_cast<int32_t>(inner);
-  const std::array<int64_t, 12> key{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
-                                    batch > 1 ? sc : 0, static_cast<int64_t>(ctx.gemm_ws_bytes)};
-  Plan plan;
-  {
-    std::lock_guard<std::mutex> lock(ctx.plans->mu);
-    auto it = ctx.plans->plans.find(key);
-    if (it == ctx.plans->plans.end()) {
-      Plan fresh;
-      if (const char* err = make_plan(ctx.lt, ob, oa, g.M, g.N, batch, sa, sb, sc, ctx.gemm_ws_bytes, fresh)) {
-        GemmPlans tmp;  // frees what was made
-        tmp.plans[key] = fresh;
-        return err;
-      }
-      it = ctx.plans->plans.emplace(key, fresh).first;
+  auto key_for = [&](cublasLtEpilogue_t ep) {
+    return std::array<int64_t, 13>{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
+                                   batch > 1 ? sc : 0, static_cast<int64_t>(ctx.gemm_ws_bytes), static_cast<int64_t>(ep)};
+  };
+  std::lock_guard<std::mutex> lock(ctx.plans->mu);  // also guards the descriptor's bias pointer
+  // The plan for `ep`, made on first use; end() with *err set when none could be made. A failed
+  // epilogue plan is kept (marked failed) so that later calls go straight to the plain one.
+  auto find_plan = [&](cublasLtEpilogue_t ep, const char** err) {
+    auto at = ctx.plans->plans.find(key_for(ep));
+    if (at != ctx.plans->plans.end()) return at;
+    Plan fresh;
+    *err = make_plan(ctx.lt, ob, oa, g.M, g.N, batch, sa, sb, sc, ctx.gemm_ws_bytes, ep, fresh);
+    if (*err) {
+      GemmPlans tmp;  // frees what was made
+      tmp.plans[key_for(ep)] = fresh;
+      if (ep == CUBLASLT_EPILOGUE_DEFAULT) return ctx.plans->plans.end();
+      fresh = Plan{};
+      fresh.failed = true;
     }
-    plan = it->second;
+    return ctx.plans->plans.emplace(key_for(ep), fresh).first;
+  };
+  const char* err = nullptr;
+  auto it = find_plan(epi, &err);
+  if (it != ctx.plans->plans.end() && it->second.failed) {  // no algorithm with this epilogue: plain GEMM, then a kernel
+    epi = CUBLASLT_EPILOGUE_DEFAULT;
+    it = find_plan(epi, &err);
   }
-  const float alpha = 1.f, beta = 0.f;
+  if (it == ctx.plans->plans.end()) return err;
+  const Plan& plan = it->second;
+  if (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS) {
+    cublasStatus_t st = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
+    if (st != CUBLAS_STATUS_SUCCESS) return lt_error("bias pointer", st);
+  }
+  const float alpha = 1.f, beta = g.residual ? 1.f : 0.f;
   for (int64_t o = 0; o < outer; ++o) {
     int64_t a, b, c;
     offset(o, &a, &b, &c);
-    cublasStatus_t st = cublasLtMatmul(ctx.lt, plan.desc, &alpha, g.B + b, plan.la, g.A + a, plan.lb, &beta, g.C + c, plan.lc, g.C + c,
+    const float* cin = g.residual ? g.residual + c : g.C + c;
+    cublasStatus_t st = cublasLtMatmul(ctx.lt, plan.desc, &alpha, g.B + b, plan.la, g.A + a, plan.lb, &beta, cin, plan.lc, g.C + c,
                                        plan.lc, &plan.algo, ctx.gemm_ws, ctx.gemm_ws_bytes, stream);
     if (st != CUBLAS_STATUS_SUCCESS) return lt_error("cublasLtMatmul", st);
   }
-  return nullptr;
+  if (epi != CUBLASLT_EPILOGUE_DEFAULT || (!g.bias && !g.relu)) return nullptr;
+  return apply_epilogue(g, total * mn, true, stream);
 }
 
 namespace {
