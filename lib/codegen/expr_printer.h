@@ -27,6 +27,8 @@ class ExprPrinter {
   std::string print(const loop::ExprRef& e);
   // Loads of `buffer` print as `text` (a GEMM epilogue's own element, already in registers).
   void override_load(int buffer, std::string text) { overrides_[buffer] = std::move(text); }
+  // Node `e` prints as `text` (a value already in registers: one lane of a vector load).
+  void bind(const loop::Expr* e, std::string text) { names_[e] = std::move(text); }
   // Evaluates both branches of every `where` of `e` whose branches are safe to run anyway (no
   // integer division), with their loads' indices clamped into their buffers: a blend instead of
   // a branch, which vectorizes where masked strided loads do not (pooling windows over padding).

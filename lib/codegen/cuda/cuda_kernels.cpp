@@ -16,6 +16,7 @@
 #include <optional>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -188,6 +189,117 @@ void emit_sym_locals(std::ostream& os, const std::vector<std::string>& syms, con
   for (size_t i = 0; i < syms.size(); ++i) os << in << "const int64_t " << syms[i] << " = sym[" << i << "]; (void)" << syms[i] << ";\n";
 }
 
+// 128-bit vectorization of a pointwise kernel: each thread takes 4 consecutive elements along
+// the last dimension (whose size is a multiple of 4). A float32 load whose index advances by one
+// with the last loop variable from a multiple of 4 there (and which no `where` branch guards)
+// becomes one float4 load, each float32 result one float4 store; the rest runs per lane. The
+// launcher takes this version when every pointer it vectorizes is 16-byte aligned.
+constexpr int kVec = 4;
+
+struct VecPlan {
+  std::vector<const loop::Expr*> loads;  // vectorized loads (index at lane 0 in `base`)
+  std::vector<sym::Expr> base;
+  std::set<int> buffers;  // buffers read or written as float4
+};
+
+// The loads of `e` outside `where` branches (which guard what they read).
+void unguarded_loads(const ExprRef& e, std::vector<const loop::Expr*>& out, std::set<const loop::Expr*>& seen) {
+  if (!seen.insert(e.get()).second) return;
+  if (e->op == Op::Load) out.push_back(e.get());
+  if (e->op == Op::Where) {
+    unguarded_loads(e->args[0], out, seen);
+    return;
+  }
+  for (const auto& a : e->args) unguarded_loads(a, out, seen);
+}
+
+std::optional<VecPlan> plan_vec4(const loop::Program& p, const sched::Kernel& k) {
+  if (k.kind != sched::Kernel::Kind::Loop) return std::nullopt;
+  const std::vector<sym::Expr>& dom = p.comps[k.comps.front()].domain;
+  if (dom.empty()) return std::nullopt;
+  const auto inner = dom.back().as_const();
+  if (!inner || *inner % kVec != 0) return std::nullopt;
+  const sym::Expr xl = loop::loop_var(static_cast<int>(dom.size()) - 1, dom.back());
+  VecPlan v;
+  std::set<const loop::Expr*> seen;
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    if (c.kind != Computation::Kind::Pointwise || !(c.domain == dom)) return std::nullopt;
+    if (p.buffers[c.out].dtype == DType::Float32) v.buffers.insert(c.out);
+    std::vector<const loop::Expr*> loads;
+    unguarded_loads(c.body, loads, seen);
+    for (const loop::Expr* l : loads) {
+      if (l->dtype != DType::Float32 || p.buffers[l->buffer].dtype != DType::Float32) continue;
+      const sym::Expr at0 = sym::substitute(l->index, {{xl, sym::Expr(0)}});
+      if (!(l->index - at0 == xl)) continue;  // not unit stride along the last dimension
+      try {
+        if (!(sym::mod(at0, sym::Expr(kVec)) == sym::Expr(0))) continue;  // lane 0 not provably 16-byte aligned
+      } catch (const std::exception&) {
+        continue;
+      }
+      v.loads.push_back(l);
+      v.base.push_back(l->index);
+      v.buffers.insert(l->buffer);
+    }
+  }
+  if (v.buffers.empty()) return std::nullopt;
+  return v;
+}
+
+void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index,
+                           const std::vector<std::string>& syms, const std::vector<int>& bufs, const VecPlan& v) {
+  const std::vector<sym::Expr>& dom = p.comps[k.comps.front()].domain;
+  const size_t last = dom.size() - 1;
+  const std::string xl = "x" + std::to_string(last);
+  os << "__global__ void __launch_bounds__(" << kBlock << ") ptc_kernel_" << index << "_v4(";
+  emit_params(os, p, bufs, syms);
+  os << ") {\n";
+  std::vector<std::string> n = sizes(os, dom, "", "  ");
+  os << "  const int64_t total = " << product(n) << " / " << kVec << ";\n";
+  os << "  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total; t += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
+  os << "    const int64_t i = t * " << kVec << ";\n";
+  decompose_into(os, "i", n, 'x', 0, "    ", index_fits_32(dom));
+  os << "    const int64_t " << xl << "_0 = " << xl << ";\n";
+  std::set<const loop::Expr*> vec(v.loads.begin(), v.loads.end());
+  size_t next_load = 0;
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    std::vector<const loop::Expr*> mine;
+    std::set<const loop::Expr*> seen;
+    unguarded_loads(c.body, mine, seen);
+    std::map<const loop::Expr*, std::string> vars;
+    std::map<std::pair<int, std::string>, std::string> loaded;  // (buffer, index) -> its float4
+    os << "    {\n";
+    for (const loop::Expr* l : mine) {
+      if (!vec.count(l)) continue;
+      const std::pair<int, std::string> key{l->buffer, cpp_index(l->index)};
+      auto it = loaded.find(key);
+      if (it == loaded.end()) {
+        it = loaded.emplace(key, "v" + std::to_string(next_load++)).first;
+        os << "      const float4 " << it->second << " = *reinterpret_cast<const float4*>(b" << l->buffer << " + (" << key.second << "));\n";
+      }
+      vars[l] = it->second;
+    }
+    const bool vstore = v.buffers.count(c.out) > 0;
+    const std::string T = ctype(p.buffers[c.out].dtype);
+    os << "      " << T << " r[" << kVec << "];\n";
+    for (int j = 0; j < kVec; ++j) {
+      os << "      {\n        const int64_t " << xl << " = " << xl << "_0 + " << j << "; (void)" << xl << ";\n";
+      ExprPrinter pr(os, "        ", Dialect::Cuda);
+      for (const auto& [l, var] : vars) pr.bind(l, var + "." + "xyzw"[j]);
+      std::string val = pr.print(c.body);
+      os << "        r[" << j << "] = " << val << ";\n      }\n";
+    }
+    if (vstore) {
+      os << "      *reinterpret_cast<float4*>(b" << c.out << " + i) = make_float4(r[0], r[1], r[2], r[3]);\n";
+    } else {
+      for (int j = 0; j < kVec; ++j) os << "      b" << c.out << "[i + " << j << "] = r[" << j << "];\n";
+    }
+    os << "    }\n";
+  }
+  os << "  }\n}\n\n";
+}
+
 // A pointwise kernel, or a row group of small windows: one thread per element of the domain.
 void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms,
                       const std::vector<int>& bufs) {
@@ -212,10 +324,22 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
     }
   }
   os << "  }\n}\n\n";
+  std::optional<VecPlan> vec = plan_vec4(p, k);
+  if (vec) emit_elementwise_vec4(os, p, k, index, syms, bufs, *vec);
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
   emit_sym_locals(os, syms, "  ");
   std::vector<std::string> hn = sizes(os, dom, "", "  ");
   os << "  const int64_t total = " << product(hn) << ";\n  if (total <= 0) return nullptr;\n";
+  if (vec) {
+    os << "  if (";
+    bool first = true;
+    for (int b : vec->buffers) {
+      os << (first ? "" : " && ") << "reinterpret_cast<uintptr_t>(buf[" << b << "]) % 16 == 0";
+      first = false;
+    }
+    os << ") {\n    ptc_kernel_" << index << "_v4<<<ptc_cuda::grid_for(total / " << kVec << ", " << kBlock << "), " << kBlock << ", 0, stream>>>("
+       << call_args(p, bufs, syms) << ");\n    return nullptr;\n  }\n";
+  }
   os << "  ptc_kernel_" << index << "<<<ptc_cuda::grid_for(total, " << kBlock << "), " << kBlock << ", 0, stream>>>(" << call_args(p, bufs, syms)
      << ");\n  return nullptr;\n}\n\n";
 }
