@@ -73,8 +73,8 @@ LibrarySource generate_training(const TrainProgram& fwd, const TrainProgram& bwd
 WeightLayout layout_weight_names(const std::vector<std::string>& names, const Graph& g, bool external = false);
 
 // CUDA: model.cu (kernels, launchers, wrapper); the runtime's ptc_cuda_runtime.cu (cuBLASLt GEMM,
-// convolution) is the library's other translation unit. The schedule must have no extern
-// epilogues (ScheduleOptions::extern_epilogues = false). cuda_graphs: runs replay a CUDA graph
+// convolution) is the library's other translation unit. The schedule's extern epilogues must be
+// library ones (ScheduleOptions::extern_epilogues = Epilogues::Library). cuda_graphs: runs replay a CUDA graph
 // captured per (sizes, data pointers).
 // `part` as for generate_cpu (a training library's forward or backward: namespace
 // ptc_part_<part>, the ABI as C++ functions, file <part>_model.cu).
