@@ -110,7 +110,11 @@ TEST_CASE("depthwise convolutions (padded planes) match", "[conv]") {
                         Case{1, 4, 13, 11, 4, 3, 1, 2, 2, 4},   // dilated
                         Case{1, 4, 12, 9, 4, 3, 1, 0, 1, 4},    // no padding
                         Case{2, 3, 1, 1, 3, 3, 1, 1, 1, 3},     // 1x1 planes: only the centre tap
-                        Case{1, 2, 6, 30, 2, 5, 3, 2, 1, 2}}) { // stride 3
+                        Case{1, 2, 6, 30, 2, 5, 3, 2, 1, 2},    // stride 3
+                        Case{1, 3, 9, 10, 3, 5, 2, 2, 1, 3},    // stride 2, 5x5 (conv2d_depthwise_s2<5>)
+                        Case{1, 2, 11, 12, 2, 3, 2, 0, 1, 2},   // stride 2, no padding
+                        Case{2, 2, 3, 3, 2, 5, 2, 2, 1, 2},     // stride 2, a plane narrower than the kernel: no interior
+                        Case{1, 2, 112, 112, 2, 3, 2, 1, 1, 2}}) { // stride 2, mobilenet_v2's 112 planes
     Conv v = make(c, rng);
     ptc_rt::conv2d(v.a);
     INFO("C " << c.C << " H " << c.H << " W " << c.W << " K " << c.K << " s " << c.s << " p " << c.p << " d " << c.d
