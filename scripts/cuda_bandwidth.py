@@ -12,7 +12,6 @@ bandwidth = bytes the kernel must move (each input read once, each output writte
 the copy moves 2 x 4 bytes per element. Prints one row per model and the ratio to the copy.
 """
 import argparse
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ptc_ctypes  # noqa: E402
+from cuda_check import time_cuda  # noqa: E402
 
 
 class Scale(torch.nn.Module):  # 1 read, 1 write: the copy's traffic
@@ -45,21 +45,6 @@ class BiasSilu(torch.nn.Module):  # a [C] bias broadcast along rows: 1 read (+ t
 
     def forward(self, x):
         return torch.nn.functional.silu(x + self.bias)
-
-
-def time_cuda(fn, reps, warmup=5):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
 
 
 def main():
