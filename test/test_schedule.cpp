@@ -191,7 +191,7 @@ TEST_CASE("library GEMM epilogues: cuBLASLt's bias + residual + ReLU join the GE
     REQUIRE(m.has_value());
     CHECK(m->bias == t.bias);
     CHECK(m->residual == t.res);
-    CHECK(m->relu);
+    CHECK(m->act == sched::LibraryEpilogue::Act::Relu);
     CHECK(m->bias_offset == sym::Expr(0));
   }
   SECTION("a bias alone") {
@@ -202,7 +202,7 @@ TEST_CASE("library GEMM epilogues: cuBLASLt's bias + residual + ReLU join the GE
     REQUIRE(m.has_value());
     CHECK(m->bias == t.bias);
     CHECK(m->residual == -1);
-    CHECK_FALSE(m->relu);
+    CHECK(m->act == sched::LibraryEpilogue::Act::None);
   }
   SECTION("a scale, a bias along rows, or a second bias is no library epilogue, but fits the CPU's") {
     for (int form = 0; form < 3; ++form) {
@@ -218,6 +218,61 @@ TEST_CASE("library GEMM epilogues: cuBLASLt's bias + residual + ReLU join the GE
       CHECK(any.kernels.size() == 1);
       GemmCase v;
       CHECK(v.run(binary(Op::Add, v.gemm(), v.bias_n()), sched::Epilogues::None).kernels.size() == 2);
+    }
+  }
+}
+
+TEST_CASE("library convolution epilogues: cuDNN's bias + residual + ReLU / ReLU6 join a convolution that cuDNN runs", "[schedule]") {
+  // y = conv(x [2, 3, 8, 8], w [4, 3, 3, 3]) as [2, 4, 8, 8]; bias [4]; residual [2, 4, 8, 8].
+  auto build = [](Builder& b, std::vector<sym::Expr> wstrides, int* y, int* bias, int* res, int* out) {
+    std::vector<sym::Expr> dom{2, 4, 8, 8};
+    int x = b.buffer("x", Buffer::Kind::Input, {2, 3, 8, 8});
+    int w = b.buffer("w", Buffer::Kind::Weight, {4, 3, 3, 3});
+    *bias = b.buffer("bias", Buffer::Kind::Weight, {4});
+    *res = b.buffer("res", Buffer::Kind::Input, dom);
+    *y = b.buffer("y", Buffer::Kind::Temp, dom);
+    *out = b.buffer("out", Buffer::Kind::Output, dom);
+    Computation c;
+    c.kind = Computation::Kind::Extern;
+    c.extern_kind = ExternKind::Convolution;
+    c.out = *y;
+    c.domain = dom;
+    c.operands = {View{x, {2, 3, 8, 8}, {192, 64, 8, 1}, 0}, View{w, {4, 3, 3, 3}, wstrides, 0}};
+    c.params = {1, 1, 1, 1, 1, 1, 1};
+    b.p.comps.push_back(c);
+    return dom;
+  };
+  SECTION("min(max(conv + bias[c] + residual, 0), 6)") {
+    Builder b;
+    int y, bias, res, out;
+    auto dom = build(b, {27, 9, 3, 1}, &y, &bias, &res, &out);
+    ExprRef sum = binary(Op::Add, binary(Op::Add, load(y, DType::Float32, Builder::flat(dom)), load(bias, DType::Float32, loop_var(1, 4))),
+                         load(res, DType::Float32, Builder::flat(dom)));
+    b.pointwise(out, dom, binary(Op::Min, binary(Op::Max, sum, f32(0)), f32(6)));
+    sched::ScheduleOptions so;
+    so.extern_epilogues = sched::Epilogues::Library;
+    sched::Schedule s = sched::schedule(b.p, so);
+    REQUIRE(s.kernels.size() == 1);
+    CHECK(s.kernels[0].epilogue == 1);
+    auto m = sched::match_library_epilogue(b.p, b.p.comps[0], b.p.comps[1]);
+    REQUIRE(m.has_value());
+    CHECK(m->act == sched::LibraryEpilogue::Act::Relu6);
+    CHECK(m->bias == bias);
+    CHECK(m->residual == res);
+  }
+  SECTION("no bias, a bias along the width, or a weight cuDNN does not take (not dense): no library epilogue") {
+    for (int form = 0; form < 3; ++form) {
+      Builder b;
+      int y, bias, res, out;
+      auto dom = build(b, form == 2 ? std::vector<sym::Expr>{1, 12, 36, 108} : std::vector<sym::Expr>{27, 9, 3, 1}, &y, &bias, &res, &out);
+      ExprRef g = load(y, DType::Float32, Builder::flat(dom));
+      ExprRef body = form == 0   ? unary(Op::Relu, binary(Op::Add, g, load(res, DType::Float32, Builder::flat(dom))))
+                     : form == 1 ? unary(Op::Relu, binary(Op::Add, g, load(bias, DType::Float32, loop_var(3, 8))))
+                                 : unary(Op::Relu, binary(Op::Add, g, load(bias, DType::Float32, loop_var(1, 4))));
+      b.pointwise(out, dom, body);
+      sched::ScheduleOptions so;
+      so.extern_epilogues = sched::Epilogues::Library;
+      CHECK(sched::schedule(b.p, so).kernels.size() == 2);
     }
   }
 }

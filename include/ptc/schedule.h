@@ -8,7 +8,7 @@
 //     result domain that reads that result only at its own element (bias, activation,
 //     residual) runs inside the GEMM's epilogue on each tile while it is in cache, writing the
 //     final buffer directly (Epilogues::Any: the CPU). Epilogues::Library (CUDA) takes only the
-//     bias + residual + ReLU forms cuBLASLt runs itself.
+//     bias + residual + activation forms cuBLASLt and cuDNN run themselves.
 //   * Horizontal fusion: later pointwise computations over the same domain join a pointwise
 //     kernel's loop nest when they depend on nothing computed in between and read the
 //     kernel's own results only at their own element (sibling bias adds, the parts of a split).
@@ -52,23 +52,28 @@ struct Schedule {
 enum class Epilogues : uint8_t {
   None,
   Any,      // any that fits (the CPU runtime runs them per tile)
-  Library,  // GEMMs only, and only what the GEMM library runs itself (match_library_epilogue):
-            // the CUDA backend's cuBLASLt calls
+  Library,  // only what the GEMM / convolution library runs itself (match_library_epilogue):
+            // the CUDA backend's cuBLASLt and cuDNN calls
 };
 struct ScheduleOptions {
   Epilogues extern_epilogues = Epilogues::Any;
 };
 
-// A GEMM epilogue of the form out = [relu](gemm + bias + residual), each addend optional but
-// the GEMM's result, in any order of the sum: the bias a vector along the last dimension
-// (bias[bias_offset + n]), the residual laid out as the output (residual[residual_offset + i]
-// at flat element i). That is cuBLASLt's D = [relu](A B + bias + 1 * C).
+// An epilogue a library runs itself: out = act(result + bias + residual), in any order of the
+// sum, with the bias a vector along the output's channels (bias[bias_offset + c]) and the
+// residual laid out as the output (residual[residual_offset + i] at flat element i).
+//   GEMM (cuBLASLt's D = [relu](A B + bias + 1 * C)): channels = the last dimension; bias,
+//     residual and ReLU each optional.
+//   Convolution through cuDNN (cudnnConvolutionBiasActivationForward: y = act(conv(x) + 1 * z +
+//     bias)): channels = dimension 1; the bias required, the residual and an activation (ReLU, or
+//     ReLU6 = clamp(0, 6)) optional.
 struct LibraryEpilogue {
+  enum class Act : uint8_t { None, Relu, Relu6 };
   int bias = -1;  // buffer, or -1
   sym::Expr bias_offset;
   int residual = -1;  // buffer, or -1
   sym::Expr residual_offset;
-  bool relu = false;
+  Act act = Act::None;
 };
 std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, const loop::Computation& gemm, const loop::Computation& e);
 Schedule schedule(const loop::Program& p, const ScheduleOptions& opts = {});

@@ -1,4 +1,5 @@
-// Which GEMM epilogues a GEMM library runs itself (cuBLASLt: bias, C with beta = 1, ReLU).
+// Which GEMM / convolution epilogues the library runs itself (cuBLASLt: bias, C with beta = 1,
+// ReLU; cuDNN: bias, z with alpha2 = 1, ReLU or clipped ReLU).
 #include <functional>
 
 #include "ptc/schedule.h"
@@ -26,43 +27,57 @@ void add_terms(const ExprRef& e, std::vector<ExprRef>& out) {
   }
 }
 
+bool is_const(const ExprRef& e, double v) { return e->op == Op::Const && e->value == v; }
+
 }  // namespace
 
-std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, const loop::Computation& gemm, const loop::Computation& e) {
-  if (gemm.kind != loop::Computation::Kind::Extern || gemm.extern_kind != loop::ExternKind::Gemm) return std::nullopt;
+std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, const loop::Computation& ext, const loop::Computation& e) {
+  using Act = LibraryEpilogue::Act;
+  if (ext.kind != loop::Computation::Kind::Extern) return std::nullopt;
+  const bool gemm = ext.extern_kind == loop::ExternKind::Gemm;
+  // A convolution cuDNN runs: no bias operand (the CUDA lowering adds it as a pointwise op), a
+  // dense weight (else the direct kernel runs it), NCHW.
+  const bool conv = ext.extern_kind == loop::ExternKind::Convolution && ext.operands.size() == 2 && ext.operands[1].dense() &&
+                    ext.domain.size() == 4;
+  if (!gemm && !conv) return std::nullopt;
   if (e.kind != loop::Computation::Kind::Pointwise || !e.body || e.domain.empty()) return std::nullopt;
-  if (p.buffers[e.out].dtype != DType::Float32 || p.buffers[gemm.out].dtype != DType::Float32) return std::nullopt;
+  if (p.buffers[e.out].dtype != DType::Float32 || p.buffers[ext.out].dtype != DType::Float32) return std::nullopt;
   LibraryEpilogue m;
   ExprRef body = e.body;
   if (body->op == Op::Relu) {
-    m.relu = true;
+    m.act = Act::Relu;
     body = body->args[0];
+  } else if (conv && body->op == Op::Min && is_const(body->args[1], 6) && body->args[0]->op == Op::Max &&
+             is_const(body->args[0]->args[1], 0)) {
+    m.act = Act::Relu6;
+    body = body->args[0]->args[0];
   }
   std::vector<ExprRef> terms;
   add_terms(body, terms);
   const std::vector<sym::Expr> vars = loop_vars(e.domain, e.domain.size());
   const sym::Expr own = row_major_flat(vars, e.domain);
-  const sym::Expr last = vars.back();
+  const sym::Expr channel = gemm ? vars.back() : vars[1];
   bool result = false;
   for (const auto& t : terms) {
     if (t->op != Op::Load || t->dtype != DType::Float32 || t->buffer == e.out) return std::nullopt;
-    if (t->buffer == gemm.out) {
+    if (t->buffer == ext.out) {
       if (result || !(t->index == own)) return std::nullopt;
       result = true;
       continue;
     }
-    const sym::Expr off_own = t->index - own, off_last = t->index - last;
+    const sym::Expr off_own = t->index - own, off_channel = t->index - channel;
     if (m.residual < 0 && !mentions_loop_var(off_own)) {
       m.residual = t->buffer;
       m.residual_offset = off_own;
-    } else if (m.bias < 0 && !mentions_loop_var(off_last)) {
+    } else if (m.bias < 0 && !mentions_loop_var(off_channel)) {
       m.bias = t->buffer;
-      m.bias_offset = off_last;
+      m.bias_offset = off_channel;
     } else {
       return std::nullopt;
     }
   }
   if (!result) return std::nullopt;
+  if (conv && m.bias < 0) return std::nullopt;
   return m;
 }
 

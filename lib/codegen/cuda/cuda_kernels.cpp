@@ -444,7 +444,8 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
     if (m->bias >= 0) os << "  g.bias = static_cast<const float*>(buf[" << m->bias << "]) + " << cpp_index(m->bias_offset) << ";\n";
     if (m->residual >= 0)
       os << "  g.residual = static_cast<const float*>(buf[" << m->residual << "]) + " << cpp_index(m->residual_offset) << ";\n";
-    if (m->relu) os << "  g.relu = true;\n";
+    PTC_CHECK(m->act != sched::LibraryEpilogue::Act::Relu6, "cuBLASLt has no ReLU6 epilogue");
+    if (m->act == sched::LibraryEpilogue::Act::Relu) os << "  g.relu = true;\n";
   } else {
     os << "  g.C = static_cast<float*>(buf[" << c.out << "]);\n";
   }
@@ -482,15 +483,30 @@ bool cudnn_kernel(const loop::Program& p, const Computation& c) {
 // A convolution or one of its gradients through cuDNN (ptc_cuda::cudnn_conv). Gradients read
 // grad_output as the view [groups, O/groups, N, OH, OW] of an NCHW tensor: its strides are NCHW
 // strides again (n: 2, c: 1, h: 3, w: 4) when the groups merge with the channels.
-void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const Computation& c, size_t index, const std::vector<std::string>& syms) {
+void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
+  const Computation& c = p.comps[k.comps.front()];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA convolution supports float32 only so far (", c.origin, ")");
   const bool fwd = c.extern_kind == loop::ExternKind::Convolution, filter = c.extern_kind == loop::ExternKind::ConvWeightGrad;
   const std::vector<sym::Expr> out_strides = contiguous_strides(c.domain);
   auto ptr = [](const loop::View& v) { return "static_cast<float*>(buf[" + std::to_string(v.buffer) + "]) + " + cpp_index(v.offset); };
-  const std::string out = "static_cast<float*>(buf[" + std::to_string(c.out) + "])";
+  // With a fused epilogue (Epilogues::Library) the convolution writes the epilogue's buffer.
+  const int out_buffer = k.epilogue >= 0 ? p.comps[k.epilogue].out : c.out;
+  const std::string out = "static_cast<float*>(buf[" + std::to_string(out_buffer) + "])";
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx& ctx) {\n";
   emit_sym_locals(os, syms, "  ");
   os << "  ptc_cuda::CudnnConv a{};\n";
+  if (k.epilogue >= 0) {
+    std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, p.comps[k.epilogue]);
+    PTC_CHECK(m && fwd && m->bias >= 0, "a cuDNN convolution epilogue the schedule took is no library epilogue");
+    os << "  a.bias = static_cast<const float*>(buf[" << m->bias << "]) + " << cpp_index(m->bias_offset) << ";\n";
+    if (m->residual >= 0)
+      os << "  a.residual = static_cast<const float*>(buf[" << m->residual << "]) + " << cpp_index(m->residual_offset) << ";\n";
+    os << "  a.act = "
+       << (m->act == sched::LibraryEpilogue::Act::Relu6  ? "ptc_cuda::kActRelu6"
+           : m->act == sched::LibraryEpilogue::Act::Relu ? "ptc_cuda::kActRelu"
+                                                         : "ptc_cuda::kActNone")
+       << ";\n";
+  }
   std::vector<sym::Expr> x_sizes, w_sizes, y_sizes;
   if (fwd) {
     const loop::View &X = c.operands[0], &W = c.operands[1];
@@ -529,7 +545,8 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const Computation
 
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
   const Computation& c = p.comps[k.comps.front()];
-  if (cudnn_kernel(p, c)) return emit_cudnn_conv(os, p, c, index, syms);
+  if (cudnn_kernel(p, c)) return emit_cudnn_conv(os, p, k, index, syms);
+  PTC_CHECK(k.epilogue < 0, "a direct CUDA convolution with a fused epilogue");
   const loop::View& X = c.operands[0];
   const loop::View& W = c.operands[1];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA convolution supports float32 only so far (", c.origin, ")");
@@ -632,7 +649,8 @@ bool uses_cudnn(const loop::Program& p, const sched::Schedule& s) {
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index, const std::vector<std::string>& syms) {
   const sched::Kernel& k = s.kernels[index];
   os << "// " << wrapper::kernel_summary(p, k) << "\n";
-  PTC_CHECK(k.epilogue < 0 || k.kind == sched::Kernel::Kind::Gemm, "the CUDA backend fuses epilogues into GEMMs only");
+  PTC_CHECK(k.epilogue < 0 || k.kind == sched::Kernel::Kind::Gemm || k.kind == sched::Kernel::Kind::Conv,
+            "the CUDA backend fuses epilogues into GEMMs and convolutions only");
   switch (k.kind) {
     case sched::Kernel::Kind::Loop: emit_elementwise(os, p, k, index, syms, sched::kernel_buffers(p, s, k)); break;
     case sched::Kernel::Kind::RowGroup:

@@ -26,9 +26,14 @@ struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnTensorDescriptor_t bias = nullptr;     // a fused epilogue's [1, O, 1, 1]
+  cudnnActivationDescriptor_t act = nullptr;  // and its activation
+  bool fused_unsupported = false;             // cuDNN refused the fused call: conv + a kernel
   int algo = 0;
   size_t ws = 0;
   void release() {
+    if (act) cudnnDestroyActivationDescriptor(act);
+    if (bias) cudnnDestroyTensorDescriptor(bias);
     if (y) cudnnDestroyTensorDescriptor(y);
     if (x) cudnnDestroyTensorDescriptor(x);
     if (w) cudnnDestroyFilterDescriptor(w);
@@ -64,6 +69,29 @@ const char* pick(const Perf* perf, int n, size_t limit, const char* what, ConvPl
     }
   g_dnn_error = std::string("cuDNN has no ") + what + " algorithm for this convolution within a " + std::to_string(limit >> 20) +
                 " MiB workspace";
+  return g_dnn_error.c_str();
+}
+
+// A fused epilogue cuDNN did not run: y[i] = act(y[i] + bias[(i / hw) % channels] + residual[i]).
+__global__ void conv_epilogue(float* y, int64_t count, int64_t hw, int64_t channels, const float* bias, const float* residual, int act) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float v = y[i] + bias[(i / hw) % channels];
+    if (residual) v += residual[i];
+    if (act != kActNone) v = v != v ? v : fmaxf(v, 0.f);  // NaN stays NaN, as torch's relu
+    if (act == kActRelu6) v = v != v ? v : fminf(v, 6.f);
+    y[i] = v;
+  }
+}
+
+const char* run_conv_epilogue(const CudnnConv& a, cudaStream_t stream) {
+  const int64_t count = a.N * a.O * a.OH * a.OW;
+  if (count <= 0) return nullptr;
+  const int64_t blocks = std::min<int64_t>((count + 255) / 256, int64_t{1} << 20);
+  conv_epilogue<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(a.y, count, a.OH * a.OW, a.O, a.bias, a.residual, a.act);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return nullptr;
+  g_dnn_error = std::string("the convolution epilogue kernel: ") + cudaGetErrorString(e);
   return g_dnn_error.c_str();
 }
 
@@ -120,12 +148,12 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
       g_dnn_error = std::string("cudnn_conv: ") + cudaGetErrorString(e);
       return g_dnn_error.c_str();
     }
-    return nullptr;
+    return a.direction == kConvForward && a.bias ? run_conv_epilogue(a, stream) : nullptr;
   }
   if (!fits_int(a)) return "cudnn_conv: a size or stride beyond cuDNN's 32-bit range";
   const std::vector<int64_t> key{a.direction, a.N, a.C, a.H, a.W, a.O, a.KH, a.KW, a.OH, a.OW, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw,
                                  a.groups, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3],
-                                 static_cast<int64_t>(ctx.gemm_ws_bytes)};
+                                 static_cast<int64_t>(ctx.gemm_ws_bytes), a.bias ? 1 + a.act : 0};
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   std::lock_guard<std::mutex> lock(ctx.conv->mu);
   cudnnHandle_t h = ctx.conv->handle;
@@ -151,6 +179,17 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionGroupCount(p.conv, i32(a.groups));
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionMathType(p.conv, CUDNN_FMA_MATH);
+    if (s == CUDNN_STATUS_SUCCESS && a.bias) {
+      s = cudnnCreateTensorDescriptor(&p.bias);
+      if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i32(a.O), 1, 1);
+      if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateActivationDescriptor(&p.act);
+      if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnSetActivationDescriptor(p.act,
+                                         a.act == kActRelu6  ? CUDNN_ACTIVATION_CLIPPED_RELU
+                                         : a.act == kActRelu ? CUDNN_ACTIVATION_RELU
+                                                             : CUDNN_ACTIVATION_IDENTITY,
+                                         CUDNN_PROPAGATE_NAN, a.act == kActRelu6 ? 6.0 : 0.0);
+    }
     if (s != CUDNN_STATUS_SUCCESS) {
       p.release();
       return dnn_error("describing a convolution", s);
@@ -211,7 +250,7 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
     }
     it = ctx.conv->plans.emplace(key, p).first;
   }
-  const ConvPlan& p = it->second;
+  ConvPlan& p = it->second;
   void* ws = ctx.gemm_ws;
   void* own_ws = nullptr;  // an algorithm that takes more than the run's workspace
   if (p.ws > ctx.gemm_ws_bytes) {
@@ -226,10 +265,27 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
   cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
   const char* what = nullptr;
   const float one = 1.f, zero = 0.f;
+  bool epilogue_kernel = false;
+  if (a.direction == kConvForward && a.bias && !p.fused_unsupported) {
+    // y = act(conv(x) + alpha2 z + bias): z is the residual (alpha2 1) or y itself (alpha2 0).
+    const float alpha2 = a.residual ? 1.f : 0.f;
+    s = cudnnConvolutionBiasActivationForward(h, &one, p.x, a.x, p.w, a.w, p.conv, static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), ws, p.ws,
+                                              &alpha2, p.y, a.residual ? a.residual : a.y, p.bias, a.bias, p.act, p.y, a.y);
+    what = "cudnnConvolutionBiasActivationForward";
+    if (s == CUDNN_STATUS_NOT_SUPPORTED || s == CUDNN_STATUS_BAD_PARAM) {
+      p.fused_unsupported = true;  // this algorithm or layout does not fuse (the identity activation takes only
+                                   // IMPLICIT_PRECOMP_GEMM): from now on conv + a kernel
+      s = CUDNN_STATUS_SUCCESS;
+    } else {
+      if (own_ws) cudaFreeAsync(own_ws, stream);
+      return s == CUDNN_STATUS_SUCCESS ? nullptr : dnn_error(what, s);
+    }
+  }
   if (a.direction == kConvForward) {
     s = cudnnConvolutionForward(h, &one, p.x, a.x, p.w, a.w, p.conv, static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), ws, p.ws, &zero,
                                 p.y, a.y);
     what = "cudnnConvolutionForward";
+    epilogue_kernel = a.bias != nullptr;
   } else if (a.direction == kConvBackwardData) {
     s = cudnnConvolutionBackwardData(h, &one, p.w, a.w, p.y, a.y, p.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo), ws,
                                      p.ws, &zero, p.x, a.x);
@@ -240,7 +296,8 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
     what = "cudnnConvolutionBackwardFilter";
   }
   if (own_ws) cudaFreeAsync(own_ws, stream);
-  return s == CUDNN_STATUS_SUCCESS ? nullptr : dnn_error(what, s);
+  if (s != CUDNN_STATUS_SUCCESS) return dnn_error(what, s);
+  return epilogue_kernel ? run_conv_epilogue(a, stream) : nullptr;
 }
 
 }  // namespace ptc_cuda

@@ -88,12 +88,18 @@ const char* conv2d(const Conv2d& a, cudaStream_t stream);
 // memory, timed by cuDNN on that call's buffers (as torch with cudnn.benchmark on), or cuDNN's
 // heuristic first while a CUDA graph is captured. An algorithm that needs more than the run's
 // workspace gets its own from the model's pool for the call.
-//   forward:         y = conv(x, w) (a bias is a pointwise op after it, fused into its consumers)
+//   forward:         y = conv(x, w) (a bias is a pointwise op after it, fused into its consumers,
+//                    or into this call with an activation: see below)
 //   backward data:   x = the input gradient, from y = dy
 //   backward filter: w = the weight gradient, from x and y = dy
 // x [N, C, H, W] and y [N, O, OH, OW] take any non-negative strides; w [O, C/groups, KH, KW] is
 // contiguous; the output operand is written whole (beta 0).
+// Forward only, with a bias: y = act(conv(x, w) + bias[o] + residual), in one
+// cudnnConvolutionBiasActivationForward call (a kernel after the convolution where cuDNN does not
+// take it: its identity activation runs with IMPLICIT_PRECOMP_GEMM only); act is kActNone,
+// kActRelu or kActRelu6 (clamp to [0, 6]); the residual (optional) is laid out as y.
 enum ConvDirection { kConvForward = 0, kConvBackwardData = 1, kConvBackwardFilter = 2 };
+enum ConvAct { kActNone = 0, kActRelu = 1, kActRelu6 = 2 };
 struct CudnnConv {
   int direction = kConvForward;
   float* x; int64_t xs[4];
@@ -101,6 +107,9 @@ struct CudnnConv {
   float* y; int64_t ys[4];
   int64_t N, C, H, W, O, KH, KW, OH, OW;
   int64_t sh, sw, ph, pw, dh, dw, groups;
+  const float* bias = nullptr;      // [O], contiguous; nullptr: no epilogue
+  const float* residual = nullptr;  // as y
+  int act = kActNone;
 };
 const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream);
 // The run's convolution workspace, and the most any one algorithm may take (resnet18's first
