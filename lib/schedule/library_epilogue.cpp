@@ -1,7 +1,5 @@
 // Which GEMM / convolution epilogues the library runs itself (cuBLASLt: bias, C with beta = 1,
 // ReLU; cuDNN: bias, z with alpha2 = 1, ReLU or clipped ReLU).
-#include <functional>
-
 #include "ptc/schedule.h"
 #include "schedule_internal.h"
 

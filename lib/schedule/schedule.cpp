@@ -56,7 +56,6 @@ std::vector<int> reads_of(const Computation& c) {
   return r;
 }
 
-
 bool has_prefix(const std::vector<sym::Expr>& dom, const std::vector<sym::Expr>& prefix) {
   if (dom.size() < prefix.size()) return false;
   for (size_t d = 0; d < prefix.size(); ++d)

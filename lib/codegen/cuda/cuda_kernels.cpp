@@ -197,9 +197,8 @@ void emit_sym_locals(std::ostream& os, const std::vector<std::string>& syms, con
 constexpr int kVec = 4;
 
 struct VecPlan {
-  std::vector<const loop::Expr*> loads;  // vectorized loads (index at lane 0 in `base`)
-  std::vector<sym::Expr> base;
-  std::set<int> buffers;  // buffers read or written as float4
+  std::set<const loop::Expr*> loads;  // the loads read as float4
+  std::set<int> buffers;              // buffers read or written as float4
 };
 
 // The loads of `e` outside `where` branches (which guard what they read).
@@ -237,8 +236,7 @@ std::optional<VecPlan> plan_vec4(const loop::Program& p, const sched::Kernel& k)
       } catch (const std::exception&) {
         continue;
       }
-      v.loads.push_back(l);
-      v.base.push_back(l->index);
+      v.loads.insert(l);
       v.buffers.insert(l->buffer);
     }
   }
@@ -260,7 +258,6 @@ void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched
   os << "    const int64_t i = t * " << kVec << ";\n";
   decompose_into(os, "i", n, 'x', 0, "    ", index_fits_32(dom));
   os << "    const int64_t " << xl << "_0 = " << xl << ";\n";
-  std::set<const loop::Expr*> vec(v.loads.begin(), v.loads.end());
   size_t next_load = 0;
   for (int ci : k.comps) {
     const Computation& c = p.comps[ci];
@@ -271,7 +268,7 @@ void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched
     std::map<std::pair<int, std::string>, std::string> loaded;  // (buffer, index) -> its float4
     os << "    {\n";
     for (const loop::Expr* l : mine) {
-      if (!vec.count(l)) continue;
+      if (!v.loads.count(l)) continue;
       const std::pair<int, std::string> key{l->buffer, cpp_index(l->index)};
       auto it = loaded.find(key);
       if (it == loaded.end()) {
@@ -421,6 +418,16 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
   os << "  ptc_kernel_" << index << "<<<grid, block, 0, stream>>>(" << call_args(p, bufs, syms) << ");\n  return nullptr;\n}\n\n";
 }
 
+// `<var>.bias`, `.residual` and `.act` of a library call's fused epilogue (ptc_cuda::Gemm,
+// ptc_cuda::CudnnConv).
+void emit_library_epilogue(std::ostream& os, const std::string& var, const sched::LibraryEpilogue& m) {
+  if (m.bias >= 0) os << "  " << var << ".bias = static_cast<const float*>(buf[" << m.bias << "]) + " << cpp_index(m.bias_offset) << ";\n";
+  if (m.residual >= 0)
+    os << "  " << var << ".residual = static_cast<const float*>(buf[" << m.residual << "]) + " << cpp_index(m.residual_offset) << ";\n";
+  if (m.act != sched::LibraryEpilogue::Act::None)
+    os << "  " << var << ".act = " << (m.act == sched::LibraryEpilogue::Act::Relu6 ? "ptc_cuda::kActRelu6" : "ptc_cuda::kActRelu") << ";\n";
+}
+
 void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
   const Computation& c = p.comps[k.comps.front()];
   const loop::View& A = c.operands[0];
@@ -441,11 +448,8 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
     std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, e);
     PTC_CHECK(m.has_value(), "a CUDA GEMM epilogue the schedule took is no library epilogue");
     os << "  g.C = static_cast<float*>(buf[" << e.out << "]);\n";
-    if (m->bias >= 0) os << "  g.bias = static_cast<const float*>(buf[" << m->bias << "]) + " << cpp_index(m->bias_offset) << ";\n";
-    if (m->residual >= 0)
-      os << "  g.residual = static_cast<const float*>(buf[" << m->residual << "]) + " << cpp_index(m->residual_offset) << ";\n";
     PTC_CHECK(m->act != sched::LibraryEpilogue::Act::Relu6, "cuBLASLt has no ReLU6 epilogue");
-    if (m->act == sched::LibraryEpilogue::Act::Relu) os << "  g.relu = true;\n";
+    emit_library_epilogue(os, "g", *m);
   } else {
     os << "  g.C = static_cast<float*>(buf[" << c.out << "]);\n";
   }
@@ -498,14 +502,7 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const sched::Kern
   if (k.epilogue >= 0) {
     std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, p.comps[k.epilogue]);
     PTC_CHECK(m && fwd && m->bias >= 0, "a cuDNN convolution epilogue the schedule took is no library epilogue");
-    os << "  a.bias = static_cast<const float*>(buf[" << m->bias << "]) + " << cpp_index(m->bias_offset) << ";\n";
-    if (m->residual >= 0)
-      os << "  a.residual = static_cast<const float*>(buf[" << m->residual << "]) + " << cpp_index(m->residual_offset) << ";\n";
-    os << "  a.act = "
-       << (m->act == sched::LibraryEpilogue::Act::Relu6  ? "ptc_cuda::kActRelu6"
-           : m->act == sched::LibraryEpilogue::Act::Relu ? "ptc_cuda::kActRelu"
-                                                         : "ptc_cuda::kActNone")
-       << ";\n";
+    emit_library_epilogue(os, "a", *m);
   }
   std::vector<sym::Expr> x_sizes, w_sizes, y_sizes;
   if (fwd) {

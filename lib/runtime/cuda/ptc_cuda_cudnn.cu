@@ -72,27 +72,9 @@ const char* pick(const Perf* perf, int n, size_t limit, const char* what, ConvPl
   return g_dnn_error.c_str();
 }
 
-// A fused epilogue cuDNN did not run: y[i] = act(y[i] + bias[(i / hw) % channels] + residual[i]).
-__global__ void conv_epilogue(float* y, int64_t count, int64_t hw, int64_t channels, const float* bias, const float* residual, int act) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float v = y[i] + bias[(i / hw) % channels];
-    if (residual) v += residual[i];
-    if (act != kActNone) v = v != v ? v : fmaxf(v, 0.f);  // NaN stays NaN, as torch's relu
-    if (act == kActRelu6) v = v != v ? v : fminf(v, 6.f);
-    y[i] = v;
-  }
-}
-
+// A fused epilogue cuDNN did not run, as a kernel after the convolution.
 const char* run_conv_epilogue(const CudnnConv& a, cudaStream_t stream) {
-  const int64_t count = a.N * a.O * a.OH * a.OW;
-  if (count <= 0) return nullptr;
-  const int64_t blocks = std::min<int64_t>((count + 255) / 256, int64_t{1} << 20);
-  conv_epilogue<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(a.y, count, a.OH * a.OW, a.O, a.bias, a.residual, a.act);
-  cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return nullptr;
-  g_dnn_error = std::string("the convolution epilogue kernel: ") + cudaGetErrorString(e);
-  return g_dnn_error.c_str();
+  return bias_act(a.y, a.N * a.O * a.OH * a.OW, a.OH * a.OW, a.O, a.bias, a.residual, a.act, stream);
 }
 
 bool fits_int(const CudnnConv& a) {

@@ -55,6 +55,15 @@ struct Ctx {
 
 constexpr int kMaxBatchDims = 6;
 
+// A library call's fused epilogue (GEMM, convolution): y = act(y + bias[channel] + residual).
+enum Act { kActNone = 0, kActRelu = 1, kActRelu6 = 2 };  // ReLU6: clamp to [0, 6]
+// That epilogue as a kernel after the call, where the library does not run it: over `count`
+// elements of a contiguous y whose channel is (i / inner) % channels (GEMM: inner 1, channels N;
+// NCHW convolution: inner OH * OW, channels O); bias / residual may be null. NaN stays NaN, as in
+// torch's relu. An error text or nullptr.
+const char* bias_act(float* y, int64_t count, int64_t inner, int64_t channels, const float* bias, const float* residual, int act,
+                     cudaStream_t stream);
+
 struct Gemm {
   int64_t M, N, K;
   const float* A; int64_t lda_m, lda_k;  // A[m, k] = A[m * lda_m + k * lda_k]
@@ -62,11 +71,11 @@ struct Gemm {
   float* C;                              // C[batch..., m, n], contiguous
   int nbatch = 0;                        // leading batch dimensions
   int64_t bsize[kMaxBatchDims], bsa[kMaxBatchDims], bsb[kMaxBatchDims];  // sizes, A and B strides
-  // Epilogue (cuBLASLt's, or a kernel after it where cuBLASLt cannot take it):
-  // C = [relu](A B + bias[n] + residual), each part optional.
+  // Epilogue (cuBLASLt's, or bias_act after it where cuBLASLt cannot take it):
+  // C = act(A B + bias[n] + residual), each part optional; act kActNone or kActRelu.
   const float* bias = nullptr;      // [N], contiguous; the same for every batch
   const float* residual = nullptr;  // laid out as C (cuBLASLt's C with beta = 1)
-  bool relu = false;
+  int act = kActNone;
 };
 const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream);
 // Workspace bytes gemm may use (cuBLASLt's), per call.
@@ -95,11 +104,10 @@ const char* conv2d(const Conv2d& a, cudaStream_t stream);
 // x [N, C, H, W] and y [N, O, OH, OW] take any non-negative strides; w [O, C/groups, KH, KW] is
 // contiguous; the output operand is written whole (beta 0).
 // Forward only, with a bias: y = act(conv(x, w) + bias[o] + residual), in one
-// cudnnConvolutionBiasActivationForward call (a kernel after the convolution where cuDNN does not
-// take it: its identity activation runs with IMPLICIT_PRECOMP_GEMM only); act is kActNone,
-// kActRelu or kActRelu6 (clamp to [0, 6]); the residual (optional) is laid out as y.
+// cudnnConvolutionBiasActivationForward call (bias_act after the convolution where cuDNN does not
+// take it: its identity activation runs with IMPLICIT_PRECOMP_GEMM only); the residual
+// (optional) is laid out as y.
 enum ConvDirection { kConvForward = 0, kConvBackwardData = 1, kConvBackwardFilter = 2 };
-enum ConvAct { kActNone = 0, kActRelu = 1, kActRelu6 = 2 };
 struct CudnnConv {
   int direction = kConvForward;
   float* x; int64_t xs[4];

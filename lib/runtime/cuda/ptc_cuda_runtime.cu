@@ -56,15 +56,16 @@ __global__ void gemm_naive(int64_t M, int64_t N, int64_t K, const float* A, int6
   }
 }
 
-// A GEMM epilogue cuBLASLt did not run: c[i] = [relu](c[i] + bias[i % n] + residual[i]) over
-// `count` elements (bias / residual may be null).
-__global__ void gemm_epilogue(int64_t count, int64_t n, float* c, const float* bias, const float* residual, bool relu) {
+__global__ void bias_act_kernel(float* y, int64_t count, int64_t inner, int64_t channels, const float* bias, const float* residual,
+                                int act) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float v = c[i];
-    if (bias) v += bias[i % n];
+    float v = y[i];
+    if (bias) v += bias[(i / inner) % channels];
     if (residual) v += residual[i];
-    c[i] = relu ? fmaxf(v, 0.f) : v;
+    if (act != kActNone) v = v != v ? v : fmaxf(v, 0.f);
+    if (act == kActRelu6) v = v != v ? v : fminf(v, 6.f);
+    y[i] = v;
   }
 }
 
@@ -167,19 +168,14 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
 
 }  // namespace
 
-namespace {
-
-// The epilogue as a kernel after the GEMM (residual_done: cuBLASLt added the residual as C).
-const char* apply_epilogue(const Gemm& g, int64_t count, bool residual_done, cudaStream_t stream) {
-  const float* residual = residual_done ? nullptr : g.residual;
-  if (!g.bias && !residual && !g.relu) return nullptr;
-  const int64_t blocks = std::min<int64_t>((count + 255) / 256, 65535);
-  gemm_epilogue<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(count, g.N, g.C, g.bias, residual, g.relu);
+const char* bias_act(float* y, int64_t count, int64_t inner, int64_t channels, const float* bias, const float* residual, int act,
+                     cudaStream_t stream) {
+  if (count <= 0 || (!bias && !residual && act == kActNone)) return nullptr;
+  const int64_t blocks = std::min<int64_t>((count + 255) / 256, int64_t{1} << 20);
+  bias_act_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(y, count, inner, channels, bias, residual, act);
   cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? nullptr : cuda_error("the GEMM epilogue kernel", e);
+  return e == cudaSuccess ? nullptr : cuda_error("the epilogue kernel", e);
 }
-
-}  // namespace
 
 const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   if (g.M <= 0 || g.N <= 0) return nullptr;
@@ -219,7 +215,7 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   if (g.K <= 0) {
     cudaError_t e = cudaMemsetAsync(g.C, 0, static_cast<size_t>(total * mn) * sizeof(float), stream);
     if (e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
-    return apply_epilogue(g, total * mn, false, stream);
+    return bias_act(g.C, total * mn, 1, g.N, g.bias, g.residual, g.act, stream);
   }
   int big = -1;
   for (int d = 0; d < nb; ++d)
@@ -252,13 +248,14 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
       }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return cuda_error("the GEMM kernel", e);
-    return apply_epilogue(g, total * mn, false, stream);
+    return bias_act(g.C, total * mn, 1, g.N, g.bias, g.residual, g.act, stream);
   }
   // cuBLASLt's epilogue: bias (a 16-byte aligned vector: heuristic kernels assume aligned
   // operands) and ReLU in the descriptor, the residual as C with beta = 1.
   const bool lt_bias = g.bias && reinterpret_cast<uintptr_t>(g.bias) % 16 == 0;
-  cublasLtEpilogue_t epi = lt_bias ? (g.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                   : (g.relu && !g.bias ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+  const bool relu = g.act == kActRelu;
+  cublasLtEpilogue_t epi = lt_bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                   : (relu && !g.bias ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   const int32_t batch = static_cast<int32_t>(inner);
   auto key_for = [&](cublasLtEpilogue_t ep) {
     return std::array<int64_t, 13>{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
@@ -331,8 +328,8 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     plan.tuned = true;
   }
   if (cublasStatus_t st = run(plan.algo); st != CUBLAS_STATUS_SUCCESS) return lt_error("cublasLtMatmul", st);
-  if (epi != CUBLASLT_EPILOGUE_DEFAULT || (!g.bias && !g.relu)) return nullptr;
-  return apply_epilogue(g, total * mn, true, stream);
+  if (epi != CUBLASLT_EPILOGUE_DEFAULT) return nullptr;
+  return bias_act(g.C, total * mn, 1, g.N, g.bias, nullptr, g.act, stream);  // cuBLASLt added the residual as C
 }
 
 namespace {
