@@ -217,7 +217,7 @@ TEST_CASE("the compile cache: a second identical compile is a hit with the same 
 
 TEST_CASE("the object cache: an edit that changes one kernel file rebuilds only that translation unit", "[package][cache]") {
   std::string cache = fresh_cache("objects");
-  std::string env = "PTC_CACHE_DIR=" + cache + " ";
+  std::string env = "PTC_CACHE_DIR=" + cache + " PTC_PREBUILT_DIR= ";  // the runtime's unit through the cache too
   std::string so = test::temp_dir() + "/objects.so";
   auto first = test::run_ptc_env(env, "compile -v " + test::fixture("small_cnn.pt2") + " -o " + so);
   REQUIRE(first.exit_code == 0);
@@ -231,6 +231,41 @@ TEST_CASE("the object cache: an edit that changes one kernel file rebuilds only 
   REQUIRE(std::regex_search(out, m, std::regex(R"(compiled (\d+) translation units \((\d+) from the cache)")));
   CHECK(std::stoi(m[2]) >= 1);
   CHECK(std::stoi(m[2]) < std::stoi(m[1]));
+}
+
+TEST_CASE("ptc prebuild: the runtime helpers compiled once are linked instead of built per model", "[package][cache]") {
+  std::string dir = fresh_cache("prebuilt");
+  auto pre = test::run_ptc("prebuild --dir " + dir);
+  INFO(pre.output);
+  REQUIRE(pre.exit_code == 0);
+  size_t objects = std::distance(fs::directory_iterator(dir), {});
+  CHECK(objects >= 3);  // GEMM, convolution, attention
+  // Again: every unit is up to date, nothing is rebuilt.
+  auto again = test::run_ptc("prebuild --dir " + dir);
+  CHECK(again.exit_code == 0);
+  CHECK(again.output.find("up to date") != std::string::npos);
+  CHECK(static_cast<size_t>(std::distance(fs::directory_iterator(dir), {})) == objects);
+  // small_cnn needs the GEMM and convolution units: both come prebuilt, and the library runs
+  // (the model tests compare every fixture against eager with the build tree's prebuilt objects).
+  std::string so = test::temp_dir() + "/prebuilt_cnn.so";
+  auto c = test::run_ptc_env("PTC_PREBUILT_DIR=" + dir + " ", "compile -v --no-cache " + test::fixture("small_cnn.pt2") + " -o " + so);
+  INFO(c.output);
+  REQUIRE(c.exit_code == 0);
+  CHECK(c.output.find("2 prebuilt") != std::string::npos);
+  CHECK(test::run_ptc("run " + so + " --random").exit_code == 0);
+  // Objects built by another compiler command are not taken: with PTC_PREBUILT_DIR empty, none.
+  auto none = test::run_ptc_env("PTC_PREBUILT_DIR= ", "compile -v --no-cache " + test::fixture("small_cnn.pt2") + " -o " + so);
+  CHECK(none.output.find("0 prebuilt") != std::string::npos);
+  auto other = test::run_ptc_env("PTC_PREBUILT_DIR=" + dir + " ", "compile -v --no-cache --profile " + test::fixture("small_cnn.pt2") + " -o " + so);
+  CHECK(other.output.find("0 prebuilt") != std::string::npos);
+}
+
+TEST_CASE("ptc prebuild: a compiler that fails is one warning per unit and a non-zero exit", "[package][cache]") {
+  std::string dir = fresh_cache("prebuilt-bad");
+  auto r = test::run_ptc("prebuild --dir " + dir + " --cxx /nonexistent/c++");
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("not prebuilt") != std::string::npos);
+  CHECK(r.output.find("internal error") == std::string::npos);
 }
 
 TEST_CASE("the cache trims itself to PTC_CACHE_MAX_MB, oldest first", "[package][cache]") {

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "ptc/codegen.h"
 
@@ -43,6 +44,19 @@ std::string find_nvcc(const std::string& opt);
 int run_command(const std::string& cmd, std::string& output);
 // `s` as one single-quoted shell word.
 std::string shell_quote(const std::string& s);
+
+// Prebuilt runtime units: ptc's model-independent helpers (GEMM, convolution, attention; CUDA:
+// the cuBLASLt / cuDNN wrappers) compiled once with exactly the command `ptc compile` would use,
+// stored in `out_dir` as <key>.o, where the key hashes that command, the compiler's identity, the
+// host CPU (-march=native) and every embedded runtime file. `ptc compile` links such an object
+// instead of building the unit again; it finds them in $PTC_PREBUILT_DIR, else beside the ptc
+// executable in prebuilt/ (a build tree) or ../lib/ptc/prebuilt (an installation). Returns the
+// number of units that failed to build (they are skipped with a warning).
+int prebuild_runtime(const BuildOptions& opts, const std::string& out_dir, const std::vector<std::string>& units);
+// The runtime units of a device (cpu: ptc_runtime*.cpp; cuda: ptc_cuda_*.cu).
+std::vector<std::string> runtime_unit_names(const std::string& device);
+// prebuilt/ beside the running ptc executable.
+std::string default_prebuilt_dir();
 
 // The runtime helper files embedded into ptc (name -> contents).
 const std::map<std::string, std::string>& embedded_files();

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "blob_object.h"
 #include "ptc/cache.h"
 #include "ptc/error.h"
 #include "ptc/hash.h"
@@ -76,6 +77,81 @@ std::string find_nvcc(const std::string& opt) {
   user_error("--device cuda needs the CUDA toolkit's nvcc: not on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin (pass --nvcc)");
 }
 
+namespace {
+
+bool is_cuda_unit(const std::string& u) { return u.size() > 3 && u.compare(u.size() - 3, 3, ".cu") == 0; }
+
+// --sanitize: instrumented code, readable reports, and the first error fails the run.
+std::string sanitize_flags(const BuildOptions& opts) {
+  return opts.sanitize.empty() ? "" : " -fsanitize=" + opts.sanitize + " -fno-sanitize-recover=all -fno-omit-frame-pointer";
+}
+
+// The compiler command (without -c and file names) that builds one translation unit.
+std::string unit_compiler(const std::string& u, const BuildOptions& opts, const std::string& nvcc) {
+  // model.cpp (and a training library's fwd_model.cpp / bwd_model.cpp) is glue: tensor tables,
+  // input checks, the run sequence. No loop in it is hot, and -O1 compiles it much faster (bert:
+  // 1.45 -> 0.98 s; mobilenet_v2's training backward: 83 -> 6.5 s). nvcc's -O is the host code's
+  // level only (device code is optimized regardless), and a generated .cu's host code is that
+  // glue and kernel launches.
+  const std::string stem = u.substr(0, u.rfind('.'));
+  const bool glue = stem == "model" || (stem.size() > 6 && stem.compare(stem.size() - 6, 6, "_model") == 0);
+  if (is_cuda_unit(u)) {
+    // SASS for the chosen GPU plus its PTX, which newer GPUs' drivers compile at load.
+    std::string arch = opts.cuda_arch.rfind("sm_", 0) == 0 ? opts.cuda_arch.substr(3) : opts.cuda_arch;
+    return nvcc + " -std=c++17 -gencode arch=compute_" + arch + ",code=[sm_" + arch + ",compute_" + arch +
+           "] --expt-relaxed-constexpr -Xcompiler -fPIC,-fvisibility=hidden -w" + (glue ? " -O1" : " -O3");
+  }
+  return opts.cxx + " -std=c++17 -O3 -march=" + opts.cpu_arch +
+         " -fopenmp -fno-trapping-math -fno-math-errno -fPIC -fvisibility=hidden -Wno-unused" +
+         (opts.profile ? " -DPTC_PROFILE" : "") + sanitize_flags(opts) + (opts.sanitize.empty() ? "" : " -g1") +
+         (glue ? " -O1" : "");
+}
+
+// A runtime unit's object by content: the compiler and its command, the host CPU for
+// -march=native, and every runtime file ptc embeds (the unit and the headers it includes). Not
+// ptc's own identity: a reinstalled ptc with the same runtime finds the same objects.
+std::string runtime_object_key(const std::string& u, const std::string& compiler, const BuildOptions& opts, const std::string& tool) {
+  const bool cu = is_cuda_unit(u);
+  Sha256 h;
+  h.field("ptc-runtime-object-v1").field(tool_identity(tool)).field(compiler).field(u);
+  if (!cu && opts.cpu_arch == "native") h.field(host_cpu_identity());
+  for (const auto& [name, text] : embedded_files()) h.field(name).field(text);
+  return h.hex();
+}
+
+// Where prebuilt runtime objects are looked up: $PTC_PREBUILT_DIR when set (empty: nowhere), else
+// beside the ptc executable: prebuilt/ (a build tree) or ../lib/ptc/prebuilt (an installation).
+std::vector<std::string> prebuilt_dirs() {
+  if (const char* d = std::getenv("PTC_PREBUILT_DIR")) return *d ? std::vector<std::string>{d} : std::vector<std::string>{};
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  std::vector<std::string> dirs;
+  for (const fs::path& d : {exe.parent_path() / "prebuilt", exe.parent_path().parent_path() / "lib" / "ptc" / "prebuilt"})
+    if (fs::is_directory(d, ec)) dirs.push_back(d.string());
+  return dirs;
+}
+
+// -fuse-ld=lld or -fuse-ld=gold where that linker is installed ("" otherwise).
+const std::string& fast_linker(const std::string& cxx) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> found;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = found.find(cxx);
+  if (it != found.end()) return it->second;
+  std::string flag;
+  for (const char* ld : {"lld", "gold"}) {
+    std::string out;
+    if (run_command(cxx + " -fuse-ld=" + ld + " -Wl,--version -shared -o /dev/null -x c /dev/null", out) == 0) {
+      flag = std::string("-fuse-ld=") + ld;
+      break;
+    }
+  }
+  return found.emplace(cxx, flag).first->second;
+}
+
+}  // namespace
+
 void build_library(const LibrarySource& src, const WeightLayout& weights, const Graph& g, const std::string& out_path,
                    const BuildOptions& opts) {
   const bool cuda = opts.device == "cuda";
@@ -89,9 +165,12 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
 
   for (const auto& [name, text] : src.files) write(dir / name, text);
   for (const auto& [name, text] : embedded_files()) write(dir / name, text);
-  // The weights: a blob linked in with .incbin, or a side file mapped at ptc_open.
+  // The weights: a blob linked into the library, or a side file mapped at ptc_open. The blob is
+  // an object ptc writes itself (blob_object.h), in the build's worker pool beside the compiles;
+  // on hosts it cannot write objects for, a .incbin the assembler builds.
   std::string weights_file;
-  if (!weights.external) {
+  const bool blob_object = !weights.external && can_write_blob_object();
+  if (!weights.external && !blob_object) {
     std::ofstream blob(dir / "weights.bin", std::ios::binary);
     weights.stream(g, [&](const unsigned char* p, size_t n) { blob.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n)); });
     if (!blob) user_error((dir / "weights.bin").string(), ": cannot write");
@@ -121,59 +200,54 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
     if (ec) user_error(weights_file, ": cannot write the weights file: ", ec.message());
   }
 
-  // Every translation unit to an object, several at once, then one link.
+  // Every translation unit to an object, several at once, then one link. A runtime unit (the
+  // model-independent GEMM / convolution / attention helpers) is taken prebuilt when `ptc
+  // prebuild` compiled it with the same command (runtime_object_key).
   std::vector<std::string> units = src.runtime_units;  // the slowest first
+  const size_t n_runtime = units.size();
   for (const auto& f : src.files) units.push_back(f.first);
-  std::string flags = "-std=c++17 -O3 -march=" + opts.cpu_arch +
-                      " -fopenmp -fno-trapping-math -fno-math-errno -fPIC -fvisibility=hidden -Wno-unused" +
-                      (opts.profile ? " -DPTC_PROFILE" : "");
-  // --sanitize: instrumented code, readable reports, and the first error fails the run.
-  const std::string sanitize =
-      opts.sanitize.empty() ? "" : " -fsanitize=" + opts.sanitize + " -fno-sanitize-recover=all -fno-omit-frame-pointer";
-  flags += sanitize + (opts.sanitize.empty() ? "" : " -g1");
-  std::string nvcc_flags, nvcc;
-  if (cuda) {
-    nvcc = find_nvcc(opts.nvcc);
-    // SASS for the chosen GPU plus its PTX, which newer GPUs' drivers compile at load.
-    std::string arch = opts.cuda_arch.rfind("sm_", 0) == 0 ? opts.cuda_arch.substr(3) : opts.cuda_arch;
-    nvcc_flags = "-std=c++17 -gencode arch=compute_" + arch + ",code=[sm_" + arch + ",compute_" + arch +
-                 "] --expt-relaxed-constexpr -Xcompiler -fPIC,-fvisibility=hidden -w";
-  }
-  std::vector<std::string> cmds, outputs(units.size()), keys(units.size());
+  const std::string nvcc = cuda ? find_nvcc(opts.nvcc) : "";
+  const std::string sanitize = sanitize_flags(opts);
+  std::vector<std::string> cmds, outputs(units.size()), keys(units.size()), objects(units.size());
   const bool use_cache = opts.cache && opts.cache->enabled();
   std::map<std::string, const std::string*> sources;  // unit -> its text, for the object cache's keys
-  if (use_cache) {
-    for (const auto& [name, text] : src.files) sources.emplace(name, &text);
-    for (const auto& [name, text] : embedded_files()) sources.emplace(name, &text);
-  }
+  for (const auto& [name, text] : src.files) sources.emplace(name, &text);
+  const std::vector<std::string> prebuilt = prebuilt_dirs();
+  std::vector<char> from_prebuilt(units.size(), 0);
   for (size_t i = 0; i < units.size(); ++i) {
     const std::string& u = units[i];
-    bool cu = u.size() > 3 && u.compare(u.size() - 3, 3, ".cu") == 0;
-    std::string compiler = cu ? nvcc + " " + nvcc_flags : opts.cxx + " " + flags;
-    // model.cpp (and a training library's fwd_model.cpp / bwd_model.cpp) is glue: tensor
-    // tables, input checks, the run sequence. No loop in it is hot, and -O1 compiles it much
-    // faster (bert: 1.45 -> 0.98 s; mobilenet_v2's training backward: 83 -> 6.5 s). nvcc's -O is
-    // the host code's level only (device code is optimized regardless), and a generated .cu's
-    // host code is that glue and kernel launches.
-    const std::string stem = u.substr(0, u.rfind('.'));
-    const bool glue = stem == "model" || (stem.size() > 6 && stem.compare(stem.size() - 6, 6, "_model") == 0);
-    compiler += glue ? " -O1" : cu ? " -O3" : "";
+    const std::string compiler = unit_compiler(u, opts, nvcc);
+    objects[i] = u + ".o";
     cmds.push_back("cd " + shell_quote(dir.string()) + " && " + compiler + " -c " + u + " -o " + u + ".o");
-    if (use_cache) {
+    if (i < n_runtime) {
+      const std::string key = runtime_object_key(u, compiler, opts, is_cuda_unit(u) ? nvcc : opts.cxx);
+      for (const auto& d : prebuilt)
+        if (fs::is_regular_file(fs::path(d) / (key + ".o"), ec)) {
+          objects[i] = fs::absolute(fs::path(d) / (key + ".o")).string();
+          from_prebuilt[i] = 1;
+          break;
+        }
+      if (use_cache) keys[i] = key;
+    } else if (use_cache) {
       // The object's address: ptc itself (its embedded headers), the compiler and its flags, the
       // host CPU for -march=native, and the unit's source.
+      const bool cu = is_cuda_unit(u);
       Sha256 h;
       h.field("ptc-object-v1").field(ptc_identity()).field(tool_identity(cu ? nvcc : opts.cxx)).field(compiler).field(u);
       if (!cu && opts.cpu_arch == "native") h.field(host_cpu_identity());
       keys[i] = h.field(*sources.at(u)).hex();
     }
   }
-  if (!weights.external) {  // the weights blob through the host assembler, beside the other units (not cached)
-    // Second in line: assembling a large blob takes a while, and overlaps the runtime's unit.
-    units.insert(units.begin() + 1, "weights.S");
-    outputs.insert(outputs.begin() + 1, std::string());
-    keys.insert(keys.begin() + 1, std::string());
-    cmds.insert(cmds.begin() + 1, "cd " + shell_quote(dir.string()) + " && " + opts.cxx + " -c weights.S -o weights.S.o");
+  if (!weights.external) {  // the weights blob, beside the other units (not cached)
+    // Second in line: writing a large blob takes a while, and overlaps the runtime's unit.
+    const size_t at = std::min<size_t>(1, units.size());
+    const std::string unit = blob_object ? "weights" : "weights.S";
+    units.insert(units.begin() + at, unit);
+    outputs.insert(outputs.begin() + at, std::string());
+    keys.insert(keys.begin() + at, std::string());
+    objects.insert(objects.begin() + at, unit + ".o");
+    from_prebuilt.insert(from_prebuilt.begin() + at, 0);
+    cmds.insert(cmds.begin() + at, blob_object ? std::string() : "cd " + shell_quote(dir.string()) + " && " + opts.cxx + " -c weights.S -o weights.S.o");
   }
   std::vector<int> rcs(units.size(), 0);
   std::vector<char> cached(units.size(), 0);
@@ -187,7 +261,16 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
     auto worker = [&] {
       for (size_t i; (i = next++) < cmds.size();) {
         std::string obj = (dir / (units[i] + ".o")).string();
-        if (!keys[i].empty() && opts.cache->fetch("objects", keys[i], {{"unit.o", obj}})) {
+        if (from_prebuilt[i]) {
+          cached[i] = 2;
+        } else if (cmds[i].empty()) {  // the weights object
+          try {
+            write_blob_object(obj, "ptc_model_weights", [&](const std::function<void(const unsigned char*, size_t)>& sink) { weights.stream(g, sink); });
+          } catch (const std::exception& e) {
+            rcs[i] = 1;
+            outputs[i] = e.what();
+          }
+        } else if (!keys[i].empty() && opts.cache->fetch("objects", keys[i], {{"unit.o", obj}})) {
           cached[i] = 1;
         } else {
           spdlog::debug("building: {}", cmds[i]);
@@ -196,7 +279,9 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
         }
         std::lock_guard<std::mutex> lock(log_mu);
         int k = ++done;
-        if (opts.progress) spdlog::info("[{}/{}] {}{}", k, static_cast<int>(cmds.size()), units[i], cached[i] ? " (cached)" : "");
+        if (opts.progress)
+          spdlog::info("[{}/{}] {}{}", k, static_cast<int>(cmds.size()), units[i],
+                       cached[i] == 2 ? " (prebuilt)" : cached[i] ? " (cached)" : "");
       }
     };
     std::vector<std::thread> pool;
@@ -206,31 +291,47 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   }
   for (size_t i = 0; i < units.size(); ++i)
     if (rcs[i] != 0) {
+      if (cmds[i].empty()) user_error(outputs[i]);  // writing the weights object
       if (units[i] == "ptc_cuda_cudnn.cu" && outputs[i].find("cudnn.h") != std::string::npos)
         user_error("this model's convolutions run on cuDNN, but nvcc cannot find cudnn.h: install cuDNN 9 where nvcc looks (",
                    "/usr/local/cuda/include) or name its include folder in CPATH:\n", outputs[i].substr(0, 2000));
       user_error(cuda ? "nvcc" : "the host compiler", " failed on the generated code (", (dir / units[i]).string(), "):\n",
                  outputs[i].substr(0, 4000));
     }
-  spdlog::debug("compiled {} translation units ({} from the cache, {} at a time) in {:.2f} s", units.size(),
-                std::count(cached.begin(), cached.end(), 1), jobs,
+  spdlog::debug("compiled {} translation units ({} from the cache, {} prebuilt, {} at a time) in {:.2f} s", units.size(),
+                std::count(cached.begin(), cached.end(), 1), std::count(cached.begin(), cached.end(), 2), jobs,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   std::string tmp_out = out_path + ".tmp" + std::to_string(getpid());
-  std::string objects;
-  for (const auto& u : units) objects += " " + u + ".o";
+  std::string object_list;
+  for (const auto& o : objects) object_list += " " + shell_quote(o);
   std::string cmd = "cd " + shell_quote(dir.string()) + " && ";
   // The file name as the soname: programs linked against the library look it up by name (on
   // their rpath), not by the path it had at build time.
   std::string soname = shell_quote(opts.soname.empty() ? fs::path(out_path).filename().string() : opts.soname);
   if (cuda)  // nvcc links the CUDA runtime statically (libcudart_static) by default
-    cmd += nvcc + " -shared -Xlinker -soname=" + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + " -lcublasLt" +
+    cmd += nvcc + " -shared -Xlinker -soname=" + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + object_list + " -lcublasLt" +
            (std::count(units.begin(), units.end(), "ptc_cuda_cudnn.cu") ? " -lcudnn" : "") + (weights.external ? " -ldl" : "");
   else
-    cmd += opts.cxx + sanitize + " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + objects + (weights.external ? " -ldl" : "");
-  spdlog::debug("linking: {}", cmd);
+    cmd += opts.cxx + sanitize + " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + object_list + (weights.external ? " -ldl" : "");
+  // The host compiler's default linker (GNU ld) takes about a second per 250 MB of embedded
+  // weights; lld or gold link the same objects 3-6x faster. Where the faster one fails, the
+  // default links.
+  const std::string fast = cuda ? "" : fast_linker(opts.cxx);
   std::string output;
-  int rc = run_command(cmd, output);
+  int rc = 1;
+  if (!fast.empty()) {
+    std::string fast_cmd = cmd;
+    fast_cmd.insert(fast_cmd.find(" -shared"), " " + fast);
+    spdlog::debug("linking: {}", fast_cmd);
+    rc = run_command(fast_cmd, output);
+    if (rc != 0) spdlog::debug("{} failed; linking with the default linker:\n{}", fast, output.substr(0, 2000));
+  }
+  if (rc != 0) {
+    output.clear();
+    spdlog::debug("linking: {}", cmd);
+    rc = run_command(cmd, output);
+  }
   spdlog::debug("host compiler took {:.2f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (rc != 0) {
     fs::remove(tmp_out, ec);
@@ -242,6 +343,68 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   fs::rename(tmp_out, out_path, ec);
   if (ec) user_error(out_path, ": cannot write the library: ", ec.message());
   if (temp) fs::remove_all(dir, ec);
+}
+
+std::string default_prebuilt_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) user_error("cannot find the ptc executable (/proc/self/exe) to place prebuilt objects beside it; pass --dir");
+  return (exe.parent_path() / "prebuilt").string();
+}
+
+std::vector<std::string> runtime_unit_names(const std::string& device) {
+  std::vector<std::string> units;
+  for (const auto& [name, text] : embedded_files()) {
+    const bool want = device == "cuda" ? name.rfind("ptc_cuda_", 0) == 0 && is_cuda_unit(name)
+                                       : name.rfind("ptc_runtime", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".cpp") == 0;
+    if (want) units.push_back(name);
+  }
+  return units;
+}
+
+int prebuild_runtime(const BuildOptions& opts, const std::string& out_dir, const std::vector<std::string>& units) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) user_error(out_dir, ": cannot create the folder: ", ec.message());
+  fs::path dir = fs::temp_directory_path() / ("ptc-prebuild-" + std::to_string(getpid()));
+  fs::create_directories(dir, ec);
+  if (ec) user_error(dir.string(), ": cannot create the build folder: ", ec.message());
+  for (const auto& [name, text] : embedded_files()) write(dir / name, text);
+  const std::string nvcc = opts.device == "cuda" ? find_nvcc(opts.nvcc) : "";
+  std::atomic<size_t> next{0};
+  std::atomic<int> failed{0};
+  std::mutex log_mu;
+  auto worker = [&] {
+    for (size_t i; (i = next++) < units.size();) {
+      const std::string& u = units[i];
+      const std::string compiler = unit_compiler(u, opts, nvcc);
+      const fs::path obj = fs::path(out_dir) / (runtime_object_key(u, compiler, opts, is_cuda_unit(u) ? nvcc : opts.cxx) + ".o");
+      std::error_code e;
+      if (fs::is_regular_file(obj, e)) {
+        std::lock_guard<std::mutex> lock(log_mu);
+        spdlog::info("{}: up to date ({})", u, obj.string());
+        continue;
+      }
+      std::string output, tmp = obj.string() + ".tmp" + std::to_string(getpid());
+      int rc = run_command("cd " + shell_quote(dir.string()) + " && " + compiler + " -c " + u + " -o " + shell_quote(tmp), output);
+      if (rc == 0) fs::rename(tmp, obj, e);
+      std::lock_guard<std::mutex> lock(log_mu);
+      if (rc != 0 || e) {
+        fs::remove(tmp, e);
+        ++failed;
+        spdlog::warn("{}: not prebuilt; `ptc compile` will build it for each model that needs it:\n{}", u, output.substr(0, 2000));
+      } else {
+        spdlog::info("{}: {}", u, obj.string());
+      }
+    }
+  };
+  int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::min<int>(jobs, static_cast<int>(units.size())); ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  fs::remove_all(dir, ec);
+  return failed;
 }
 
 }  // namespace ptc

@@ -10,5 +10,6 @@ namespace ptc::cli {
 std::function<int()> add_inspect(CLI::App& app);
 std::function<int()> add_compile(CLI::App& app);
 std::function<int()> add_run(CLI::App& app);
+std::function<int()> add_prebuild(CLI::App& app);
 
 }  // namespace ptc::cli

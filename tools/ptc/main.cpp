@@ -28,10 +28,12 @@ int main(int argc, char** argv) {
       "  ptc compile models/mlp_dyn.pt2 --package mlp_dyn.tar.gz\n"
       "  ptc inspect mlp_dyn.so\n"
       "  ptc run mlp_dyn.so --random --symbol s77=8\n"
-      "Environment: PTC_CACHE_DIR (compile cache; default ~/.cache/ptc), PTC_CACHE_MAX_MB (its size cap, default 4096).");
+      "Environment: PTC_CACHE_DIR (compile cache; default ~/.cache/ptc), PTC_CACHE_MAX_MB (its size cap, default 4096),\n"
+      "PTC_PREBUILT_DIR (where `ptc prebuild` objects are looked up; empty: nowhere).");
   std::function<int()> run_inspect = ptc::cli::add_inspect(app);
   std::function<int()> run_compile = ptc::cli::add_compile(app);
   std::function<int()> run_run = ptc::cli::add_run(app);
+  std::function<int()> run_prebuild = ptc::cli::add_prebuild(app);
 
   try {
     app.parse(argc, argv);
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("inspect")) return run_inspect();
     if (app.got_subcommand("compile")) return run_compile();
     if (app.got_subcommand("run")) return run_run();
+    if (app.got_subcommand("prebuild")) return run_prebuild();
     return 1;
   } catch (const ptc::UserError& e) {
     std::cerr << "error: " << e.what() << "\n";

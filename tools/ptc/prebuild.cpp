@@ -1,0 +1,34 @@
+// `ptc prebuild`: compile the runtime helpers once, for every later `ptc compile` to link.
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "ptc/build.h"
+
+namespace ptc::cli {
+
+std::function<int()> add_prebuild(CLI::App& app) {
+  struct Opts {
+    BuildOptions build;
+    std::string dir;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "prebuild",
+      "Compile ptc's runtime helpers (GEMM, convolution, attention; with --device cuda the cuBLASLt / cuDNN wrappers) "
+      "once, so that `ptc compile` links them instead of building them for every model (the build runs it for the "
+      "default options; run it again for other --cxx / --cpu-arch / --cuda-arch values)");
+  cmd->add_option("--dir", o->dir, "Where the objects go (default: prebuilt/ beside the ptc executable)");
+  cmd->add_option("--device", o->build.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--cpu-arch", o->build.cpu_arch, "The -march of the objects (default: native)");
+  cmd->add_option("--cxx", o->build.cxx, "The host C++ compiler (default: c++)");
+  cmd->add_option("--cuda-arch", o->build.cuda_arch, "cuda: the GPU architecture (default: sm_90)");
+  cmd->add_option("--nvcc", o->build.nvcc, "cuda: the CUDA compiler (default: nvcc)");
+  cmd->add_option("-j,--jobs", o->build.jobs, "Units compiled at once (default: one per hardware thread)")->check(CLI::Range(1, 1024));
+  return [o]() {
+    const std::string dir = o->dir.empty() ? default_prebuilt_dir() : o->dir;
+    int failed = prebuild_runtime(o->build, dir, runtime_unit_names(o->build.device));
+    return failed ? 1 : 0;
+  };
+}
+
+}  // namespace ptc::cli
