@@ -26,7 +26,7 @@ void compile_front_half(std::string bytes) {
       so.extern_epilogues = cuda ? sched::Epilogues::Library : sched::Epilogues::Any;
       sched::Schedule s = sched::schedule(prog, so);
       WeightLayout w = layout_weights(prog, *g, /*external=*/cuda);  // both weight layouts
-      LibrarySource src = cuda ? generate_cuda(prog, s, *g, w, false) : generate_cpu(prog, s, *g, w);
+      LibrarySource src = cuda ? generate_cuda(prog, s, *g, w, CudaOptions{}) : generate_cpu(prog, s, *g, w);
       (void)src;
     }
     if (verbose) std::fprintf(stderr, "compiled: %zu nodes\n", g->nodes().size());

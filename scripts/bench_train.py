@@ -39,8 +39,10 @@ def parse_args():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="run everything on the GPU (ptc: compile with --device cuda; torch: the model moved to cuda)")
     ap.add_argument("--torch-tf32", action="store_true",
-                    help="GPU: leave torch's default of TF32 cuDNN convolutions (ptc computes in exact fp32; by default "
-                         "torch does too: torch.backends.cudnn.allow_tf32 = False)")
+                    help="GPU: leave torch's default of TF32 cuDNN convolutions (ptc computes in exact fp32 unless --tf32; "
+                         "by default torch does too: torch.backends.cudnn.allow_tf32 = False)")
+    ap.add_argument("--tf32", action="store_true",
+                    help="GPU: TF32 on both sides: ptc compile --tf32, and torch with TF32 matmuls and cuDNN convolutions")
     ap.add_argument("--gpu-profile", type=int, default=0, metavar="N",
                     help="GPU: also profile 3 steps of ptc and of torch.compile with torch.profiler and print their GPU "
                          "time per step and the N kernels that take most of it")
@@ -64,8 +66,9 @@ def main():
     os.makedirs(work, exist_ok=True)
     dev = args.device
     if dev == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = args.torch_tf32
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.torch_tf32 or args.tf32
+    tf32_flag = ["--tf32"] if args.tf32 and dev == "cuda" else []
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     rows = []
     for spec in args.models:
@@ -79,7 +82,7 @@ def main():
         lib = os.path.join(work, f"{name}.so")
         if args.build_only:
             t0 = time.perf_counter()
-            subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache", "--device", dev], check=True,
+            subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache", "--device", dev] + tf32_flag, check=True,
                            capture_output=True)
             print(f"{lib}: compiled in {time.perf_counter() - t0:.1f} s", flush=True)
             continue
@@ -146,7 +149,7 @@ def main():
             row["ptc_compile_s"] = float("nan")  # compiled beforehand
         else:
             t0 = time.perf_counter()
-            subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache", "--device", dev], check=True,
+            subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache", "--device", dev] + tf32_flag, check=True,
                            capture_output=True)
             row["ptc_compile_s"] = time.perf_counter() - t0
         t = ptc_ctypes.PtcTrainer(lib)
@@ -191,7 +194,8 @@ def main():
 
     if args.build_only:
         return
-    where = f"the GPU (torch: TF32 convolutions {'on' if args.torch_tf32 else 'off'}; ptc: exact fp32)" if dev == "cuda" else f"{args.threads} threads"
+    where = (f"the GPU (TF32 on both sides)" if args.tf32 else
+             f"the GPU (torch: TF32 convolutions {'on' if args.torch_tf32 else 'off'}; ptc: exact fp32)") if dev == "cuda" else f"{args.threads} threads"
     print(f"\n{where}, median of {args.steps} steps (forward + backward + SGD momentum step)\n")
     print("| model | sizes | eager ms | torch.compile ms | ptc ms | ptc vs eager | ptc vs torch.compile | ptc compile s | torch.compile compile s |")
     print("|---|---|---|---|---|---|---|---|---|")

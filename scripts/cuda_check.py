@@ -5,7 +5,7 @@ The libraries are compiled beforehand (nvcc needs no GPU), e.g. here:
 
     scripts/build_cuda_fixtures.sh out/cuda          # cuda_<model>_<flavour>.so for every fixture
 
-and on the GPU machine (python3 with torch; fp32, TF32 off everywhere):
+and on the GPU machine (python3 with torch; fp32, TF32 off everywhere unless --tf32):
 
     python3 scripts/cuda_check.py --libs out/cuda [--bench] [--json results.json]
 
@@ -15,6 +15,10 @@ on the GPU; max |ptc - eager| must be within atol = rtol = 1e-4 (and the recorde
 outputs are compared too).
 --bench: for each model (.pt2 flavour, last recorded case), median latency over CUDA events of
 eager, torch.compile (default and mode="reduce-overhead") and ptc, with ratios.
+--tf32: torch runs with TF32 on too (torch.backends.cuda.matmul.allow_tf32 =
+torch.backends.cudnn.allow_tf32 = True, in eager and torch.compile alike), for libraries compiled
+with `ptc compile --tf32`. A library whose manifest says tf32 is checked with TF32_TOL whatever
+the flag.
 --sizes MODEL:D0[,D1] ...: bench these models at these leading input dimensions instead (batch, or
 batch and sequence length; random inputs), e.g. --sizes resnet50:32 bert:8,128; the geomean of
 eager/ptc and of best-torch.compile/ptc over them is printed.
@@ -37,6 +41,10 @@ import ptc_ctypes  # noqa: E402
 from gpu_profile import gpu_profile  # noqa: E402
 
 ATOL = RTOL = 1e-4
+# Libraries built with --tf32 (their manifest's flags.tf32): TF32 rounds GEMM / convolution inputs to
+# a 10-bit mantissa (~1e-3 relative per product): rtol TF32_TOL, and atol TF32_TOL times the output's
+# largest magnitude.
+TF32_TOL = 1e-2
 FLAVOURS = {"pt2": ".pt2", "core_pt2": ".core.pt2", "pt": ".pt"}
 
 
@@ -66,7 +74,7 @@ def flat(out):
     return res
 
 
-def err_of(got, want, atol=ATOL, rtol=RTOL):
+def err_of(got, want, atol=ATOL, rtol=RTOL, tf32=False, both=False):
     e, ok = 0.0, True
     for a, b in zip(got, want):
         a, b = a.double().cpu(), b.double().cpu()
@@ -74,6 +82,9 @@ def err_of(got, want, atol=ATOL, rtol=RTOL):
             return float("inf"), False
         if a.numel():
             e = max(e, (a - b).abs().max().item())
+        if tf32:
+            k = 2 if both else 1
+            atol, rtol = k * TF32_TOL * (b.abs().max().item() if b.numel() else 0.0), k * TF32_TOL
         ok = ok and torch.allclose(a, b, atol=atol, rtol=rtol)
     return e, ok
 
@@ -94,6 +105,8 @@ def check(libs, only=None, ref_only=False, models=MODELS):
                 # The Core ATen flavour's module keeps CPU constants: the export flavour is its reference.
                 eager = None if ref_only else load_eager(name, "pt2" if flavour == "core_pt2" else flavour, models)
                 with ptc_ctypes.PtcModel(str(lib)) as m, torch.inference_mode():
+                    tf32 = bool(m.manifest.get("flags", {}).get("tf32"))
+                    row["tf32"] = tf32
                     for case in expect["cases"]:
                         ins = [torch.from_numpy(np.load(models / f["file"])).cuda() for f in case["inputs"]]
                         refs = [torch.from_numpy(np.load(models / f["file"])) for f in case["outputs"]]
@@ -102,12 +115,16 @@ def check(libs, only=None, ref_only=False, models=MODELS):
                         e1, ok1 = 0.0, True
                         if eager is not None:
                             try:
-                                e1, ok1 = err_of(got, flat(eager(*ins)))
+                                want = flat(eager(*ins))
+                                # TF32 on both sides: each carries its own rounding, so twice the tolerance.
+                                e1, ok1 = err_of(got, want, tf32=tf32, both=tf32)
+                                if tf32:  # torch's own TF32 error against the exact record, for comparison
+                                    row["err_eager_ref"] = max(row.get("err_eager_ref", 0.0), err_of([w.cpu() for w in want], refs)[0])
                             except RuntimeError as exc:  # e.g. a CPU constant baked into the export
                                 row["eager_note"] = f"eager on the GPU failed ({str(exc)[:80]}); compared with the record only"
                                 eager = None
                         tol = expect.get("tolerance", {})
-                        e2, ok2 = err_of(got, refs, tol.get("atol", ATOL), tol.get("rtol", RTOL))
+                        e2, ok2 = err_of(got, refs, tol.get("atol", ATOL), tol.get("rtol", RTOL), tf32=tf32)
                         row["cases"] += 1
                         row["err_gpu"] = max(row["err_gpu"], e1)
                         row["err_ref"] = max(row["err_ref"], e2)
@@ -119,6 +136,7 @@ def check(libs, only=None, ref_only=False, models=MODELS):
     print("|---|---|---|---|---|---|")
     for r in rows:
         res = ("pass" if r["ok"] else f"FAIL {r['error'] or ''}") + (f" ({r['eager_note']})" if r.get("eager_note") else "")
+        res += " (--tf32 library: TF32 tolerance" + (f"; torch TF32 vs record {r['err_eager_ref']:.1e}" if "err_eager_ref" in r else "") + ")" if r.get("tf32") else ""
         print(f"| {r['model']} | {r['flavour']} | {r['cases']} | {r['err_gpu']:.1e} | {r['err_ref']:.1e} | {res} |")
     return rows
 
@@ -262,12 +280,14 @@ def main():
                     help="for each bench row, GPU time and the top N kernels of eager and of ptc")
     ap.add_argument("--models-dir", default=str(MODELS),
                     help="where NAME.expect.json and ref/ are (models/cache for the real models)")
+    ap.add_argument("--tf32", action="store_true",
+                    help="TF32 on in torch too (for libraries built with ptc compile --tf32)")
     ap.add_argument("--ref-only", action="store_true",
                     help="compare with the recorded outputs only (no eager run: for compute-sanitizer)")
     args = ap.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, TF32 {'on' if args.tf32 else 'off'}")
     global INDUCTOR_MODES, PROFILE_TOP
     PROFILE_TOP = args.gpu_profile
     if args.no_inductor:

@@ -20,6 +20,7 @@ loads an OpenMP runtime too) is loaded.
 Dependencies: ctypes + torch (numpy is not needed).
 """
 import ctypes
+import json
 import os
 from collections import namedtuple
 
@@ -159,6 +160,14 @@ class PtcModel:
                        for i in range(self._lib.ptc_num_inputs(self._m))]
         self.outputs = [self._info(self._lib.ptc_output_info, i)
                         for i in range(self._lib.ptc_num_outputs(self._m))]
+        # The manifest linked into the library (ptc version, flags, ...), as a dict.
+        fn = getattr(self._lib, "ptc_manifest", None)
+        if fn is not None:
+            fn.restype = ctypes.c_char_p
+            fn.argtypes = []
+            self.manifest = json.loads(fn().decode())
+        else:
+            self.manifest = {}
         self.symbols = []
         for i in range(self._lib.ptc_num_symbols(self._m)):
             name, lo, hi = ctypes.c_char_p(), ctypes.c_int64(), ctypes.c_int64()

@@ -111,6 +111,14 @@ TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missin
   auto g = test::run_ptc("compile -q --no-cache --device cuda --cuda-graphs " + test::fixture("small_cnn.pt2") + " -o " + dir + "/cuda_graphs_cnn.so");
   INFO(g.output);
   CHECK(g.exit_code == 0);
+  // --tf32: the library's context lets cuBLASLt and cuDNN use TF32, and its manifest says so.
+  const std::string tf32_dir = dir + "/cuda_tf32_src";
+  auto t = test::run_ptc("compile -q --no-cache --device cuda --tf32 --emit-dir " + tf32_dir + " " + test::fixture("small_cnn.pt2") +
+                         " -o " + dir + "/cuda_tf32_cnn.so");
+  INFO(t.output);
+  REQUIRE(t.exit_code == 0);
+  CHECK(test::read_file(tf32_dir + "/model.cu").find("model->pool, true};") != std::string::npos);
+  CHECK(test::run_ptc("inspect --json " + dir + "/cuda_tf32_cnn.so").output.find("\"tf32\": true") != std::string::npos);
   // A model without convolutions does not need cuDNN at all.
   auto m = test::run_ptc("compile -q --no-cache --device cuda --nvcc " + no_lib + " " + test::fixture("mlp.pt2") + " -o " + dir + "/cuda_mlp_no_cudnn.so");
   INFO(m.output);
@@ -125,4 +133,7 @@ TEST_CASE("CUDA builds: a bad nvcc path or --profile gets one clear error", "[cu
   auto p = test::run_ptc("compile -q --device cuda --profile " + test::fixture("mlp.pt2") + " -o " + so);
   CHECK(p.exit_code == 1);
   CHECK(p.output.find("--profile is not supported for --device cuda") != std::string::npos);
+  auto t = test::run_ptc("compile -q " + test::fixture("mlp.pt2") + " -o " + so + " --tf32");
+  CHECK(t.exit_code == 1);
+  CHECK(t.output.find("--tf32 needs --device cuda") != std::string::npos);
 }

@@ -61,25 +61,28 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
 // A training library (ptc compile --train; lib/runtime/cpu/ptc_train.h): the forward and backward
 // programs as parts "fwd" and "bwd" (generate_cpu, or generate_cuda when `cuda`), and a model.cpp
 // (model.cu) with the parameters' layout and the C ABI (runtime.h, training functions included).
-// `g` is the graph whose weights the blob holds. cuda_graphs: each part's runs replay CUDA
-// graphs as generate_cuda's do.
+// `g` is the graph whose weights the blob holds. `cuda_opts` as for generate_cuda (each part's
+// runs replay CUDA graphs as generate_cuda's do).
+struct CudaOptions {
+  bool graphs = false;  // runs replay a CUDA graph captured per (sizes, data pointers)
+  bool tf32 = false;    // cuBLASLt GEMMs and cuDNN convolutions may use TF32 tensor cores
+};
 struct TrainProgram {
   const loop::Program* program;
   const sched::Schedule* schedule;
 };
 LibrarySource generate_training(const TrainProgram& fwd, const TrainProgram& bwd, const TrainGraphs& t, const Graph& g,
-                                const WeightLayout& weights, bool cuda, bool cuda_graphs = false);
+                                const WeightLayout& weights, bool cuda, const CudaOptions& cuda_opts);
 // Lays out the named weights of `g` (storages shared by several names are stored once).
 WeightLayout layout_weight_names(const std::vector<std::string>& names, const Graph& g, bool external = false);
 
 // CUDA: model.cu (kernels, launchers, wrapper); the runtime's ptc_cuda_runtime.cu (cuBLASLt GEMM,
 // convolution) is the library's other translation unit. The schedule's extern epilogues must be
-// library ones (ScheduleOptions::extern_epilogues = Epilogues::Library). cuda_graphs: runs replay a CUDA graph
-// captured per (sizes, data pointers).
+// library ones (ScheduleOptions::extern_epilogues = Epilogues::Library).
 // `part` as for generate_cpu (a training library's forward or backward: namespace
 // ptc_part_<part>, the ABI as C++ functions, file <part>_model.cu).
 LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
-                            bool cuda_graphs = false, const std::string& part = "");
+                            const CudaOptions& cuda = {}, const std::string& part = "");
 
 // The typed C++ header written next to the library (model.so -> model.h): runtime.h's
 // declarations and a class `ptc_<name>::Model` with `Outputs run(named typed inputs)`.

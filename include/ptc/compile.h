@@ -29,6 +29,7 @@ struct CompileOptions {
   std::string dump_after;   // print the graph after this pass (or "all")
   std::string weights = "embedded";  // or "external": a side file, memory-mapped and checksummed
   bool cuda_graphs = false;  // cuda: capture each (sizes, data pointers) once, then replay
+  bool tf32 = false;         // cuda: GEMMs and convolutions may use TF32 tensor cores
   bool train = false;        // a training library: forward_train, backward, optimizer steps (ptc/autodiff.h)
   bool save_all = false;     // --train: save every activation the backward reads (no recomputation)
   LoadOptions load;

@@ -312,17 +312,17 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   if (cuda)  // nvcc links the CUDA runtime statically (libcudart_static) by default
     cmd += nvcc + " -shared -Xlinker -soname=" + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + object_list + " -lcublasLt" +
            (std::count(units.begin(), units.end(), "ptc_cuda_cudnn.cu") ? " -lcudnn" : "") + (weights.external ? " -ldl" : "");
-  else
-    cmd += opts.cxx + sanitize + " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + object_list + (weights.external ? " -ldl" : "");
   // The host compiler's default linker (GNU ld) takes about a second per 250 MB of embedded
   // weights; lld or gold link the same objects 3-6x faster. Where the faster one fails, the
   // default links.
   const std::string fast = cuda ? "" : fast_linker(opts.cxx);
+  const std::string cpu_link = " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) +
+                               object_list + (weights.external ? " -ldl" : "");
+  std::string fast_cmd = cmd + opts.cxx + sanitize + " " + fast + cpu_link;
+  if (!cuda) cmd += opts.cxx + sanitize + cpu_link;
   std::string output;
   int rc = 1;
   if (!fast.empty()) {
-    std::string fast_cmd = cmd;
-    fast_cmd.insert(fast_cmd.find(" -shared"), " " + fast);
     spdlog::debug("linking: {}", fast_cmd);
     rc = run_command(fast_cmd, output);
     if (rc != 0) spdlog::debug("{} failed; linking with the default linker:\n{}", fast, output.substr(0, 2000));

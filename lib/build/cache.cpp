@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "ptc/build.h"
 #include "ptc/hash.h"
@@ -188,12 +189,16 @@ const std::string& tool_identity(const std::string& command) {
 const std::string& host_cpu_identity() {
   static const std::string id = [] {
     std::ifstream f("/proc/cpuinfo");
-    std::string line, model, flags;
-    while (std::getline(f, line) && (model.empty() || flags.empty())) {
-      if (model.empty() && line.rfind("model name", 0) == 0) model = line;
-      if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
+    // x86: "model name" and "flags"; AArch64: "Features", "CPU implementer", "CPU part" (the
+    // first processor's lines: the machine's -march=native).
+    std::string line, id;
+    std::set<std::string> seen;
+    while (std::getline(f, line)) {
+      const std::string key = line.substr(0, line.find(':'));
+      for (const char* want : {"model name", "flags", "Features", "CPU implementer", "CPU part"})
+        if (key.rfind(want, 0) == 0 && seen.insert(want).second) id += line + "\n";
     }
-    return model + "\n" + flags;
+    return id;
   }();
   return id;
 }

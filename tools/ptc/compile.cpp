@@ -19,6 +19,10 @@ std::function<int()> add_compile(CLI::App& app) {
   cmd->add_flag("--cuda-graphs", opts->cuda_graphs,
                 "cuda: capture each run's launches in a CUDA graph per (input sizes, data pointers) and replay it (with --train: "
                 "the forward's and the backward's runs)");
+  cmd->add_flag("--tf32", opts->tf32,
+                "cuda: let cuBLASLt GEMMs and cuDNN convolutions use TF32 tensor cores (inputs rounded to a 10-bit mantissa, "
+                "fp32 accumulation), as torch with torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32; "
+                "results differ from exact fp32 by about 1e-3 relative (default: exact fp32)");
   cmd->add_flag("--train", opts->train,
                 "Build a training library (CPU or --device cuda): ptc_forward_train, ptc_backward (gradients of the "
                 "parameters and of inputs that require grad) and fused SGD/AdamW steps over parameters the library holds; "

@@ -1,5 +1,5 @@
 // ptc_cuda_rt.h — the compiled-once runtime of a generated CUDA library (ptc_cuda_runtime.cu):
-// fp32 GEMM through cuBLASLt (exact fp32, no TF32) with any-stride operands and batches, a
+// fp32 GEMM through cuBLASLt (exact fp32; TF32 with Ctx::tf32) with any-stride operands and batches, a
 // direct 2-D convolution, fused attention; and (ptc_cuda_cudnn.cu, linked only into libraries
 // with convolutions) 2-D convolutions and their gradients through cuDNN. Host functions; they
 // queue work on the given stream and return an error text (nullptr on success).
@@ -51,6 +51,9 @@ struct Ctx {
   size_t gemm_ws_bytes;
   ConvPlans* conv = nullptr;
   cudaMemPool_t pool = nullptr;
+  // ptc compile --tf32: GEMMs in CUBLAS_COMPUTE_32F_FAST_TF32 and convolutions with
+  // CUDNN_DEFAULT_MATH (TF32 tensor cores; fp32 storage and accumulation).
+  bool tf32 = false;
 };
 
 constexpr int kMaxBatchDims = 6;
@@ -92,7 +95,7 @@ struct Conv2d {
 const char* conv2d(const Conv2d& a, cudaStream_t stream);
 
 // A 2-D convolution or one of its gradients through cuDNN (legacy convolution API), exact fp32
-// (CUDNN_FMA_MATH: no TF32, as torch with allow_tf32 off). The algorithm is chosen on a shape's
+// (CUDNN_FMA_MATH: no TF32, as torch with allow_tf32 off; CUDNN_DEFAULT_MATH, which permits TF32, with Ctx::tf32). The algorithm is chosen on a shape's
 // first call: the fastest whose workspace fits kConvMaxWorkspace and half the free device
 // memory, timed by cuDNN on that call's buffers (as torch with cudnn.benchmark on), or cuDNN's
 // heuristic first while a CUDA graph is captured. An algorithm that needs more than the run's

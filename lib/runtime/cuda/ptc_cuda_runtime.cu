@@ -125,7 +125,7 @@ namespace {
 
 // Builds the descriptors and picks the algorithm for one layout; nullptr or an error text.
 const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa, int64_t M, int64_t N, int32_t batch, int64_t sa,
-                      int64_t sb, int64_t sc, size_t ws_bytes, cublasLtEpilogue_t epilogue, Plan& plan) {
+                      int64_t sb, int64_t sc, size_t ws_bytes, cublasLtEpilogue_t epilogue, bool tf32, Plan& plan) {
   const char* err = nullptr;
   auto check = [&](cublasStatus_t s, const char* what) {
     if (s != CUBLAS_STATUS_SUCCESS && !err) err = lt_error(what, s);
@@ -138,8 +138,9 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
       check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride), "batch stride");
     }
   };
-  // Exact fp32 (no TF32): CUBLAS_COMPUTE_32F.
-  if (check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate")) {
+  // Exact fp32 (CUBLAS_COMPUTE_32F) unless the library was compiled with --tf32.
+  if (check(cublasLtMatmulDescCreate(&plan.desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+            "cublasLtMatmulDescCreate")) {
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op, sizeof ob.op), "transa");
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &oa.op, sizeof oa.op), "transb");
     if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
@@ -268,7 +269,7 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     auto at = ctx.plans->plans.find(key_for(ep));
     if (at != ctx.plans->plans.end()) return at;
     Plan fresh;
-    *err = make_plan(ctx.lt, ob, oa, g.M, g.N, batch, sa, sb, sc, ctx.gemm_ws_bytes, ep, fresh);
+    *err = make_plan(ctx.lt, ob, oa, g.M, g.N, batch, sa, sb, sc, ctx.gemm_ws_bytes, ep, ctx.tf32, fresh);
     if (*err) {
       GemmPlans tmp;  // frees what was made
       tmp.plans[key_for(ep)] = fresh;
