@@ -101,7 +101,7 @@ TEST_CASE("conv2d as an implicit GEMM matches a direct reference", "[conv]") {
   }
 }
 
-TEST_CASE("depthwise convolutions (padded planes) match", "[conv]") {
+TEST_CASE("depthwise convolutions (register rows for 3x3 / 5x5, padded planes otherwise) match", "[conv]") {
   std::mt19937 rng(2);
   for (const Case& c : {Case{2, 16, 15, 14, 16, 3, 1, 1, 1, 16}, Case{1, 8, 21, 20, 8, 3, 2, 1, 1, 8},
                         Case{2, 4, 9, 9, 4, 5, 1, 2, 1, 4}, Case{1, 6, 10, 10, 12, 3, 1, 1, 1, 6},
@@ -111,7 +111,11 @@ TEST_CASE("depthwise convolutions (padded planes) match", "[conv]") {
                         Case{1, 4, 12, 9, 4, 3, 1, 0, 1, 4},    // no padding
                         Case{2, 3, 1, 1, 3, 3, 1, 1, 1, 3},     // 1x1 planes: only the centre tap
                         Case{1, 2, 6, 30, 2, 5, 3, 2, 1, 2},    // stride 3
-                        Case{1, 3, 9, 10, 3, 5, 2, 2, 1, 3},    // stride 2, 5x5 (conv2d_depthwise_s2<5>)
+                        Case{1, 3, 9, 10, 3, 5, 2, 2, 1, 3},    // stride 2, 5x5 (conv2d_depthwise_kxk<5, 2>)
+                        Case{2, 3, 14, 14, 3, 5, 1, 2, 1, 3},   // stride 1, 5x5 (conv2d_depthwise_kxk<5, 1>)
+                        Case{1, 2, 112, 112, 2, 3, 1, 1, 1, 2}, // stride 1, mobilenet_v2's first depthwise plane
+                        Case{1, 3, 10, 11, 3, 7, 1, 3, 1, 3},   // 7x7: padded planes
+                        Case{1, 2, 4, 3, 2, 5, 1, 2, 1, 2},     // stride 1, a plane narrower than the kernel
                         Case{1, 2, 11, 12, 2, 3, 2, 0, 1, 2},   // stride 2, no padding
                         Case{2, 2, 3, 3, 2, 5, 2, 2, 1, 2},     // stride 2, a plane narrower than the kernel: no interior
                         Case{1, 2, 112, 112, 2, 3, 2, 1, 1, 2}}) { // stride 2, mobilenet_v2's 112 planes

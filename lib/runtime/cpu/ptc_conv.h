@@ -188,9 +188,10 @@ inline void conv2d_direct(const Conv2dArgs& a) {
 // channel) plane is copied once into a zero-padded scratch plane, so that no tap needs a bounds
 // check, and every tap is one multiply-add pass over the flattened plane (output q = oh * Wp + ow
 // reads padded element q + kh * dh * Wp + kw * dw; the Wp - OW columns past each row are computed
-// and dropped): long contiguous runs that vectorize fully even for 7x7 planes. (Strided ones take
-// conv2d_depthwise_s2 or conv2d_direct: splitting the padded columns into stride phases cost more
-// than it saved.)
+// and dropped): long contiguous runs that vectorize fully even for 7x7 planes. For dilations and
+// kernels other than 3x3 / 5x5 (those take conv2d_depthwise_kxk). (Strided ones take
+// conv2d_depthwise_kxk or conv2d_direct: splitting the padded columns into stride phases cost
+// more than it saved.)
 inline void conv2d_depthwise(const Conv2dArgs& a) {
   const int64_t KH = a.KH, KW = a.KW, OH = a.OH, OW = a.OW;
   const int64_t Hp = std::max(a.H + 2 * a.ph, (OH - 1) + (KH - 1) * a.dh + 1);
@@ -233,15 +234,17 @@ inline void conv2d_depthwise(const Conv2dArgs& a) {
   }
 }
 
-// Depthwise convolution with stride 2 and a square K x K kernel (K = 3 or 5; no dilation, unit
-// input column stride): per output row, the interior columns (every tap in bounds) sum all K x K
-// taps in registers, one vector of outputs at a time (the stride-2 reads are loads + permutes),
-// and store once; the few edge columns sum their in-bounds taps one by one. Input rows above or
-// below the image read a row of zeros instead. (conv2d_direct makes a pass over the output row
-// per tap, loading and storing it K x K times: mobilenet_v2's 96@112 plane 0.33 -> 0.14 ms on 2
-// threads. Copying the plane padded first, or split into even and odd columns, measured slower.)
-template <int K>
-inline void conv2d_depthwise_s2(const Conv2dArgs& a) {
+// Depthwise convolution with stride S (1 or 2) and a square K x K kernel (K = 3 or 5; no
+// dilation, unit input column stride): per output row, the interior columns (every tap in bounds)
+// sum all K x K taps in registers, one vector of outputs at a time (stride-2 reads are loads +
+// permutes), and store once; the few edge columns sum their in-bounds taps one by one. Input rows
+// above or below the image read a row of zeros instead. (conv2d_direct makes a pass over the
+// output row per tap, loading and storing it K x K times: mobilenet_v2's 96@112 stride-2 plane
+// 0.33 -> 0.14 ms on 2 threads. Copying the plane padded first, or split into even and odd
+// columns, measured slower there; for stride 1 the padded copy (conv2d_depthwise) costs a plane
+// copy, a zero fill and per-row copies of the result, which dominate on 14x14 and 7x7 planes.)
+template <int K, int S>
+inline void conv2d_depthwise_kxk(const Conv2dArgs& a) {
   const int64_t OH = a.OH, OW = a.OW, W = a.W, pw = a.pw;
   int64_t L = 0, R = OW;  // interior columns [L, R)
   for (int64_t kw = 0; kw < K; ++kw) {
@@ -262,9 +265,9 @@ inline void conv2d_depthwise_s2(const Conv2dArgs& a) {
       const float b = a.bias ? a.bias[o * a.bias_stride] : 0.f;
       float* out = a.y + (n * a.O + o) * OH * OW;
       for (int64_t oh = 0; oh < OH; ++oh) {
-        const float* rows[K];  // input row 2 oh - ph + kh (zeros outside the image)
+        const float* rows[K];  // input row S oh - ph + kh (zeros outside the image)
         for (int kh = 0; kh < K; ++kh) {
-          const int64_t ih = oh * 2 - a.ph + kh;
+          const int64_t ih = oh * S - a.ph + kh;
           rows[kh] = ih >= 0 && ih < a.H ? x + ih * a.xs[2] : zeros.data();
         }
         float* orow = out + oh * OW;
@@ -272,7 +275,7 @@ inline void conv2d_depthwise_s2(const Conv2dArgs& a) {
           float acc = b;
           for (int kh = 0; kh < K; ++kh)
             for (int kw = 0; kw < K; ++kw) {
-              const int64_t iw = 2 * ow + kw - pw;
+              const int64_t iw = S * ow + kw - pw;
               if (iw >= 0 && iw < W) acc += w[kh][kw] * rows[kh][iw];
             }
           orow[ow] = acc;
@@ -284,13 +287,22 @@ inline void conv2d_depthwise_s2(const Conv2dArgs& a) {
 #pragma GCC unroll 5
           for (int kh = 0; kh < K; ++kh)
 #pragma GCC unroll 5
-            for (int kw = 0; kw < K; ++kw) acc += w[kh][kw] * rows[kh][2 * ow + kw - pw];
+            for (int kw = 0; kw < K; ++kw) acc += w[kh][kw] * rows[kh][S * ow + kw - pw];
           orow[ow] = acc;
         }
         for (int64_t ow = R; ow < OW; ++ow) edge(ow);
       }
       if (a.ep.fn) a.ep.fn(a.ep.obj, out, n, o, 0, OH * OW);
     }
+}
+
+// A depthwise convolution (one input and one output channel per group; any weight strides).
+inline void conv2d_depthwise_any(const Conv2dArgs& a) {
+  const bool kxk = a.dh == 1 && a.dw == 1 && a.xs[3] == 1 && a.KH == a.KW && (a.KH == 3 || a.KH == 5);
+  if (kxk && a.sh == 1 && a.sw == 1) return a.KH == 3 ? conv2d_depthwise_kxk<3, 1>(a) : conv2d_depthwise_kxk<5, 1>(a);
+  if (kxk && a.sh == 2 && a.sw == 2) return a.KH == 3 ? conv2d_depthwise_kxk<3, 2>(a) : conv2d_depthwise_kxk<5, 2>(a);
+  if (a.sh == 1 && a.sw == 1) return conv2d_depthwise(a);
+  return conv2d_direct(a);
 }
 
 // The weight gradient of a convolution: dw[o, ci, kh, kw] = sum over images and positions of
@@ -386,12 +398,7 @@ inline int64_t conv_weight_k_stride(const Conv2dArgs& a) {
 // flatten to one stride (conv_weight_k_stride).
 inline void conv2d(const Conv2dArgs& a) {
   const int64_t Cg = a.C / a.groups, Og = a.O / a.groups;
-  if (Cg == 1 && Og == 1) {
-    if (a.sh == 1 && a.sw == 1) return conv2d_depthwise(a);
-    if (a.sh == 2 && a.sw == 2 && a.dh == 1 && a.dw == 1 && a.xs[3] == 1 && a.KH == a.KW && (a.KH == 3 || a.KH == 5))
-      return a.KH == 3 ? conv2d_depthwise_s2<3>(a) : conv2d_depthwise_s2<5>(a);
-    return conv2d_direct(a);
-  }
+  if (Cg == 1 && Og == 1) return conv2d_depthwise_any(a);
   const int64_t K = Cg * a.KH * a.KW, P = a.OH * a.OW;
   const bool pointwise = a.KH == 1 && a.KW == 1 && a.sh == 1 && a.sw == 1 && a.ph == 0 && a.pw == 0 &&
                          a.xs[3] == 1 && a.xs[2] == a.W;

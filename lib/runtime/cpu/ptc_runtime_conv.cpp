@@ -8,8 +8,8 @@ namespace ptc_rt {
 
 void conv2d_call(const Conv2dArgs& a) {
   if (winograd_detail::applies(a) && conv2d_winograd(a, static_cast<const float*>(a.prepared))) return;
-  if (a.C == a.groups && a.O == a.groups && a.sh == 1 && a.sw == 1)
-    conv2d_depthwise(a);  // any weight strides
+  if (a.C == a.groups && a.O == a.groups)
+    conv2d_depthwise_any(a);  // any weight strides
   else if (conv_weight_k_stride(a) >= 0)
     conv2d(a);
   else
