@@ -1,12 +1,12 @@
 // CPU kernel printer: one loop nest per loop-IR computation, OpenMP over the outer loop, element
 // expressions printed with common subexpressions hoisted into locals. (The scheduler that fuses
 // computations into fewer kernels and tiles/vectorizes them explicitly builds on this printer.)
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -469,6 +469,14 @@ std::string index_list(const std::vector<sym::Expr>& v) {
   return s;
 }
 
+// Whether C++ text names the identifier `word` (not as part of a longer identifier).
+bool mentions_word(const std::string& text, const std::string& word) {
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1))
+    if ((at == 0 || !ident(text[at - 1])) && (at + word.size() == text.size() || !ident(text[at + word.size()]))) return true;
+  return false;
+}
+
 // Conv2dArgs' stride, padding, dilation and groups (the extern's params).
 void emit_conv_params(std::ostream& os, const Computation& c, const std::string& indent) {
   const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
@@ -550,8 +558,7 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
       ExprPrinter fp(flat, in + "  ");
       fp.override_load(c.out, "cp[q]");
       const std::string fv = fp.print(ep->body);
-      static const std::regex position(R"(\bx[23]\b)");
-      if (!std::regex_search(flat.str() + fv, position)) {
+      if (!mentions_word(flat.str() + fv, "x2") && !mentions_word(flat.str() + fv, "x3")) {
         os << in << "#pragma omp simd\n" << in << "for (int64_t q = 0; q < ncols; ++q) {\n" << flat.str() << in << "  cp[q] = " << fv
            << ";\n" << in << "}\n" << indent << "  };\n" << indent << "  a.ep = ptc_rt::epilogue_ref(epilogue);\n";
         os << indent << "  ptc_rt::conv2d_call(a);\n" << indent << "}\n";
