@@ -65,7 +65,9 @@ bad_project "ptc_add_model(m MODEL /no/such.pt2)" "the model /no/such.pt2 does n
 bad_project "ptc_add_model(m MODEL $work/model.pt2 DEVICE tpu)" "DEVICE tpu: expected cpu or cuda"
 bad_project "ptc_add_model(m MODEL $work/model.pt2 FOO)" "unknown arguments FOO"
 bad_project "ptc_add_model(m MODEL $work/model.pt2 OPTIONS --weights external)" "pass --weights through its own argument"
-if ! "$work/prefix/bin/ptc" compile --help | grep -q -- "--train"; then
+# (the help text is read whole first: with pipefail, grep -q leaving early would fail the pipe)
+ptc_help=$("$work/prefix/bin/ptc" compile --help)
+if ! grep -q -- "--train" <<< "$ptc_help"; then
   bad_project "ptc_add_model(m MODEL $work/model.pt2 TRAIN)" "TRAIN needs a ptc that compiles training libraries"
 fi
 

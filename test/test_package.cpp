@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "ptc/hash.h"
 #include "ptc/manifest.h"
@@ -164,6 +165,19 @@ TEST_CASE("packages: --package writes a folder or a .tar.gz with the library, he
   auto missing = test::run_ptc("compile " + test::fixture("mlp.pt2") + " -o /nonexistent-folder/x.so");
   CHECK(missing.exit_code == 1);
   CHECK(missing.output.find("-o /nonexistent-folder/x.so: the folder /nonexistent-folder does not exist") != std::string::npos);
+}
+
+TEST_CASE("an embedded-weights compile writes the library and its header, nothing else", "[package]") {
+  // (A staged copy of the weights as a side file was once left next to every library.)
+  const std::string dir = test::temp_dir() + "/only_outputs";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto r = test::run_ptc("compile -q --no-cache " + test::fixture("mlp.pt2") + " -o " + dir + "/m.so");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  CHECK(names == std::set<std::string>{"m.so", "m.h"});
 }
 
 TEST_CASE("the compile cache: a second identical compile is a hit with the same bytes; any change is a miss", "[package][cache]") {

@@ -177,7 +177,7 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
     write(dir / "weights.S",
           "  .section .rodata\n  .balign 64\n  .globl ptc_model_weights\n  .hidden ptc_model_weights\n  .type ptc_model_weights, @object\n"
           "ptc_model_weights:\n  .incbin \"weights.bin\"\n  .byte 0\n  .section .note.GNU-stack,\"\",@progbits\n");
-  } else {
+  } else if (weights.external) {
     weights_file = external_weights_path(out_path);
     std::string tmp = weights_file + ".tmp" + std::to_string(getpid());
     errno = 0;
