@@ -174,10 +174,30 @@ def _randn(gen, *shape):
 # A fixture spec: build() -> model; cases: list of tuples of input tensors (case 0 is the example
 # used for export and trace); dynamic: dynamic_shapes for torch.export (None = static).
 class Spec:
+    """dtype: a float16 / bfloat16 fixture is the model and its float inputs converted to that
+    dtype (parameters, buffers and inputs); its reference is eager in that dtype."""
+
     def __init__(self, name, build, make_cases, dynamic=None, tol=(1e-4, 1e-4), desc="",
-                 trace=True):
+                 trace=True, dtype=None):
         self.name, self.build, self.make_cases = name, build, make_cases
         self.dynamic, self.tol, self.desc, self.trace = dynamic, tol, desc, trace
+        self.dtype = dtype
+
+
+HALF_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+HALF_SUFFIX = {torch.float16: "f16", torch.bfloat16: "bf16"}
+# Fixture tolerances against eager in the same dtype: about two units in the last place of each
+# format (bfloat16 has 8 significant bits, float16 11); ptc computes in float32 between loads and
+# stores, eager rounds after every op.
+HALF_TOL = {torch.float16: (2e-3, 2e-3), torch.bfloat16: (2e-2, 2e-2)}
+
+
+def in_dtype(spec, dtype):
+    """`spec` with the model and its float inputs in `dtype` (named NAME_f16 / NAME_bf16)."""
+    def cases(gen):
+        return [tuple(t.to(dtype) if t.is_floating_point() else t for t in c) for c in spec.make_cases(gen)]
+    return Spec(f"{spec.name}_{HALF_SUFFIX[dtype]}", spec.build, cases, dynamic=spec.dynamic, tol=HALF_TOL[dtype],
+                desc=f"{spec.desc} (in {str(dtype).replace('torch.', '')})", trace=spec.trace, dtype=dtype)
 
 
 def _small_cnn():
@@ -219,6 +239,12 @@ SMALL = collections.OrderedDict(
              desc="tiny_tfm with dynamic batch [1, 64] and sequence length [2, 512]"),
     ]
 )
+
+
+# Half-precision fixtures: the same models with float16 / bfloat16 parameters and inputs.
+for _base, _dt in (("mlp_dyn", torch.bfloat16), ("small_cnn", torch.float16), ("tfm_dyn", torch.bfloat16)):
+    _s = in_dtype(SMALL[_base], _dt)
+    SMALL[_s.name] = _s
 
 
 # --------------------------------------------------------------------------------------------
@@ -595,9 +621,16 @@ def to_json(v, indent=0):
 
 
 def save_npy(path, t):
+    """float16 / bfloat16 tensors are stored as float32 (exactly: NumPy has no bfloat16)."""
+    if t.dtype in HALF_SUFFIX:
+        t = t.float()
     a = t.detach().cpu().contiguous().numpy()
     a = np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<")))
     np.save(path, a, allow_pickle=False)
+
+
+def _npy_dtype(t):
+    return {"npy_dtype": "float32"} if t.dtype in HALF_SUFFIX else {}
 
 
 def as_tuple(out):
@@ -619,6 +652,11 @@ def export_one(spec, out_dir, core=True, ts=True):
     model = spec.build().eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    model32 = None
+    if spec.dtype is not None:  # the float32 computation of the same (rounded) weights: ref32
+        model = model.to(spec.dtype)
+        import copy
+        model32 = copy.deepcopy(model).float()
     cases = spec.make_cases(torch.Generator().manual_seed(SEED))
     example = cases[0]
     notes = []
@@ -633,13 +671,20 @@ def export_one(spec, out_dir, core=True, ts=True):
                 fn = f"ref/{name}.case{ci}.in{j}.npy"
                 save_npy(os.path.join(out_dir, fn), t)
                 entry["inputs"].append({"file": fn, "dtype": dtype_name(t.dtype),
-                                        "shape": list(t.shape)})
+                                        "shape": list(t.shape), **_npy_dtype(t)})
             for j, t in enumerate(outs):
                 fn = f"ref/{name}.case{ci}.out{j}.npy"
                 save_npy(os.path.join(out_dir, fn), t)
                 entry["outputs"].append({"file": fn, "dtype": dtype_name(t.dtype),
                                          "shape": list(t.shape),
-                                         "abs_max": float(t.abs().max())})
+                                         "abs_max": float(t.abs().max()), **_npy_dtype(t)})
+            if model32 is not None:
+                outs32 = as_tuple(model32(*[t.float() if t.is_floating_point() else t for t in ins]))
+                entry["ref32"] = []
+                for j, t in enumerate(outs32):
+                    fn = f"ref/{name}.case{ci}.ref32_{j}.npy"
+                    save_npy(os.path.join(out_dir, fn), t)
+                    entry["ref32"].append({"file": fn, "dtype": dtype_name(t.dtype), "shape": list(t.shape)})
             case_entries.append(entry)
 
     # ---- torch.export (dynamic if requested; fall back to static for real models)
@@ -727,6 +772,14 @@ def export_one(spec, out_dir, core=True, ts=True):
     if name in REAL:  # deep nets: scale atol with the output magnitude
         out_max = max(o["abs_max"] for c in case_entries for o in c["outputs"])
         atol = float(f"{max(atol, 1e-4 * out_max):.2g}")
+    elif spec.dtype is not None and name not in SMALL:
+        # A real model in half precision: the flavours' eager runs round differently (a
+        # decomposed op rounds after each of its parts), so the record's own check allows four
+        # epsilons of the format, relative and of the output's magnitude. scripts/suite.py judges
+        # ptc against the float32 computation (ref32) instead.
+        out_max = max(o["abs_max"] for c in case_entries for o in c["outputs"])
+        eps = torch.finfo(spec.dtype).eps
+        atol, rtol = float(f"{4 * eps * max(1.0, out_max):.2g}"), float(f"{4 * eps:.2g}")
     expect = {
         "expect_version": EXPECT_VERSION,
         "name": name,
@@ -748,6 +801,10 @@ def export_one(spec, out_dir, core=True, ts=True):
 # --------------------------------------------------------------------------------------------
 # Verification of what is on disk
 # --------------------------------------------------------------------------------------------
+def _as_recorded(t):
+    return (t.float() if t.dtype in HALF_SUFFIX else t).numpy()
+
+
 def _close(a, b, tol):
     return np.allclose(a, b, atol=tol["atol"], rtol=tol["rtol"])
 
@@ -756,7 +813,9 @@ def verify_one(name, out_dir):
     with open(os.path.join(out_dir, f"{name}.expect.json")) as f:
         ex = json.load(f)
     tol = ex["tolerance"]
-    cases = [([np.load(os.path.join(out_dir, i["file"])) for i in c["inputs"]],
+    def tensor(e):  # a recorded array as a tensor of its recorded dtype
+        return torch.from_numpy(np.load(os.path.join(out_dir, e["file"]))).to(getattr(torch, e["dtype"]))
+    cases = [([tensor(i) for i in c["inputs"]],
               [np.load(os.path.join(out_dir, o["file"])) for o in c["outputs"]])
              for c in ex["cases"]]
     problems = []
@@ -773,11 +832,12 @@ def verify_one(name, out_dir):
         mod = ep.module()
         for ci, (ins, outs) in enumerate(cases):
             with torch.no_grad():
-                got = as_tuple(mod(*[torch.from_numpy(a) for a in ins]))
+                got = as_tuple(mod(*ins))
             for j, (g, r) in enumerate(zip(got, outs)):
-                if not _close(g.numpy(), r, tol):
+                g = _as_recorded(g)
+                if not _close(g, r, tol):
                     problems.append(f"{flav} case{ci} out{j}: max abs diff "
-                                    f"{np.abs(g.numpy() - r).max()}")
+                                    f"{np.abs(g - r).max()}")
     if "torchscript" in ex["flavours"]:
         path = os.path.join(out_dir, ex["flavours"]["torchscript"]["file"])
         extra = {"ptc_inputs.json": ""}
@@ -787,18 +847,19 @@ def verify_one(name, out_dir):
             problems.append("torchscript: ptc_inputs.json differs from expect.json")
         for ci, (ins, outs) in enumerate(cases):
             with torch.no_grad():
-                got = as_tuple(m(*[torch.from_numpy(a) for a in ins]))
+                got = as_tuple(m(*ins))
             for j, (g, r) in enumerate(zip(got, outs)):
-                if not _close(g.numpy(), r, tol):
+                g = _as_recorded(g)
+                if not _close(g, r, tol):
                     problems.append(f"torchscript case{ci} out{j}: max abs diff "
-                                    f"{np.abs(g.numpy() - r).max()}")
+                                    f"{np.abs(g - r).max()}")
         d = describe_ts(path)
         if d["node_kinds"] != ex["flavours"]["torchscript"]["node_kinds"]:
             problems.append("torchscript: node kinds differ on reload")
     for c in ex["cases"]:
         for e in c["inputs"] + c["outputs"]:
             a = np.load(os.path.join(out_dir, e["file"]))
-            if list(a.shape) != e["shape"] or a.dtype.name != e["dtype"] or \
+            if list(a.shape) != e["shape"] or a.dtype.name != e.get("npy_dtype", e["dtype"]) or \
                     not a.flags.c_contiguous or a.dtype.byteorder == ">":
                 problems.append(f"{e['file']}: shape/dtype/layout mismatch")
     status = "OK" if not problems else "FAILED"
@@ -832,6 +893,10 @@ def main(argv=None):
     ap.add_argument("--verify-only", action="store_true",
                     help="only check the fixtures already on disk (small ones, or --real names)")
     ap.add_argument("--out", help="output folder (default models/ or models/cache/)")
+    ap.add_argument("--dtype", choices=["float32"] + list(HALF_DTYPES), default="float32",
+                    help="with --real: the model and its float inputs in this dtype, written as NAME_f16 / "
+                         "NAME_bf16 (reference: eager in that dtype, and the float32 computation of the same "
+                         "weights as ref32)")
     ap.add_argument("--in-process", action="store_true",
                     help="export several fixtures in this process (default: one child each)")
     args = ap.parse_args(argv)
@@ -847,6 +912,12 @@ def main(argv=None):
 
     real = bool(args.real)
     table = REAL if real else SMALL
+    if real and args.dtype != "float32":
+        dt = HALF_DTYPES[args.dtype]
+        base = list(REAL) if args.real == ["all"] else args.real
+        table = collections.OrderedDict((n, in_dtype(REAL[n], dt)) for n in base if n in REAL)
+        args.real = [n for n in base if n not in REAL] + [table[n].name for n in table]
+        table = collections.OrderedDict((s.name, s) for s in table.values())
     out_dir = args.out or (CACHE_DIR if real else MODELS_DIR)
     names = (list(REAL) if args.real == ["all"] else args.real) if real else \
         (args.only or list(SMALL))
@@ -864,6 +935,9 @@ def main(argv=None):
         for name in names:
             cmd = [sys.executable, os.path.abspath(__file__), "--in-process", "--out", out_dir,
                    "--real" if real else "--only", name]
+            if real and args.dtype != "float32":
+                # the child gets the base name back (it applies --dtype itself)
+                cmd = cmd[:-1] + [name[: -len("_" + HALF_SUFFIX[HALF_DTYPES[args.dtype]])], "--dtype", args.dtype]
             cmd += [f for f, on in (("--core", args.core), ("--no-trace", args.no_trace),
                                     ("--no-verify", args.no_verify),
                                     ("--verify-only", args.verify_only)) if on]

@@ -25,11 +25,11 @@ elu leaky_relu softplus erf exp log log1p sqrt rsqrt abs neg reciprocal sin cos 
 softmax.int _softmax log_softmax.int _log_softmax
 dropout dropout_ native_dropout
 add.Tensor add.Scalar sub.Tensor sub.Scalar rsub.Scalar mul.Tensor mul.Scalar div.Tensor div.Scalar div.Tensor_mode
-pow.Tensor_Scalar pow.Tensor_Tensor maximum minimum min.other max.other clamp clamp_min diff
+pow.Tensor_Scalar pow.Tensor_Tensor maximum minimum min.other max.other clamp clamp.Tensor clamp_min diff
 eq.Tensor eq.Scalar ne.Scalar lt.Scalar gt.Scalar le.Scalar ge.Scalar lt.Tensor gt.Tensor le.Tensor ge.Tensor ne.Tensor
 logical_not logical_and logical_or bitwise_not bitwise_and.Tensor __and__.Tensor isnan isinf any.dim any.dims any all.dim
 floor_divide remainder.Scalar fmod.Scalar tril triu
-where.self where.ScalarSelf where.ScalarOther masked_fill.Scalar masked_fill.Tensor masked_fill_.Scalar masked_fill_.Tensor
+where.self where.ScalarSelf where.ScalarOther where.Scalar masked_fill.Scalar masked_fill.Tensor masked_fill_.Scalar masked_fill_.Tensor
 mean mean.dim sum.dim_IntList sum amax amin max.dim argmax var.correction var_mean.correction cumsum topk
 scaled_dot_product_attention _scaled_dot_product_flash_attention_for_cpu _native_multi_head_attention
 view reshape _unsafe_view as_strided permute transpose.int expand expand_as contiguous clone alias

@@ -27,7 +27,8 @@ std::string shell(const std::string& cmd) {
 }  // namespace
 
 TEST_CASE("every fixture compiles for CUDA, and the library exports the C ABI and links no libtorch or libcudart.so", "[cuda]") {
-  std::vector<std::string> models{"mlp.pt2", "mlp.core.pt2", "mlp_dyn.pt2", "small_cnn.pt2", "tiny_tfm.pt2", "tiny_tfm.core.pt2", "tfm_dyn.pt2"};
+  std::vector<std::string> models{"mlp.pt2",     "mlp.core.pt2",      "mlp_dyn.pt2",       "small_cnn.pt2",     "tiny_tfm.pt2",
+                                  "tiny_tfm.core.pt2", "tfm_dyn.pt2", "mlp_dyn_bf16.pt2", "small_cnn_f16.pt2", "tfm_dyn_bf16.pt2"};
 #ifdef PTC_TEST_TORCHSCRIPT
   models.push_back("small_cnn.pt");
 #endif
@@ -118,7 +119,15 @@ TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missin
   INFO(t.output);
   REQUIRE(t.exit_code == 0);
   CHECK(test::read_file(tf32_dir + "/model.cu").find("model->pool, true};") != std::string::npos);
-  CHECK(test::run_ptc("inspect --json " + dir + "/cuda_tf32_cnn.so").output.find("\"tf32\": true") != std::string::npos);
+  const std::string tf32_manifest = test::run_ptc("inspect --json " + dir + "/cuda_tf32_cnn.so").output;
+  CHECK(tf32_manifest.find("\"tf32\": true") != std::string::npos);
+  // ... and lays its (ungrouped) convolutions out NHWC, unless told not to
+  CHECK(tf32_manifest.find("\"channels_last\": true") != std::string::npos);
+  auto nc = test::run_ptc("compile -q --no-cache --device cuda --tf32 --no-channels-last " + test::fixture("small_cnn.pt2") + " -o " + dir +
+                          "/cuda_tf32_nchw.so");
+  INFO(nc.output);
+  REQUIRE(nc.exit_code == 0);
+  CHECK(test::run_ptc("inspect --json " + dir + "/cuda_tf32_nchw.so").output.find("\"channels_last\": false") != std::string::npos);
   // A model without convolutions does not need cuDNN at all.
   auto m = test::run_ptc("compile -q --no-cache --device cuda --nvcc " + no_lib + " " + test::fixture("mlp.pt2") + " -o " + dir + "/cuda_mlp_no_cudnn.so");
   INFO(m.output);
@@ -136,4 +145,23 @@ TEST_CASE("CUDA builds: a bad nvcc path or --profile gets one clear error", "[cu
   auto t = test::run_ptc("compile -q " + test::fixture("mlp.pt2") + " -o " + so + " --tf32");
   CHECK(t.exit_code == 1);
   CHECK(t.output.find("--tf32 needs --device cuda") != std::string::npos);
+  auto c = test::run_ptc("compile -q " + test::fixture("small_cnn.pt2") + " -o " + so + " --channels-last");
+  CHECK(c.exit_code == 1);
+  CHECK(c.output.find("--channels-last needs --device cuda") != std::string::npos);
+  auto ct = test::run_ptc("compile -q --device cuda --train --channels-last " + test::fixture("small_cnn.pt2") + " -o " + so);
+  CHECK(ct.exit_code == 1);
+  CHECK(ct.output.find("--channels-last is for inference libraries so far") != std::string::npos);
+}
+
+TEST_CASE("CUDA --channels-last: NHWC convolutions with KRSC filters compile, and the manifest says so", "[cuda]") {
+  const std::string dir = test::temp_dir(), src = dir + "/cuda_cl_src", so = dir + "/cuda_cl_cnn.so";
+  auto r = test::run_ptc("compile -q --no-cache --device cuda --channels-last --emit-dir " + src + " " + test::fixture("small_cnn.pt2") + " -o " + so);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::string kernels = test::read_file(src + "/model.cu");
+  // both convolutions: a KRSC filter and NHWC output strides ([N, O, OH, OW] as [N, OH, OW, O])
+  size_t n = 0;
+  for (size_t at = kernels.find("a.w_nhwc = 1;"); at != std::string::npos; at = kernels.find("a.w_nhwc = 1;", at + 1)) ++n;
+  CHECK(n == 2);
+  CHECK(test::run_ptc("inspect --json " + so).output.find("\"channels_last\": true") != std::string::npos);
 }

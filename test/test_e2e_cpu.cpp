@@ -63,8 +63,31 @@ std::string compile(const std::string& file) {
   return out;
 }
 
-ptc_tensor as_tensor(NpyArray& a) {
-  return ptc_tensor{a.data.data(), a.dtype == DType::Float32 ? PTC_FLOAT32 : PTC_INT64, static_cast<int32_t>(a.shape.size()), a.shape.data()};
+int code_of(DType t) {
+  switch (t) {
+    case DType::Float32: return PTC_FLOAT32;
+    case DType::Float16: return PTC_FLOAT16;
+    case DType::BFloat16: return PTC_BFLOAT16;
+    case DType::Int64: return PTC_INT64;
+    default: FAIL("no test dtype code for " << dtype_name(t)); return 0;
+  }
+}
+
+ptc_tensor as_tensor(NpyArray& a) { return ptc_tensor{a.data.data(), code_of(a.dtype), static_cast<int32_t>(a.shape.size()), a.shape.data()}; }
+
+// A recorded array in its recorded dtype: float16 / bfloat16 arrays are stored as float32 .npy
+// files (exact), and converted here.
+NpyArray read_recorded(const json& entry) {
+  NpyArray a = read_npy(test::fixture(entry["file"].get<std::string>()));
+  DType want = *dtype_from_name(entry["dtype"].get<std::string>());
+  if (want == a.dtype) return a;
+  REQUIRE(a.dtype == DType::Float32);
+  const size_t n = a.data.size() / 4;
+  std::vector<std::byte> bytes(n * dtype_size(want));
+  for (size_t i = 0; i < n; ++i) write_element(bytes.data() + i * dtype_size(want), want, read_element(a.data.data() + i * 4, DType::Float32));
+  a.data = std::move(bytes);
+  a.dtype = want;
+  return a;
 }
 
 // Runs every case of `name`'s record through the library; returns the worst error beyond rtol.
@@ -73,30 +96,34 @@ void check_cases(Lib& lib, const std::string& name) {
   double atol = expect["tolerance"]["atol"].get<double>(), rtol = expect["tolerance"]["rtol"].get<double>();
   for (const auto& c : expect["cases"]) {
     std::vector<NpyArray> ins;
-    for (const auto& f : c["inputs"]) ins.push_back(read_npy(test::fixture(f["file"].get<std::string>())));
+    for (const auto& f : c["inputs"]) ins.push_back(read_recorded(f));
     std::vector<ptc_tensor> tin;
     for (auto& a : ins) tin.push_back(as_tensor(a));
     size_t n_out = c["outputs"].size();
     REQUIRE(lib.num_outputs(lib.m) == static_cast<int>(n_out));
     std::vector<NpyArray> refs;
     std::vector<std::vector<int64_t>> shapes(n_out);
-    std::vector<std::vector<float>> outs(n_out);
+    std::vector<std::vector<std::byte>> outs(n_out);
     std::vector<ptc_tensor> tout;
     for (size_t i = 0; i < n_out; ++i) {
-      refs.push_back(read_npy(test::fixture(c["outputs"][i]["file"].get<std::string>())));
+      refs.push_back(read_recorded(c["outputs"][i]));
       shapes[i].resize(refs[i].shape.size());
       REQUIRE(lib.output_shape(lib.m, static_cast<int>(tin.size()), tin.data(), static_cast<int>(i), shapes[i].data()) == PTC_OK);
       CHECK(shapes[i] == refs[i].shape);
-      outs[i].resize(refs[i].data.size() / 4);
-      tout.push_back(ptc_tensor{outs[i].data(), PTC_FLOAT32, static_cast<int32_t>(shapes[i].size()), shapes[i].data()});
+      outs[i].resize(refs[i].data.size());
+      tout.push_back(ptc_tensor{outs[i].data(), code_of(refs[i].dtype), static_cast<int32_t>(shapes[i].size()), shapes[i].data()});
     }
     INFO(name << " inputs " << c["inputs"].dump());
     REQUIRE(lib.run(lib.m, static_cast<int>(tin.size()), tin.data(), static_cast<int>(n_out), tout.data()) == PTC_OK);
     for (size_t i = 0; i < n_out; ++i) {
-      std::vector<float> want(outs[i].size());
-      std::memcpy(want.data(), refs[i].data.data(), want.size() * 4);
+      const DType dt = refs[i].dtype;
+      const size_t item = dtype_size(dt), n = outs[i].size() / item;
+      const std::byte* want = refs[i].data.data();
       double worst = 0;
-      for (size_t j = 0; j < want.size(); ++j) worst = std::max(worst, std::fabs(outs[i][j] - want[j]) - rtol * std::fabs(want[j]));
+      for (size_t j = 0; j < n; ++j) {
+        double got = read_element(outs[i].data() + j * item, dt), w = read_element(want + j * item, dt);
+        worst = std::max(worst, std::fabs(got - w) - rtol * std::fabs(w));
+      }
       CHECK(worst <= atol);
     }
   }
@@ -112,6 +139,48 @@ TEST_CASE("compiled fixtures match PyTorch eager (fp32, atol/rtol from each reco
       Lib lib(compile(file));
       check_cases(lib, name);
     }
+}
+
+TEST_CASE("float16 / bfloat16 fixtures match PyTorch eager in their dtype (atol/rtol from each record)", "[e2e][half]") {
+  // Half-precision storage, float32 compute: GEMMs, convolutions and attention read float32
+  // copies of their weights (made at compile time) and round their results once.
+  std::vector<std::string> files;
+  for (const char* name : {"mlp_dyn_bf16", "small_cnn_f16", "tfm_dyn_bf16"}) {
+    for (const char* suffix : {".pt2", ".core.pt2"}) {
+      std::string file = std::string(name) + suffix;
+      INFO(file);
+      Lib lib(compile(file));
+      check_cases(lib, name);
+    }
+#ifdef PTC_TEST_TORCHSCRIPT
+    INFO(name << ".pt");
+    Lib lib(compile(std::string(name) + ".pt"));
+    check_cases(lib, name);
+#endif
+  }
+}
+
+TEST_CASE("ptc run reads float32 .npy files for bfloat16 inputs and writes bfloat16 outputs as float32", "[e2e][half]") {
+  json expect = json::parse(test::read_file(test::fixture("mlp_dyn_bf16.expect.json")));
+  const json& c = expect["cases"][0];
+  std::string so = compile("mlp_dyn_bf16.pt2"), outdir = test::temp_dir() + "/run_bf16";
+  auto r = test::run_ptc("run " + so + " --inputs " + test::fixture(c["inputs"][0]["file"].get<std::string>()) + " --outputs " + outdir);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  NpyArray got = read_npy(outdir + "/out0.npy"), want = read_npy(test::fixture(c["outputs"][0]["file"].get<std::string>()));
+  REQUIRE(got.dtype == DType::Float32);
+  REQUIRE(got.shape == want.shape);
+  const double atol = expect["tolerance"]["atol"].get<double>(), rtol = expect["tolerance"]["rtol"].get<double>();
+  double worst = 0;
+  for (size_t j = 0; j < got.data.size() / 4; ++j) {
+    double g = read_element(got.data.data() + j * 4, DType::Float32), w = read_element(want.data.data() + j * 4, DType::Float32);
+    worst = std::max(worst, std::fabs(g - w) - rtol * std::fabs(w));
+    // every output element is a bfloat16 value
+    std::byte b16[2];
+    write_element(b16, DType::BFloat16, g);
+    CHECK(read_element(b16, DType::BFloat16) == g);
+  }
+  CHECK(worst <= atol);
 }
 
 #ifdef PTC_TEST_TORCHSCRIPT

@@ -10,6 +10,7 @@
 #include "ptc/error.h"
 #include "ptc/frontend.h"
 #include "ptc/lower.h"
+#include "ptc/passes.h"
 #include "ptc/npy.h"
 #include "test_util.h"
 
@@ -79,10 +80,10 @@ std::map<std::string, int64_t> bind_symbols(const Graph& g, const std::vector<Np
 }  // namespace
 
 // Runs every recorded case of fixture `name` through lowering + the interpreter.
-void check_fixture_by_interpreter(const Graph& g, const std::string& name) {
+void check_fixture_by_interpreter(const Graph& g, const std::string& name, const LowerOptions& opts) {
   json expect = json::parse(test::read_file(test::fixture(name + ".expect.json")));
   double atol = expect["tolerance"]["atol"].get<double>(), rtol = expect["tolerance"]["rtol"].get<double>();
-  loop::Program prog = lower_to_loops(g);
+  loop::Program prog = lower_to_loops(g, opts);
   INFO(loop::print_program(prog));
   for (const auto& c : expect["cases"]) {
     std::vector<NpyArray> ins;
@@ -108,6 +109,8 @@ void check_fixture_by_interpreter(const Graph& g, const std::string& name) {
   }
 }
 
+void check_fixture_by_interpreter(const Graph& g, const std::string& name) { check_fixture_by_interpreter(g, name, LowerOptions{}); }
+
 TEST_CASE("lowering + interpreter match PyTorch eager on every fixture", "[lower]") {
   for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"})
     for (const char* suffix : {".pt2", ".core.pt2"}) {
@@ -115,6 +118,32 @@ TEST_CASE("lowering + interpreter match PyTorch eager on every fixture", "[lower
       auto g = load_pt2(test::fixture(std::string(name) + suffix));
       check_fixture_by_interpreter(*g, name);
     }
+}
+
+TEST_CASE("channels-last lowering (CUDA --channels-last) stores convolutions NHWC with KRSC weights and matches eager", "[lower]") {
+  LowerOptions opts = LowerOptions::for_device("cuda");
+  opts.channels_last = true;
+  for (const char* suffix : {".pt2", ".core.pt2"}) {
+    INFO(std::string("small_cnn") + suffix);
+    auto g = run_graph_passes(*load_pt2(test::fixture(std::string("small_cnn") + suffix)), {}, GraphPassOptions{true});
+    loop::Program p = lower_to_loops(*g, opts);
+    std::string text = loop::print_program(p);
+    INFO(text);
+    int nhwc = 0;
+    for (const auto& c : p.comps) {
+      if (c.kind != loop::Computation::Kind::Extern || c.extern_kind != loop::ExternKind::Convolution) continue;
+      REQUIRE(c.params.size() == 8);
+      nhwc += c.params[7] == 1;
+      CHECK(c.operands[1].channels_last());  // the KRSC weight
+      CHECK(!c.operands[1].dense());
+      CHECK(p.buffers[c.operands[1].buffer].kind == loop::Buffer::Kind::Weight);
+    }
+    CHECK(nhwc == 2);
+    // conv -> bias -> relu -> conv: the second convolution reads an NHWC buffer; the average
+    // pool reads NHWC too (channel last in its domain)
+    CHECK(text.find("pointwise [2, 32, 32, 16]") != std::string::npos);
+    check_fixture_by_interpreter(*g, "small_cnn", opts);
+  }
 }
 
 TEST_CASE("lowering fuses pointwise chains and keeps views as index rewrites", "[lower]") {
@@ -327,5 +356,26 @@ TEST_CASE("a symbolic size in a Tensor slot (x / t.numel(), as torch.export writ
     auto out = floats(interpret(p, *b.g, ins, {{"n", nv}, {"m", mv}})[0]);
     REQUIRE(out.size() == xs.size());
     for (size_t i = 0; i < xs.size(); ++i) CHECK(out[i] == Approx(xs[i] / static_cast<float>(2 * mv) * static_cast<float>(nv)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("clamp with tensor bounds and where over two numbers (T5's float16 overflow guard) lower", "[lower]") {
+  // hidden = clamp(hidden, min=-c, max=c) with c = where(isinf(hidden).any(), 64504 - 1000, 65504)
+  test::GraphBuilder b;
+  Value* x = b.input("x", DType::Float32, {sym::Expr(2), sym::Expr(3)});
+  Value* cond = b.input("cond", DType::Bool, {});
+  Value* c = b.op(OpKind::WhereScalar, "c", {{"condition", cond}, {"self", 2.0}, {"other", 1.5}});
+  Value* lo = b.op(OpKind::Neg, "lo", {{"self", c}});
+  b.g->outputs.push_back(b.op(OpKind::ClampTensor, "clamped", {{"self", x}, {"min", lo}, {"max", c}}));
+  CHECK(verify_graph(*b.g).empty());
+  loop::Program p = lower_to_loops(*b.g);
+  std::vector<float> xs{-3, -1.75f, 0, 1.75f, 2.5f, -0.5f};
+  std::vector<std::byte> xb(xs.size() * 4);
+  std::memcpy(xb.data(), xs.data(), xb.size());
+  for (bool on : {true, false}) {
+    auto out = floats(interpret(p, *b.g, {xb, {std::byte{on ? uint8_t(1) : uint8_t(0)}}}, {})[0]);
+    const float bound = on ? 2.0f : 1.5f;
+    REQUIRE(out.size() == xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) CHECK(out[i] == std::min(std::max(xs[i], -bound), bound));
   }
 }

@@ -518,3 +518,57 @@ TEST_CASE("passes keep every TorchScript fixture's outputs", "[passes][torchscri
   }
 }
 #endif
+
+TEST_CASE("library_ops_f32: GEMMs of a bfloat16 model read float32 weights folded at compile time", "[passes][half]") {
+  auto g = load_pt2(test::fixture("mlp_dyn_bf16.pt2"));
+  auto out = run_graph_passes(*g);
+  INFO(print_graph(*out));
+  int linears = 0;
+  for (const auto& n : out->nodes()) {
+    if (n->kind != OpKind::Linear) continue;
+    ++linears;
+    for (const Value* v : n->inputs()) CHECK(v->type.dtype == DType::Float32);  // x converted, weight and bias folded
+    CHECK(n->outputs[0]->type.dtype == DType::Float32);
+    // the weight is a constant now (the conversion folded), in float32
+    const Value* w = std::get<Value*>(*n->arg("weight"));
+    const TensorData* td = rewrite::weight_of(*out, w);
+    REQUIRE(td);
+    CHECK(td->type.dtype == DType::Float32);
+  }
+  CHECK(linears == 2);
+  // the graph still returns bfloat16
+  CHECK(out->outputs[0]->type.dtype == DType::BFloat16);
+  // and the weights' values are the bfloat16 ones, exactly
+  const TensorData* src = nullptr;
+  for (const auto& [name, td] : g->weights)
+    if (name.find("l1.weight") != std::string::npos) src = &td;
+  REQUIRE(src);
+  std::vector<double> want = rewrite::read_all(*src);
+  bool found = false;
+  for (const auto& [name, td] : out->weights)
+    if (td.type.dtype == DType::Float32 && rewrite::read_all(td) == want) found = true;
+  CHECK(found);
+}
+
+TEST_CASE("channels_last_weights: convolution weights become KRSC constants; channels_last_pays", "[passes]") {
+  auto g = load_pt2(test::fixture("small_cnn.pt2"));
+  CHECK(channels_last_pays(*g));
+  CHECK_FALSE(channels_last_pays(*load_pt2(test::fixture("mlp.pt2"))));  // no convolutions
+  auto out = run_graph_passes(*g, {}, GraphPassOptions{true});
+  INFO(print_graph(*out));
+  int convs = 0;
+  for (const auto& n : out->nodes()) {
+    if (n->kind != OpKind::Conv2d) continue;
+    ++convs;
+    const Value* w = std::get<Value*>(*n->arg("weight"));
+    const TensorData* td = rewrite::weight_of(*out, w);
+    REQUIRE(td);
+    const auto& t = td->type;
+    REQUIRE(t.rank() == 4);
+    // [O, C, KH, KW] stored O, KH, KW, C
+    CHECK(t.strides[1] == Expr(1));
+    CHECK(t.strides[3] == t.sizes[1]);
+    CHECK(t.strides[2] == t.sizes[1] * t.sizes[3]);
+  }
+  CHECK(convs == 2);
+}

@@ -30,7 +30,8 @@ std::optional<DType> dtype_from_name(const std::string& name);
 
 // One element of dtype `t` at `p` as a double, and back (ints truncate and saturate like a
 // C cast of an in-range value; bool is != 0). For reference code: the loop-IR interpreter and
-// constant folding. Internal error for dtypes without a host type (f16, bf16, complex, fp8).
+// constant folding; float16 / bfloat16 round to nearest even. Internal error for dtypes without a
+// host type (complex, fp8).
 double read_element(const std::byte* p, DType t);
 void write_element(std::byte* p, DType t, double v);
 

@@ -140,6 +140,9 @@ struct View {
   sym::Expr offset;
   // The strides of a contiguous tensor of these sizes (those of size-1 dimensions aside).
   bool dense() const;
+  // A 4-d [A, B, C, D] view stored densely as [A, C, D, B] (channels last: NHWC activations,
+  // KRSC filters), size-1 dimensions aside.
+  bool channels_last() const;
 };
 
 struct Computation {

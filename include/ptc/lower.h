@@ -32,6 +32,11 @@ struct LowerOptions {
   // = 1; the result is a permuted view): merging the heads back, [B, T, H*Dv] for the output
   // projection, is then a view instead of a copy.
   bool attention_heads_inner = false;
+  // (with cudnn_conv) Forward convolutions write NHWC buffers (domain [N, OH, OW, O], params[7] =
+  // 1; the result is a permuted view) and read their input as it is laid out; a 4-d value
+  // realized from an NHWC buffer is stored NHWC too (realize), so the pointwise kernels between
+  // convolutions run in NHWC order. Weights in KRSC come from the channels_last_weights pass.
+  bool channels_last = false;
   // The options of a backend: "cpu" or "cuda" (whose attention kernel takes heads up to 256 and
   // whose float32 convolutions and their gradients are cuDNN's).
   static LowerOptions for_device(const std::string& device);

@@ -138,18 +138,53 @@ std::unique_ptr<Graph> fold_constants(const Graph& g);
 //       prune_unused_weights); other nodes are unchanged.
 std::unique_ptr<Graph> fold_batch_norm(const Graph& g);
 
+// ---- library ops in float32 (lib/passes/library_ops_f32.cpp) -----------------------------------
+//
+// A GEMM, convolution or attention node (linear, addmm, baddbmm, mm, bmm, matmul, conv2d,
+// convolution, _convolution, scaled_dot_product_attention and its CPU flash form, the fused
+// multi-head attention) with a float16 / bfloat16 tensor input or output reads every such input
+// through a new aten::to.dtype(float32) node and writes float32 outputs, each converted back to
+// its recorded dtype by another to.dtype node that takes the old output's place. ptc's library
+// kernels are float32 ones; the conversions of weights fold into float32 constants
+// (fold_constants), the others fuse as pointwise nodes.
+// Pre:  verify_graph(g) is empty.
+// Post: verify_graph is empty; no such node reads or writes float16 / bfloat16; the converted
+//       node keeps its name and source, its outputs are new values NAME_f32.
+std::unique_ptr<Graph> library_ops_f32(const Graph& g);
+
+// ---- channels-last convolution weights (lib/passes/channels_last.cpp) --------------------------
+//
+// Each 2-d forward convolution (conv2d, convolution / _convolution with transposed=False) whose
+// weight is a 4-d graph weight reads it through a new aten::contiguous(memory_format=
+// channels_last) node (one per weight), which fold_constants turns into a KRSC constant: the
+// filter layout of cuDNN's NHWC convolutions (CUDA, `--channels-last`).
+// Pre:  verify_graph(g) is empty.
+// Post: verify_graph is empty; the convolutions keep names, sources and output values' names.
+std::unique_ptr<Graph> channels_last_weights(const Graph& g);
+// Whether channels-last convolutions pay for `g` (`--tf32` turns them on when they do): it has
+// forward convolutions and none is grouped. cuDNN's grouped (depthwise) NHWC kernels are slower
+// than its NCHW ones: on an H200 with TF32, mobilenet_v2 at batch 8 took 1.9 ms in NHWC against
+// 1.2 ms in NCHW, while resnet50 at batch 32 went from 3.7 to 2.1 ms (Inductor's layout choice
+// weighs grouped convolutions down too).
+bool channels_last_pays(const Graph& g);
+
 }  // namespace ptc
 
 namespace ptc {
 
 // ---- the pass pipeline (lib/passes/pipeline.cpp) ------------------------------------------------
 //
+struct GraphPassOptions {
+  bool channels_last_weights = false;  // run channels_last_weights (before fold_constants)
+};
+
 // The graph passes of `ptc compile`, in order: drop_buffer_updates, fold_batch_norm,
-// fold_constants, cse, dce, prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
+// library_ops_f32, [channels_last_weights,] fold_constants, cse, dce, prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
 // a ptc bug); `after(name, graph)`, when given, sees each pass's result (--dump-after).
 // Pre:  verify_graph(g) is empty; every value has its type (read or shape-propagated).
 std::unique_ptr<Graph> run_graph_passes(const Graph& g,
-                                        const std::function<void(const char* pass, const Graph&)>& after = {});
+                                        const std::function<void(const char* pass, const Graph&)>& after = {},
+                                        const GraphPassOptions& opts = {});
 // The passes of a training compile (--train), before the joint graph and on each of its parts:
 // decompose_training_batch_norm (autodiff.h), cse, dce, prune_unused_weights. No folding: parameters change as the model trains, and an
 // inference batch norm must stay one for its gradient.

@@ -111,6 +111,7 @@ std::string compile_key(const CompileOptions& o, const std::string& model_sha, c
   if (cuda) h.field(tool_identity(find_nvcc(o.build.nvcc)));
   if (!cuda && o.build.cpu_arch == "native") h.field(host_cpu_identity());
   h.field(o.device).field(o.weights).field(o.cuda_graphs ? "graphs" : "-").field(o.tf32 ? "tf32" : "-").field(o.build.profile ? "profile" : "-");
+  h.field("channels-last").field(std::to_string(o.channels_last));  // -1: auto, decided by the graph (in the model's hash)
   h.field(o.train ? (o.save_all ? "train-save-all" : "train") : "-");
   h.field("sanitize").field(o.build.sanitize);
   h.field(o.build.cpu_arch).field(o.build.cuda_arch).field(o.build.cxx).field(library_name).field(fs::path(o.model).filename().string());
@@ -160,6 +161,9 @@ void compile_model(const CompileOptions& in) {
   if (opts.device != "cpu" && !cuda) user_error("--device ", opts.device, ": expected cpu or cuda");
   if (!cuda && opts.cuda_graphs) user_error("--cuda-graphs needs --device cuda");
   if (!cuda && opts.tf32) user_error("--tf32 needs --device cuda (the CPU's GEMMs and convolutions are exact fp32)");
+  if (!cuda && opts.channels_last == 1) user_error("--channels-last needs --device cuda (cuDNN's NHWC convolutions)");
+  if (opts.train && opts.channels_last == 1) user_error("--channels-last is for inference libraries so far (not with --train)");
+  if (!(cuda && opts.tf32 && !opts.train) && opts.channels_last < 0) opts.channels_last = 0;  // auto: decided on the graph below
   const CudaOptions cuda_opts{opts.cuda_graphs, opts.tf32};
   if (cuda && opts.build.profile) user_error("--profile is not supported for --device cuda yet (use Nsight Compute)");
   if (cuda && !opts.build.sanitize.empty())
@@ -233,6 +237,7 @@ void compile_model(const CompileOptions& in) {
     Stage s("shapes");
     g = propagate_shapes(*g, ShapePropMode::Fill);
   }
+  if (opts.channels_last < 0) opts.channels_last = channels_last_pays(*g) ? 1 : 0;
   auto dump = [&](const char* name, const Graph& after) {
     if (opts.dump_after == name || opts.dump_after == "all") std::cout << "# after " << name << "\n" << print_graph(after);
   };
@@ -243,7 +248,7 @@ void compile_model(const CompileOptions& in) {
   mo.library = library_name;
   mo.model_file = fs::path(opts.model).filename().string();
   mo.model_sha256 = model_sha;
-  mo.flags = {{"cuda_graphs", opts.cuda_graphs}, {"tf32", opts.tf32}, {"profile", opts.build.profile}};
+  mo.flags = {{"cuda_graphs", opts.cuda_graphs}, {"tf32", opts.tf32}, {"channels_last", opts.channels_last == 1}, {"profile", opts.build.profile}};
   if (opts.train) mo.flags["train"] = opts.save_all ? "save_all" : "min_cut";
   if (!opts.build.sanitize.empty()) mo.flags["sanitize"] = opts.build.sanitize;
   if (!cuda && opts.build.cpu_arch == "native") {
@@ -264,11 +269,13 @@ void compile_model(const CompileOptions& in) {
     {
       // Graph passes; the verifier checks the IR after each (a failure is a ptc bug).
       Stage s("passes");
-      for_model(opts.model, [&] { g = run_graph_passes(*g, dump); });
+      for_model(opts.model, [&] { g = run_graph_passes(*g, dump, GraphPassOptions{opts.channels_last == 1}); });
     }
     {
       Stage s("lower");
-      for_model(opts.model, [&] { prog = lower_to_loops(*g, LowerOptions::for_device(opts.device)); });
+      LowerOptions lo = LowerOptions::for_device(opts.device);
+      lo.channels_last = opts.channels_last == 1;
+      for_model(opts.model, [&] { prog = lower_to_loops(*g, lo); });
     }
     if (!opts.dump_loops.empty()) {
       std::string text = loop::print_program(prog);

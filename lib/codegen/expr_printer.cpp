@@ -32,12 +32,19 @@ const char* ctype(DType t) {
       return "uint8_t";
     case DType::Bool:
       return "bool";
+    case DType::Float16:
+      return "ptc_rt::half";
+    case DType::BFloat16:
+      return "ptc_rt::bfloat16";
     default:
       user_error("ptc's code generators do not support dtype ", dtype_name(t), " yet");
   }
 }
 
+DType compute_dtype(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t; }
+
 std::string literal(double v, DType t) {
+  t = compute_dtype(t);
   if (t == DType::Bool) return v != 0 ? "true" : "false";
   if (!dtype_is_float(t)) {
     char buf[48];
@@ -97,7 +104,7 @@ void ExprPrinter::hoist(const ExprRef& e) {
   }
   std::string text = inline_text(e);
   std::string var = "t" + std::to_string(names_.size());
-  os_ << indent_ << "const " << ctype(e->dtype) << " " << var << " = " << text << ";\n";
+  os_ << indent_ << "const " << ctype(compute_dtype(e->dtype)) << " " << var << " = " << text << ";\n";
   names_[e.get()] = var;
 }
 
@@ -107,25 +114,30 @@ std::string ExprPrinter::name(const ExprRef& e) {
 }
 
 std::string ExprPrinter::inline_text(const ExprRef& e) {
-  const std::string T = ctype(e->dtype);
+  const DType cdt = compute_dtype(e->dtype);
+  const std::string T = ctype(cdt);
+  const bool f32 = cdt == DType::Float32;
   auto a = [&](size_t i) { return name(e->args[i]); };
+  // A float16 / bfloat16 element reads as float.
+  auto widen = [&](std::string text) { return cdt != e->dtype ? "static_cast<float>(" + text + ")" : text; };
   switch (e->op) {
     case Op::LoadAt:
-      return "b" + std::to_string(e->buffer) + "[std::min<int64_t>(std::max<int64_t>(" + cpp_index(e->index) + " + " + a(0) +
-             ", 0), " + a(1) + ")]";
+      return widen("b" + std::to_string(e->buffer) + "[std::min<int64_t>(std::max<int64_t>(" + cpp_index(e->index) + " + " + a(0) +
+                   ", 0), " + a(1) + ")]");
     case Op::Load: {
       auto it = overrides_.find(e->buffer);
       if (it != overrides_.end()) return it->second;
       if (auto c = clamp_hi_.find(e.get()); c != clamp_hi_.end())
-        return "b" + std::to_string(e->buffer) + "[std::min<int64_t>(std::max<int64_t>(" + cpp_index(e->index) + ", 0), " +
-               c->second + ")]";
-      return "b" + std::to_string(e->buffer) + "[" + cpp_index(e->index) + "]";
+        return widen("b" + std::to_string(e->buffer) + "[std::min<int64_t>(std::max<int64_t>(" + cpp_index(e->index) + ", 0), " +
+                     c->second + ")]");
+      return widen("b" + std::to_string(e->buffer) + "[" + cpp_index(e->index) + "]");
     }
     case Op::Const:
       return literal(e->value, e->dtype);
     case Op::IndexVal:
       return "static_cast<" + T + ">(" + cpp_index(e->index) + ")";
-    case Op::Cast:
+    case Op::Cast:  // to float16 / bfloat16: rounded to that dtype, kept as float
+      if (cdt != e->dtype) return "static_cast<float>(" + std::string(ctype(e->dtype)) + "(static_cast<float>(" + a(0) + ")))";
       return "static_cast<" + T + ">(" + a(0) + ")";
     case Op::Where:
     case Op::Select:
@@ -135,8 +147,8 @@ std::string ExprPrinter::inline_text(const ExprRef& e) {
     case Op::Abs:
       return "std::abs(" + a(0) + ")";
     case Op::Exp:
-      if (dialect_ == Dialect::Cuda) return (e->dtype == DType::Float32 ? "expf(" : "exp(") + a(0) + ")";
-      return (e->dtype == DType::Float32 ? "ptc_rt::exp_f(" : "std::exp(") + a(0) + ")";
+      if (dialect_ == Dialect::Cuda) return (f32 ? "expf(" : "exp(") + a(0) + ")";
+      return (f32 ? "ptc_rt::exp_f(" : "std::exp(") + a(0) + ")";
     case Op::Log:
       return "std::log(" + a(0) + ")";
     case Op::Log1p:
@@ -150,14 +162,14 @@ std::string ExprPrinter::inline_text(const ExprRef& e) {
     case Op::Cos:
       return "std::cos(" + a(0) + ")";
     case Op::Tanh:
-      if (dialect_ == Dialect::Cuda) return (e->dtype == DType::Float32 ? "tanhf(" : "tanh(") + a(0) + ")";
-      return (e->dtype == DType::Float32 ? "ptc_rt::tanh_f(" : "std::tanh(") + a(0) + ")";
+      if (dialect_ == Dialect::Cuda) return (f32 ? "tanhf(" : "tanh(") + a(0) + ")";
+      return (f32 ? "ptc_rt::tanh_f(" : "std::tanh(") + a(0) + ")";
     case Op::Erf:
-      if (dialect_ == Dialect::Cuda) return (e->dtype == DType::Float32 ? "erff(" : "erf(") + a(0) + ")";
-      return (e->dtype == DType::Float32 ? "ptc_rt::erf_f(" : "std::erf(") + a(0) + ")";
+      if (dialect_ == Dialect::Cuda) return (f32 ? "erff(" : "erf(") + a(0) + ")";
+      return (f32 ? "ptc_rt::erf_f(" : "std::erf(") + a(0) + ")";
     case Op::Sigmoid:
       if (dialect_ == Dialect::Cuda) return "ptc_rt::sigmoid(" + a(0) + ")";
-      return (e->dtype == DType::Float32 ? "ptc_rt::sigmoid_f(" : "ptc_rt::sigmoid(") + a(0) + ")";
+      return (f32 ? "ptc_rt::sigmoid_f(" : "ptc_rt::sigmoid(") + a(0) + ")";
     case Op::Relu:
       return "ptc_rt::relu(" + a(0) + ")";
     case Op::Floor:

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "ptc/error.h"
+#include "../runtime/cpu/ptc_half.h"  // the float16 / bfloat16 bit conversions the generated code uses
 
 namespace ptc {
 namespace {
@@ -106,6 +107,8 @@ double read_element(const std::byte* p, DType t) {
     case DType::Int8: return static_cast<double>(static_cast<int8_t>(*p));
     case DType::UInt8: return static_cast<double>(static_cast<uint8_t>(*p));
     case DType::Bool: return *p != std::byte{0} ? 1 : 0;
+    case DType::Float16: { uint16_t b; std::memcpy(&b, p, 2); return ptc_rt::half_bits_to_float(b); }
+    case DType::BFloat16: { uint16_t b; std::memcpy(&b, p, 2); return ptc_rt::bfloat16_bits_to_float(b); }
     default: break;
   }
   PTC_CHECK(false, "reading dtype ", dtype_name(t), " is not supported");
@@ -136,6 +139,10 @@ void write_element(std::byte* p, DType t, double v) {
     case DType::Int8: *p = static_cast<std::byte>(to_int<int8_t>(v)); return;
     case DType::UInt8: *p = static_cast<std::byte>(static_cast<uint8_t>(to_int<int64_t>(v))); return;
     case DType::Bool: *p = static_cast<std::byte>(v != 0 ? 1 : 0); return;
+    // Through float: double -> float rounds first (a double rounding, off by one unit in the last
+    // place only for a double exactly between two halves' neighbours).
+    case DType::Float16: { uint16_t b = ptc_rt::float_to_half_bits(static_cast<float>(v)); std::memcpy(p, &b, 2); return; }
+    case DType::BFloat16: { uint16_t b = ptc_rt::float_to_bfloat16_bits(static_cast<float>(v)); std::memcpy(p, &b, 2); return; }
     default: break;
   }
   PTC_CHECK(false, "writing dtype ", dtype_name(t), " is not supported");

@@ -223,6 +223,12 @@ bool View::dense() const {
   return true;
 }
 
+bool View::channels_last() const {
+  if (sizes.size() != 4) return false;
+  View p{buffer, {sizes[0], sizes[2], sizes[3], sizes[1]}, {strides[0], strides[2], strides[3], strides[1]}, offset};
+  return p.dense();
+}
+
 const char* extern_name(ExternKind k) {
   switch (k) {
     case ExternKind::Gemm: return "gemm";

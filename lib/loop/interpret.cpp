@@ -271,9 +271,10 @@ class Interp {
     int64_t sh = c.params[0], sw = c.params[1], ph = c.params[2], pw = c.params[3], dh = c.params[4], dw = c.params[5], groups = c.params[6];
     PTC_CHECK(Cg * groups == C, "conv channel mismatch");
     int64_t Og = O / groups;
+    const bool nhwc = c.params.size() > 7 && c.params[7] == 1;  // domain [N, OH, OW, O]
     size_t pos = 0;
     for_each(c.domain, 'x', [&](const std::vector<int64_t>& i) {
-      int64_t n = i[0], o = i[1], oh = i[2], ow = i[3], g = o / Og;
+      int64_t n = i[0], o = nhwc ? i[3] : i[1], oh = nhwc ? i[1] : i[2], ow = nhwc ? i[2] : i[3], g = o / Og;
       double acc = c.operands.size() > 2 ? at(c.operands[2], {o}) : 0;
       for (int64_t ci = 0; ci < Cg; ++ci)
         for (int64_t kh = 0; kh < KH; ++kh)

@@ -112,8 +112,38 @@ Index loop_vars(const Index& sizes) {
 
 }  // namespace
 
-TensorRef Lowering::realize(const TensorRef& t, const std::string& origin) {
+bool Lowering::reads_nhwc(const TensorRef& t) const {
+  if (nhwc_buffers.empty()) return false;
+  if (t.view) return nhwc_buffers.count(t.view->buffer) > 0;
+  bool found = false;
+  std::set<const Expr*> seen;
+  std::function<void(const ExprRef&)> walk = [&](const ExprRef& e) {
+    if (found || !seen.insert(e.get()).second) return;
+    if ((e->op == Op::Load || e->op == Op::LoadAt) && nhwc_buffers.count(e->buffer)) found = true;
+    for (const auto& a : e->args) walk(a);
+  };
+  walk(t.at(loop_vars(t.sizes)));
+  return found;
+}
+
+TensorRef Lowering::nhwc_view(int buffer, DType dt) {
+  const Buffer& b = prog_.buffers[buffer];
+  return permute(*this, of_view(View{buffer, b.sizes, b.strides, 0}, dt), {0, 3, 1, 2});
+}
+
+TensorRef Lowering::realize(const TensorRef& t, const std::string& origin, bool keep_layout) {
   if (t.view && is_whole_buffer(prog_, *t.view)) return t;
+  if (keep_layout && options.channels_last && t.rank() == 4 && reads_nhwc(t)) {
+    if (t.view && nhwc_buffers.count(t.view->buffer)) {
+      TensorRef whole = nhwc_view(t.view->buffer, t.dtype);
+      if (whole.view && t.view->offset == whole.view->offset && t.view->sizes == whole.view->sizes && t.view->strides == whole.view->strides)
+        return t;
+    }
+    TensorRef stored = realize(permute(*this, t, {0, 2, 3, 1}), origin, false);  // [N, H, W, C], row-major
+    PTC_CHECK(stored.view, "a realized tensor is no view");
+    nhwc_buffers.insert(stored.view->buffer);
+    return nhwc_view(stored.view->buffer, t.dtype);
+  }
   if (!t.view && t.reshaped_from) {
     TensorRef stored = reshape(*this, realize(*t.reshaped_from, origin), t.sizes);
     if (stored.view) return stored;

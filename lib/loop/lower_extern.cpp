@@ -65,7 +65,27 @@ bool cudnn_f32(const Lowering& L, std::initializer_list<DType> dts) {
     if (d != DType::Float32) return false;
   return true;
 }
-View dense_view(Lowering& L, const TensorRef& t) { return t.view && t.view->dense() ? *t.view : *L.realize(t, L.origin()).view; }
+View dense_view(Lowering& L, const TensorRef& t) {
+  return t.view && t.view->dense() ? *t.view : *L.realize(t, L.origin(), /*keep_layout=*/false).view;
+}
+// A KRSC weight ([O, C/g, KH, KW] stored O, KH, KW, C/g: channels_last_weights) as it is, else dense.
+// (channels_last) The input of an NHWC convolution: cuDNN's NHWC kernels want x NHWC as well (it
+// has no algorithm for an NCHW x with an NHWC y), so anything else is stored NHWC first: the
+// model's input image is transposed once, as torch's x.contiguous(memory_format=channels_last).
+View nhwc_input(Lowering& L, const TensorRef& x) {
+  if (x.view && x.view->channels_last()) return *x.view;
+  if (!x.view && L.reads_nhwc(x)) {
+    TensorRef r = L.realize(x, L.origin());
+    if (r.view && r.view->channels_last()) return *r.view;
+  }
+  TensorRef stored = L.realize(permute(L, x, {0, 2, 3, 1}), L.origin(), /*keep_layout=*/false);
+  PTC_CHECK(stored.view, "a realized tensor is no view");
+  L.nhwc_buffers.insert(stored.view->buffer);
+  return *L.nhwc_view(stored.view->buffer, x.dtype).view;
+}
+View filter_view(Lowering& L, const TensorRef& w) {
+  return L.options.channels_last && w.view && w.view->channels_last() ? *w.view : dense_view(L, w);
+}
 View cudnn_view(Lowering& L, const TensorRef& t) {
   View v = L.as_view(t, L.origin());
   for (size_t d = 0; d < v.sizes.size(); ++d) {
@@ -244,6 +264,17 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
           return binary(Op::Add, y.at(i), cast(b.at({i[1]}), DType::Float32));
         });
       };
+      if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype}) && L.options.channels_last) {
+        // NHWC: the result is stored [N, OH, OW, O] (params[7] = 1) and read back as [N, O, OH,
+        // OW]; an input computed from NHWC buffers is realized NHWC (Lowering::realize).
+        std::vector<View> operands{nhwc_input(L, x), filter_view(L, w)};
+        const Index out = a.out_sizes();
+        TensorRef y = emit_extern(L, ExternKind::Convolution, a.out_dtype(), {out[0], out[2], out[3], out[1]}, std::move(operands),
+                                  {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups"), 1});
+        PTC_CHECK(y.view, "a convolution result is no buffer");
+        L.nhwc_buffers.insert(y.view->buffer);
+        return one(plus_bias(L.nhwc_view(y.view->buffer, a.out_dtype())));
+      }
       if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype})) {
         std::vector<View> operands{cudnn_view(L, x), dense_view(L, w)};
         return one(plus_bias(emit_extern(L, ExternKind::Convolution, a.out_dtype(), a.out_sizes(), std::move(operands),

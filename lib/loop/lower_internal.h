@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "ptc/error.h"
 #include "ptc/graph.h"
@@ -45,8 +46,15 @@ class Lowering {
   TensorRef of_view(View v, DType dt) const;
   TensorRef pointwise(DType dt, Index sizes, std::function<ExprRef(const Index&)> fn) const;
   // Writes `t` to a new buffer (unless it already is a whole contiguous buffer) and returns
-  // a TensorRef reading it.
-  TensorRef realize(const TensorRef& t, const std::string& origin);
+  // a TensorRef reading it. With LowerOptions::channels_last and `keep_layout`, a 4-d tensor
+  // computed from an NHWC buffer is stored NHWC and read through the permutation (unless it
+  // already is such a view of a whole NHWC buffer).
+  TensorRef realize(const TensorRef& t, const std::string& origin, bool keep_layout = true);
+  // (channels_last) Whether `t` reads a buffer stored NHWC (nhwc_buffers), and such a buffer
+  // as the [N, C, H, W] view of its [N, H, W, C] storage.
+  bool reads_nhwc(const TensorRef& t) const;
+  TensorRef nhwc_view(int buffer, DType dt);
+  std::set<int> nhwc_buffers;
   // A strided view for an extern operand (realizing when needed).
   View as_view(const TensorRef& t, const std::string& origin);
   // Reduces `in` over `dims` (sorted, non-negative); kept dims become size 1 when keepdim.

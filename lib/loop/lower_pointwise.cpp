@@ -218,11 +218,13 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
     }));
   }
   switch (k) {
-    case OpKind::WhereSelf: case OpKind::WhereScalarSelf: case OpKind::WhereScalarOther: {
+    case OpKind::WhereSelf: case OpKind::WhereScalarSelf: case OpKind::WhereScalarOther: case OpKind::WhereScalar: {
       DType dt = a.out_dtype();
       TensorRef cond = a.tensor("condition");
-      TensorRef x = k == OpKind::WhereScalarSelf ? scalar_tensor(L, a.scalar("self", dt)) : a.tensor("self");
-      TensorRef y = k == OpKind::WhereScalarOther ? scalar_tensor(L, a.scalar("other", dt)) : a.tensor("other");
+      const bool scalar_x = k == OpKind::WhereScalarSelf || k == OpKind::WhereScalar;
+      const bool scalar_y = k == OpKind::WhereScalarOther || k == OpKind::WhereScalar;
+      TensorRef x = scalar_x ? scalar_tensor(L, a.scalar("self", dt)) : a.tensor("self");
+      TensorRef y = scalar_y ? scalar_tensor(L, a.scalar("other", dt)) : a.tensor("other");
       auto s1 = broadcast_shapes(cond.sizes, x.sizes);
       auto shape = s1 ? broadcast_shapes(*s1, y.sizes) : std::nullopt;
       if (!shape) L.fail("cannot broadcast the shapes of where's arguments");
@@ -246,6 +248,27 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
       ExprRef lo = a.is_none("min") ? nullptr : a.scalar("min", dt);
       ExprRef hi = k == OpKind::ClampMin || a.is_none("max") ? nullptr : a.scalar("max", dt);
       return out(map1(L, a.tensor("self"), dt, [=](ExprRef x) { return clamp(cast(x, dt), lo, hi); }));
+    }
+    case OpKind::ClampTensor: {  // min(max(x, lo), hi), lo and hi tensors that broadcast with x
+      DType dt = a.out_dtype();
+      TensorRef x = a.tensor("self");
+      std::vector<TensorRef> bounds;
+      Index shape = x.sizes;
+      for (const char* name : {"min", "max"}) {
+        if (a.is_none(name)) continue;
+        bounds.push_back(a.tensor(name));
+        auto s = broadcast_shapes(shape, bounds.back().sizes);
+        if (!s) L.fail("cannot broadcast the shapes of clamp's arguments");
+        shape = *s;
+      }
+      TensorRef bx = L.broadcast_to(x, shape);
+      std::optional<TensorRef> lo, hi;
+      size_t j = 0;
+      if (!a.is_none("min")) lo = L.broadcast_to(bounds[j++], shape);
+      if (!a.is_none("max")) hi = L.broadcast_to(bounds[j++], shape);
+      return out(L.pointwise(dt, shape, [=](const Index& i) {
+        return clamp(cast(bx.at(i), dt), lo ? cast(lo->at(i), dt) : nullptr, hi ? cast(hi->at(i), dt) : nullptr);
+      }));
     }
     case OpKind::UnderscoreToCopy: case OpKind::ToDtype: case OpKind::ToDtypeLayout: case OpKind::TypeAs: {
       DType dt = a.out_dtype();

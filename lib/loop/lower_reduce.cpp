@@ -108,6 +108,13 @@ TensorRef pool2d(Lowering& L, const TensorRef& x, const Index& out_sizes, std::v
     }
     return where(inside, cast(src.at(in), dt), c(fill, dt));
   });
+  if (L.options.channels_last && r == 4 && L.reads_nhwc(x)) {
+    // Pooling an NHWC tensor: the windows' results stored [N, OH, OW, C] as well.
+    TensorRef y = L.reduce(permute(L, windows, {0, 2, 3, 1, 4, 5}), {4, 5}, false, op, dt, L.origin());
+    PTC_CHECK(y.view, "a reduction result is no buffer");
+    L.nhwc_buffers.insert(y.view->buffer);
+    return L.nhwc_view(y.view->buffer, dt);
+  }
   return L.reduce(windows, {static_cast<int64_t>(r), static_cast<int64_t>(r + 1)}, false, op, dt, L.origin());
 }
 

@@ -25,6 +25,10 @@ namespace {
 using rewrite::StaticLayout;
 
 constexpr int64_t kMaxFoldedBytes = int64_t(16) << 20;
+// A dtype conversion may fold larger values: a float16 / bfloat16 weight that a GEMM or a
+// convolution reads is converted to float32 once here rather than on every run
+// (library_ops_f32.cpp); GPT-2's tied 50257 x 768 embedding is 154 MB in float32.
+constexpr int64_t kMaxConvertedBytes = int64_t(512) << 20;
 constexpr double kExactIntLimit = 9007199254740992.0;  // 2^53
 
 // A constant tensor: a strided view of a weight's storage or of computed doubles.
@@ -152,6 +156,8 @@ class Evaluator {
     if (!out_ || !rewrite::dtype_supported(out->type.dtype)) return nullptr;
     out_dtype_ = out->type.dtype;
     inexact_ = false;
+    const bool conversion = n.kind == OpKind::UnderscoreToCopy || n.kind == OpKind::ToDtype;
+    limit_ = conversion ? kMaxConvertedBytes : kMaxFoldedBytes;
     std::optional<CVal> r;
     try {
       r = eval(n);
@@ -159,9 +165,9 @@ class Evaluator {
       return nullptr;
     }
     if (!r || inexact_ || r->sizes != out_->sizes || r->dtype != out_dtype_) return nullptr;
-    if (r->data && out_->numel() * static_cast<int64_t>(dtype_size(out_dtype_)) > kMaxFoldedBytes) return nullptr;
+    if (r->data && out_->numel() * static_cast<int64_t>(dtype_size(out_dtype_)) > limit_) return nullptr;
     // Every folded value must be storable: as a view of its weight, or in bounded owned bytes.
-    if (!aliasable(*r, out->type) && owned_bytes(out->type) > kMaxFoldedBytes) return nullptr;
+    if (!aliasable(*r, out->type) && owned_bytes(out->type) > limit_) return nullptr;
     return &env_.emplace(out, std::move(*r)).first->second;
   }
 
@@ -173,6 +179,7 @@ class Evaluator {
   std::optional<StaticLayout> out_;
   DType out_dtype_ = DType::Float32;
   bool inexact_ = false;
+  int64_t limit_ = kMaxFoldedBytes;  // of the node being evaluated
 
   double read(const CVal& v, int64_t pos) {
     double x = element(v, pos);
@@ -201,6 +208,12 @@ class Evaluator {
     switch (dt) {
       case DType::Float64: return v;
       case DType::Float32: return static_cast<float>(v);
+      case DType::Float16:
+      case DType::BFloat16: {  // through the storage format: round to nearest even
+        std::byte b[2];
+        write_element(b, dt, v);
+        return read_element(b, dt);
+      }
       case DType::Bool: return v != 0 ? 1 : 0;
       default: {
         if (std::isnan(v)) return 0;
@@ -319,8 +332,8 @@ class Evaluator {
   }
 
   // Refuses (before any work) to compute more elements than a folded value may hold.
-  static void check_size(int64_t numel, DType dt) {
-    if (numel > kMaxFoldedBytes / static_cast<int64_t>(dtype_size(dt))) throw Unsupported{};
+  void check_size(int64_t numel, DType dt) const {
+    if (numel > limit_ / static_cast<int64_t>(dtype_size(dt))) throw Unsupported{};
   }
   CVal contiguous_copy(const CVal& v) {
     check_size(v.numel(), v.dtype);

@@ -8,9 +8,8 @@ namespace ptc {
 namespace {
 using Pass = std::unique_ptr<Graph> (*)(const Graph&);
 
-template <size_t N>
-std::unique_ptr<Graph> run(const Graph& g, const std::pair<const char*, Pass> (&passes)[N],
-                           const std::function<void(const char*, const Graph&)>& after) {
+template <class Passes>
+std::unique_ptr<Graph> run(const Graph& g, const Passes& passes, const std::function<void(const char*, const Graph&)>& after) {
   std::unique_ptr<Graph> cur;
   for (const auto& [name, pass] : passes) {
     cur = pass(cur ? *cur : g);
@@ -22,15 +21,18 @@ std::unique_ptr<Graph> run(const Graph& g, const std::pair<const char*, Pass> (&
 }
 }  // namespace
 
-std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after) {
-  static const std::pair<const char*, Pass> passes[] = {
+std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after,
+                                        const GraphPassOptions& opts) {
+  std::vector<std::pair<const char*, Pass>> passes = {
       {"drop_buffer_updates", drop_buffer_updates},
       {"fold_batch_norm", fold_batch_norm},
-      {"fold_constants", fold_constants},
-      {"cse", common_subexpression_elimination},
-      {"dce", dead_code_elimination},
-      {"prune_unused_weights", prune_unused_weights},
+      {"library_ops_f32", library_ops_f32},
   };
+  if (opts.channels_last_weights) passes.emplace_back("channels_last_weights", channels_last_weights);
+  passes.insert(passes.end(), {{"fold_constants", fold_constants},
+                               {"cse", common_subexpression_elimination},
+                               {"dce", dead_code_elimination},
+                               {"prune_unused_weights", prune_unused_weights}});
   return run(g, passes, after);
 }
 

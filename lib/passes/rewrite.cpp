@@ -134,7 +134,7 @@ const TensorData* weight_of(const Graph& g, const Value* v) {
 bool dtype_supported(DType t) {
   switch (t) {
     case DType::Bool: case DType::UInt8: case DType::Int8: case DType::Int16: case DType::Int32:
-    case DType::Int64: case DType::Float32: case DType::Float64: return true;
+    case DType::Int64: case DType::Float16: case DType::BFloat16: case DType::Float32: case DType::Float64: return true;
     default: return false;
   }
 }

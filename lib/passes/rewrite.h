@@ -69,7 +69,7 @@ std::unordered_map<const Value*, std::vector<const Node*>> users(const Graph& g)
 const TensorData* weight_of(const Graph& g, const Value* v);
 
 // Element access by dtype, as the loop interpreter does (double precision). Supported dtypes:
-// bool, uint8, int8, int16, int32, int64, float32, float64.
+// bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64.
 bool dtype_supported(DType t);
 using ptc::read_element;   // (ptc/dtype.h)
 using ptc::write_element;

@@ -190,6 +190,16 @@ std::vector<Type> where(Ctx& c) {  // where.self / .ScalarSelf / .ScalarOther
   return one(elementwise(c, layout, result_type(o.tensors, o.scalars)));
 }
 
+// where.Scalar: the condition's shape; two numbers give the default dtype of their kind (float32
+// for floats, int64 for ints, bool for bools), as torch.where(cond, 1.0, 2.0).
+std::vector<Type> where_scalar(Ctx& c) {
+  const Type& cond = c.tensor("condition");
+  ScalarArg a = c.scalar("self"), b = c.scalar("other");
+  auto rank = [](const ScalarArg& s) { return s.kind == ScalarArg::Float ? 2 : s.kind == ScalarArg::Int ? 1 : 0; };
+  const int r = std::max(rank(a), rank(b));
+  return one(elementwise(c, {&cond}, r == 2 ? DType::Float32 : r == 1 ? DType::Int64 : DType::Bool));
+}
+
 // masked_fill keeps self's dtype; torch allocates a contiguous result.
 std::vector<Type> masked_fill(Ctx& c) {
   const Type &x = c.tensor("self"), &mask = c.tensor("mask");
@@ -245,9 +255,11 @@ void add_pointwise_rules(RuleTable& t) {
   set_rule(t, K::PowTensorScalar, pow_ts);
   set_rule(t, K::ClampMin, clamp_min);
   set_rule(t, K::Clamp, clamp);
+  set_rule(t, K::ClampTensor, clamp);  // min / max as tensors (Tensor? min, Tensor? max)
   for (K k : {K::EqScalar, K::NeScalar, K::LtScalar, K::GtScalar, K::LeScalar, K::GeScalar}) set_rule(t, k, compare_ts);
 
   for (K k : {K::WhereSelf, K::WhereScalarSelf, K::WhereScalarOther}) set_rule(t, k, where);
+  set_rule(t, K::WhereScalar, where_scalar);
   set_rule(t, K::MaskedFillScalar, masked_fill);
   set_rule(t, K::MaskedFillTensor, masked_fill);
   set_rule(t, K::MaskedFillScalarInplace, masked_fill);

@@ -35,8 +35,10 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
   const bool gemm = ext.extern_kind == loop::ExternKind::Gemm;
   // A convolution cuDNN runs: no bias operand (the CUDA lowering adds it as a pointwise op), a
   // dense weight (else the direct kernel runs it), NCHW.
-  const bool conv = ext.extern_kind == loop::ExternKind::Convolution && ext.operands.size() == 2 && ext.operands[1].dense() &&
-                    ext.domain.size() == 4;
+  const bool conv = ext.extern_kind == loop::ExternKind::Convolution && ext.operands.size() == 2 &&
+                    (ext.operands[1].dense() || ext.operands[1].channels_last()) && ext.domain.size() == 4;
+  // An NHWC convolution (params[7] = 1, domain [N, OH, OW, O]) has its channel last, as a GEMM.
+  const bool nhwc = conv && ext.params.size() > 7 && ext.params[7] == 1;
   if (!gemm && !conv) return std::nullopt;
   if (e.kind != loop::Computation::Kind::Pointwise || !e.body || e.domain.empty()) return std::nullopt;
   if (p.buffers[e.out].dtype != DType::Float32 || p.buffers[ext.out].dtype != DType::Float32) return std::nullopt;
@@ -54,7 +56,7 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
   add_terms(body, terms);
   const std::vector<sym::Expr> vars = loop_vars(e.domain, e.domain.size());
   const sym::Expr own = row_major_flat(vars, e.domain);
-  const sym::Expr channel = gemm ? vars.back() : vars[1];
+  const sym::Expr channel = gemm || nhwc ? vars.back() : vars[1];
   bool result = false;
   for (const auto& t : terms) {
     if (t->op != Op::Load || t->dtype != DType::Float32 || t->buffer == e.out) return std::nullopt;

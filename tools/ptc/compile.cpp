@@ -23,6 +23,12 @@ std::function<int()> add_compile(CLI::App& app) {
                 "cuda: let cuBLASLt GEMMs and cuDNN convolutions use TF32 tensor cores (inputs rounded to a 10-bit mantissa, "
                 "fp32 accumulation), as torch with torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32; "
                 "results differ from exact fp32 by about 1e-3 relative (default: exact fp32)");
+  cmd->add_flag_callback(
+      "--channels-last", [opts] { opts->channels_last = 1; },
+      "cuda: convolutions in NHWC with KRSC weights (made at compile time), as torch.compile lays them out: cuDNN's "
+      "tensor-core kernels are NHWC ones, so no per-call layout transforms; the pointwise kernels between convolutions run "
+      "in NHWC order (inference libraries; default: on with --tf32, where it pays)");
+  cmd->add_flag_callback("--no-channels-last", [opts] { opts->channels_last = 0; }, "cuda: keep convolutions NCHW even with --tf32");
   cmd->add_flag("--train", opts->train,
                 "Build a training library (CPU or --device cuda): ptc_forward_train, ptc_backward (gradients of the "
                 "parameters and of inputs that require grad) and fused SGD/AdamW steps over parameters the library holds; "
@@ -30,7 +36,7 @@ std::function<int()> add_compile(CLI::App& app) {
   cmd->add_flag("--save-all", opts->save_all,
                 "--train: save every activation the backward reads instead of recomputing cheap elementwise chains");
   cmd->add_option("--emit-dir", opts->emit_dir, "Keep the generated sources in this folder");
-  cmd->add_option("--dump-after", opts->dump_after, "Print the graph after a pass (drop_buffer_updates, fold_batch_norm, fold_constants, cse, dce, prune_unused_weights; --train: batch_norm_training, cse, dce, prune_unused_weights, autodiff, forward, backward; or all)");
+  cmd->add_option("--dump-after", opts->dump_after, "Print the graph after a pass (drop_buffer_updates, fold_batch_norm, library_ops_f32, channels_last_weights, fold_constants, cse, dce, prune_unused_weights; --train: batch_norm_training, cse, dce, prune_unused_weights, autodiff, forward, backward; or all)");
   cmd->add_option("--dump-loops", opts->dump_loops, "Write the loop IR as text to this file ('-' for stdout)");
   cmd->add_option("--weights", opts->weights, "embedded (in the library) or external (model.weights next to it, mapped and checksummed at open)")
       ->check(CLI::IsMember({"embedded", "external"}));

@@ -61,6 +61,18 @@ DType from_code(int code) {
   return *dt;
 }
 
+// `a`'s elements in dtype `to` (float32 <-> bfloat16: NumPy has no bfloat16).
+NpyArray convert(const NpyArray& a, DType to) {
+  NpyArray r;
+  r.dtype = to;
+  r.shape = a.shape;
+  const size_t n = a.data.size() / dtype_size(a.dtype);
+  r.data.resize(n * dtype_size(to));
+  for (size_t i = 0; i < n; ++i)
+    write_element(r.data.data() + i * dtype_size(to), to, read_element(a.data.data() + i * dtype_size(a.dtype), a.dtype));
+  return r;
+}
+
 }  // namespace
 
 std::function<int()> add_run(CLI::App& app) {
@@ -74,8 +86,9 @@ std::function<int()> add_run(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("run", "Run a compiled library on .npy inputs (or random ones)");
   cmd->add_option("library", o->lib, "A library written by ptc compile")->required();
-  cmd->add_option("--inputs", o->inputs, "One .npy file per input, in the library's input order");
-  cmd->add_option("--outputs", o->outputs, "Folder to write out0.npy, out1.npy, ...");
+  cmd->add_option("--inputs", o->inputs,
+                  "One .npy file per input, in the library's input order (float32 files for bfloat16 inputs: NumPy has no bfloat16)");
+  cmd->add_option("--outputs", o->outputs, "Folder to write out0.npy, out1.npy, ... (bfloat16 outputs as float32, exactly)");
   cmd->add_flag("--random", o->random, "Run on random inputs (symbolic sizes at their smallest, or as --symbol gives)");
   cmd->add_option("--symbol", o->symbols, "With --random: a symbol's value, e.g. s0=8");
   cmd->add_option("--repeat", o->repeat, "Run this many times and report the median time")->check(CLI::PositiveNumber);
@@ -112,17 +125,20 @@ std::function<int()> add_run(CLI::App& app) {
           numel *= static_cast<size_t>(v);
         }
         a.data.resize(numel * dtype_size(a.dtype));
-        if (a.dtype == DType::Float32)
-          for (size_t j = 0; j < numel; ++j) {
-            float v = dist(rng);
-            std::memcpy(a.data.data() + j * 4, &v, 4);
-          }
+        if (dtype_is_float(a.dtype))  // float16 / bfloat16 / float64 too (rounded from float)
+          for (size_t j = 0; j < numel; ++j) write_element(a.data.data() + j * dtype_size(a.dtype), a.dtype, dist(rng));
         ins.push_back(std::move(a));
       }
     } else {
       if (static_cast<int>(o->inputs.size()) != n_in)
         user_error(o->lib, " takes ", n_in, " inputs, but ", o->inputs.size(), " .npy files were given (or use --random)");
-      for (const auto& f : o->inputs) ins.push_back(read_npy(f));
+      for (int i = 0; i < n_in; ++i) {
+        NpyArray a = read_npy(o->inputs[static_cast<size_t>(i)]);
+        ptc_tensor_info info;
+        api.input_info(m, i, &info);
+        if (from_code(info.dtype) == DType::BFloat16 && a.dtype == DType::Float32) a = convert(a, DType::BFloat16);
+        ins.push_back(std::move(a));
+      }
     }
     std::vector<ptc_tensor> tin;
     for (auto& a : ins) {
@@ -158,7 +174,8 @@ std::function<int()> add_run(CLI::App& app) {
       std::cout << "]\n";
       if (!o->outputs.empty()) {
         std::filesystem::create_directories(o->outputs);
-        write_npy(o->outputs + "/out" + std::to_string(i) + ".npy", outs[i]);
+        const NpyArray& a = outs[i];
+        write_npy(o->outputs + "/out" + std::to_string(i) + ".npy", a.dtype == DType::BFloat16 ? convert(a, DType::Float32) : a);
       }
     }
     std::cout << "time: " << times[times.size() / 2] << " ms (median of " << times.size() << ")\n";

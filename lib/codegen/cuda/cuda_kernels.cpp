@@ -105,7 +105,7 @@ struct ReduceSpec {
 
 DType acc_type(const Computation& c) {
   if (c.reduce == loop::ReduceOp::Any || c.reduce == loop::ReduceOp::All) return DType::Int32;  // shuffles take no bool
-  return c.body->dtype;
+  return codegen::compute_dtype(c.body->dtype);  // float16 / bfloat16 accumulate in float32
 }
 
 ReduceSpec reduce_spec(const Computation& c, DType acc_t) {
@@ -481,7 +481,8 @@ void emit_strided(std::ostream& os, const std::string& field, const std::string&
 }
 
 bool cudnn_kernel(const loop::Program& p, const Computation& c) {
-  return c.extern_kind != loop::ExternKind::Convolution || (p.buffers[c.out].dtype == DType::Float32 && c.operands[1].dense());
+  return c.extern_kind != loop::ExternKind::Convolution ||
+         (p.buffers[c.out].dtype == DType::Float32 && (c.operands[1].dense() || c.operands[1].channels_last()));
 }
 
 // A convolution or one of its gradients through cuDNN (ptc_cuda::cudnn_conv). Gradients read
@@ -491,7 +492,15 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const sched::Kern
   const Computation& c = p.comps[k.comps.front()];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA convolution supports float32 only so far (", c.origin, ")");
   const bool fwd = c.extern_kind == loop::ExternKind::Convolution, filter = c.extern_kind == loop::ExternKind::ConvWeightGrad;
-  const std::vector<sym::Expr> out_strides = contiguous_strides(c.domain);
+  std::vector<sym::Expr> out_strides = contiguous_strides(c.domain);
+  // NHWC (LowerOptions::channels_last): the output buffer is [N, OH, OW, O]; cuDNN gets it as
+  // [N, O, OH, OW] with those strides.
+  const bool nhwc = fwd && c.params.size() > 7 && c.params[7] == 1;
+  std::vector<sym::Expr> y_logical = c.domain;
+  if (nhwc) {
+    out_strides = {out_strides[0], out_strides[3], out_strides[1], out_strides[2]};
+    y_logical = {c.domain[0], c.domain[3], c.domain[1], c.domain[2]};
+  }
   auto ptr = [](const loop::View& v) { return "static_cast<float*>(buf[" + std::to_string(v.buffer) + "]) + " + cpp_index(v.offset); };
   // With a fused epilogue (Epilogues::Library) the convolution writes the epilogue's buffer.
   const int out_buffer = k.epilogue >= 0 ? p.comps[k.epilogue].out : c.out;
@@ -510,8 +519,10 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const sched::Kern
     os << "  a.direction = ptc_cuda::kConvForward;\n";
     emit_strided(os, "x", ptr(X), X.strides);
     os << "  a.w = " << ptr(W) << ";\n";
+    // A KRSC filter (channels_last_weights); a 1x1 one is both layouts: NHWC when the output is.
+    if (!W.dense() || (nhwc && W.channels_last())) os << "  a.w_nhwc = 1;\n";
     emit_strided(os, "y", out, out_strides);
-    x_sizes = X.sizes, w_sizes = W.sizes, y_sizes = c.domain;
+    x_sizes = X.sizes, w_sizes = W.sizes, y_sizes = y_logical;
   } else {
     const loop::View &A = c.operands[0], &DY = c.operands[1];
     PTC_CHECK(DY.sizes.size() == 5, "a convolution gradient reads grad_output as [groups, O/groups, N, OH, OW]");

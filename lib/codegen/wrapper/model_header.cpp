@@ -12,6 +12,12 @@
 namespace ptc {
 namespace {
 
+// The element type the header's users see: float16 / bfloat16 as their raw bits (uint16_t), as
+// the C ABI passes them.
+std::string elem_type(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16 ? std::string("uint16_t") : std::string(cpu::ctype(t));
+}
+
 std::string ident(const std::string& s, std::set<std::string>& used) {
   std::string o;
   for (char c : s) o += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -44,7 +50,7 @@ std::string generate_model_header(const loop::Program& p, const Graph& g) {
   for (size_t i = 0; i < p.outputs.size(); ++i) {
     const auto& b = p.buffers[p.outputs[i]];
     out_names.push_back(ident(g.outputs[i]->name, used));
-    os << "    std::vector<" << cpu::ctype(b.dtype) << "> " << out_names.back() << ";  // " << shape_comment(b) << "\n";
+    os << "    std::vector<" << elem_type(b.dtype) << "> " << out_names.back() << ";  // " << shape_comment(b) << "\n";
     os << "    std::vector<int64_t> " << out_names.back() << "_sizes;\n";
   }
   os << "  };\n\n";
@@ -64,12 +70,12 @@ std::string generate_model_header(const loop::Program& p, const Graph& g) {
   for (size_t i = 0; i < ins.size(); ++i) os << "  //   " << in_names[i] << ": " << shape_comment(*ins[i]) << "\n";
   os << "  Outputs run(";
   for (size_t i = 0; i < ins.size(); ++i)
-    os << (i ? ", " : "") << "const " << cpu::ctype(ins[i]->dtype) << "* " << in_names[i] << ", const std::vector<int64_t>& "
+    os << (i ? ", " : "") << "const " << elem_type(ins[i]->dtype) << "* " << in_names[i] << ", const std::vector<int64_t>& "
        << in_names[i] << "_sizes";
   os << ") const {\n";
   os << "    ptc_tensor in[" << std::max<size_t>(ins.size(), 1) << "] = {";
   for (size_t i = 0; i < ins.size(); ++i)
-    os << (i ? ", " : "") << "{const_cast<" << cpu::ctype(ins[i]->dtype) << "*>(" << in_names[i] << "), " << wrapper::dtype_code(ins[i]->dtype)
+    os << (i ? ", " : "") << "{const_cast<" << elem_type(ins[i]->dtype) << "*>(" << in_names[i] << "), " << wrapper::dtype_code(ins[i]->dtype)
        << ", static_cast<int32_t>(" << in_names[i] << "_sizes.size()), " << in_names[i] << "_sizes.data()}";
   os << "};\n    Outputs o;\n    ptc_tensor out[" << std::max<size_t>(p.outputs.size(), 1) << "];\n";
   for (size_t i = 0; i < p.outputs.size(); ++i) {

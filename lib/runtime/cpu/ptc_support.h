@@ -12,6 +12,7 @@
 #include <limits>
 #include <string>
 
+#include "ptc_half.h"
 #include "ptc_philox.h"
 
 #ifdef _OPENMP

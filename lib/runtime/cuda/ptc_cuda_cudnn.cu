@@ -79,7 +79,10 @@ const char* pick(const Perf* perf, int n, size_t limit, const char* what, bool t
 
 // A fused epilogue cuDNN did not run, as a kernel after the convolution.
 const char* run_conv_epilogue(const CudnnConv& a, cudaStream_t stream) {
-  return bias_act(a.y, a.N * a.O * a.OH * a.OW, a.OH * a.OW, a.O, a.bias, a.residual, a.act, stream);
+  // y is a whole NCHW or NHWC buffer (--channels-last): the channel of element i is i / (OH OW) % O
+  // or i % O; a residual is laid out as y.
+  const int64_t inner = a.ys[1] == 1 ? 1 : a.OH * a.OW;
+  return bias_act(a.y, a.N * a.O * a.OH * a.OW, inner, a.O, a.bias, a.residual, a.act, stream);
 }
 
 bool fits_int(const CudnnConv& a) {
@@ -140,7 +143,7 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
   if (!fits_int(a)) return "cudnn_conv: a size or stride beyond cuDNN's 32-bit range";
   const std::vector<int64_t> key{a.direction, a.N, a.C, a.H, a.W, a.O, a.KH, a.KW, a.OH, a.OW, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw,
                                  a.groups, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3],
-                                 static_cast<int64_t>(ctx.gemm_ws_bytes), a.bias ? 1 + a.act : 0};
+                                 static_cast<int64_t>(ctx.gemm_ws_bytes), a.bias ? 1 + a.act : 0, a.w_nhwc};
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   std::lock_guard<std::mutex> lock(ctx.conv->mu);
   cudnnHandle_t h = ctx.conv->handle;
@@ -160,7 +163,8 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
       s = cudnnSetTensor4dDescriptorEx(p.y, CUDNN_DATA_FLOAT, i32(a.N), i32(a.O), i32(a.OH), i32(a.OW), i32(a.ys[0]), i32(a.ys[1]),
                                        i32(a.ys[2]), i32(a.ys[3]));
     if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i32(a.O), i32(a.C / a.groups), i32(a.KH), i32(a.KW));
+      s = cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, a.w_nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, i32(a.O), i32(a.C / a.groups),
+                                     i32(a.KH), i32(a.KW));
     if (s == CUDNN_STATUS_SUCCESS)
       s = cudnnSetConvolution2dDescriptor(p.conv, i32(a.ph), i32(a.pw), i32(a.sh), i32(a.sw), i32(a.dh), i32(a.dw),
                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);

@@ -115,6 +115,7 @@ struct CudnnConv {
   int direction = kConvForward;
   float* x; int64_t xs[4];
   float* w;
+  int w_nhwc = 0;  // the filter is stored KRSC ([O, KH, KW, C/groups]: CUDNN_TENSOR_NHWC), else KCRS
   float* y; int64_t ys[4];
   int64_t N, C, H, W, O, KH, KW, OH, OW;
   int64_t sh, sw, ph, pw, dh, dw, groups;

@@ -1,0 +1,92 @@
+// Library ops in float32: a GEMM, convolution or attention node that reads or writes float16 /
+// bfloat16 tensors gets float32 operands (a dtype conversion in front of each such tensor input),
+// computes in float32 and converts its results back to their recorded dtype. ptc's GEMM,
+// convolution and attention kernels (and cuBLASLt / cuDNN calls) are float32 ones; this is what
+// torch's CPU kernels do for these dtypes too: accumulate in float32, round the result once.
+//
+// The conversions of weights (the usual case: a half-precision model's parameters) are constant
+// folded by the next pass, so a GEMM reads a float32 copy of its weight made at compile time. The
+// conversions of activations are pointwise nodes that fuse with their producers and consumers.
+#include <unordered_map>
+
+#include "../autodiff/builder.h"
+#include "ptc/error.h"
+#include "ptc/passes.h"
+#include "rewrite.h"
+
+namespace ptc {
+namespace {
+
+bool is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+// The ops lowered to ptc's GEMM, convolution and attention kernels (lib/loop/lower_extern.cpp).
+bool is_library_op(OpKind k) {
+  switch (k) {
+    case OpKind::Linear:
+    case OpKind::Addmm:
+    case OpKind::Baddbmm:
+    case OpKind::Mm:
+    case OpKind::Bmm:
+    case OpKind::Matmul:
+    case OpKind::Conv2d:
+    case OpKind::Convolution:
+    case OpKind::UnderscoreConvolution:
+    case OpKind::ScaledDotProductAttention:
+    case OpKind::UnderscoreScaledDotProductFlashAttentionForCpu:
+    case OpKind::UnderscoreNativeMultiHeadAttention: return true;
+    default: return false;
+  }
+}
+
+bool touches_half(const Node& n) {
+  for (const Value* v : n.inputs())
+    if (v->type.is_tensor() && is_half(v->type.dtype)) return true;
+  for (const Value* v : n.outputs)
+    if (v->type.is_tensor() && is_half(v->type.dtype)) return true;
+  return false;
+}
+
+}  // namespace
+
+std::unique_ptr<Graph> library_ops_f32(const Graph& g) {
+  bool any = false;
+  for (const auto& np : g.nodes()) any = any || (is_library_op(np->kind) && touches_half(*np));
+  if (!any) return clone_graph(g);
+
+  rewrite::GraphRewriter rw(g);
+  autodiff::Builder b(rw.graph(), &g, "_f32");
+  std::unordered_map<const Value*, Value*> widened;  // new-graph value -> its float32 conversion
+  auto widen = [&](Value* v) {
+    auto it = widened.find(v);
+    if (it != widened.end()) return it->second;
+    return widened[v] = b.cast(v, DType::Float32);
+  };
+  for (const auto& np : g.nodes()) {
+    const Node& n = *np;
+    if (!is_library_op(n.kind) || !touches_half(n)) {
+      rw.copy_node(n);
+      continue;
+    }
+    b.set_origin(&n);
+    std::vector<Arg> args;
+    for (const Arg& a : n.args) {
+      Arg m = rw.map_arg(a);
+      if (auto v = std::get_if<Value*>(&m); v && *v && (*v)->type.is_tensor() && is_half((*v)->type.dtype)) m = widen(*v);
+      args.push_back(std::move(m));
+    }
+    std::vector<Value*> outs;
+    for (const Value* o : n.outputs) {
+      Type t = o->type;
+      if (t.is_tensor() && is_half(t.dtype)) t.dtype = DType::Float32;
+      outs.push_back(rw.new_value(o->name + "_f32", std::move(t)));
+    }
+    rw.add_node(n, std::move(args), outs);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const Value* o = n.outputs[i];
+      rw.replace(o, o->type.is_tensor() && is_half(o->type.dtype) ? b.cast(outs[i], o->type.dtype) : outs[i]);
+    }
+  }
+  return rw.finish();
+}
+
+}  // namespace ptc
