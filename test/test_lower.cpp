@@ -379,3 +379,33 @@ TEST_CASE("clamp with tensor bounds and where over two numbers (T5's float16 ove
     for (size_t i = 0; i < xs.size(); ++i) CHECK(out[i] == std::min(std::max(xs[i], -bound), bound));
   }
 }
+
+TEST_CASE("a float16 mean sums in float32 (a half sum would overflow where the mean does not)", "[lower][half]") {
+  test::GraphBuilder b;
+  Value* x = b.input("x", DType::Float16, {sym::Expr(1), sym::Expr(4)});
+  b.g->outputs.push_back(b.op(OpKind::MeanDim, "m", {{"self", x}, {"dim", std::vector<int64_t>{1}}, {"keepdim", false}}));
+  REQUIRE(verify_graph(*b.g).empty());
+  std::vector<std::byte> xb(8);
+  for (int i = 0; i < 4; ++i) write_element(xb.data() + 2 * i, DType::Float16, 30000.0);  // sum 120000 > 65504
+  auto out = interpret(lower_to_loops(*b.g), *b.g, {xb}, {});
+  REQUIRE(out.at(0).size() == 2);
+  CHECK(read_element(out[0].data(), DType::Float16) == 30000.0);
+}
+
+TEST_CASE("channels-last lowering of a float16 CNN: KRSC float32 weights, NHWC convolutions", "[lower][half]") {
+  LowerOptions opts = LowerOptions::for_device("cuda");
+  opts.channels_last = true;
+  auto g = run_graph_passes(*load_pt2(test::fixture("small_cnn_f16.pt2")), {}, GraphPassOptions{true});
+  loop::Program p = lower_to_loops(*g, opts);
+  INFO(loop::print_program(p));
+  int nhwc = 0;
+  for (const auto& c : p.comps) {
+    if (c.kind != loop::Computation::Kind::Extern || c.extern_kind != loop::ExternKind::Convolution) continue;
+    nhwc += c.params.size() == 8 && c.params[7] == 1;
+    CHECK(c.operands[1].channels_last());
+    CHECK(!c.operands[1].dense());
+    CHECK(p.buffers[c.operands[1].buffer].kind == loop::Buffer::Kind::Weight);
+    CHECK(p.buffers[c.operands[1].buffer].dtype == DType::Float32);
+  }
+  CHECK(nhwc == 2);
+}

@@ -175,11 +175,11 @@ namespace ptc {
 // ---- the pass pipeline (lib/passes/pipeline.cpp) ------------------------------------------------
 //
 struct GraphPassOptions {
-  bool channels_last_weights = false;  // run channels_last_weights (before fold_constants)
+  bool channels_last_weights = false;  // run channels_last_weights (before library_ops_f32)
 };
 
 // The graph passes of `ptc compile`, in order: drop_buffer_updates, fold_batch_norm,
-// library_ops_f32, [channels_last_weights,] fold_constants, cse, dce, prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
+// [channels_last_weights,] library_ops_f32, fold_constants, cse, dce, prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
 // a ptc bug); `after(name, graph)`, when given, sees each pass's result (--dump-after).
 // Pre:  verify_graph(g) is empty; every value has its type (read or shape-propagated).
 std::unique_ptr<Graph> run_graph_passes(const Graph& g,

@@ -196,6 +196,11 @@ TensorRef im2col(Lowering& L, const TensorRef& x, std::array<int64_t, 2> k, std:
   });
 }
 
+// The dtype a mean / average pool sums in: float32 for float16 / bfloat16, else the output's.
+namespace {
+DType half_acc(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
+}  // namespace
+
 Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
   auto one = [](TensorRef t) { return Lowered(std::vector<TensorRef>{std::move(t)}); };
   std::string o = L.origin();
@@ -205,10 +210,13 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       DType dt = a.out_dtype();
       auto dims = dims_of(L, a, "dim", x.rank());
       bool keep = n.arg("keepdim") && a.b("keepdim");
-      TensorRef s = L.reduce(x, dims, keep, ReduceOp::Sum, dt, o);
-      if (n.kind != OpKind::MeanDim && n.kind != OpKind::Mean) return one(s);
+      if (n.kind != OpKind::MeanDim && n.kind != OpKind::Mean) return one(L.reduce(x, dims, keep, ReduceOp::Sum, dt, o));
+      // A float16 / bfloat16 mean divides the float32 sum and rounds once, as torch (a half sum
+      // could overflow where the mean does not).
+      const DType acc = half_acc(dt);
+      TensorRef s = L.reduce(x, dims, keep, ReduceOp::Sum, acc, o);
       sym::Expr cnt = count_of(x, dims);
-      return one(map1(L, s, dt, [cnt, dt](ExprRef v) { return binary(Op::Div, v, cast(index_value(cnt), dt)); }));
+      return one(map1(L, s, dt, [cnt, acc, dt](ExprRef v) { return cast(binary(Op::Div, v, cast(index_value(cnt), acc)), dt); }));
     }
     case OpKind::Amax: case OpKind::Amin: {
       TensorRef x = a.tensor("self");
@@ -297,15 +305,16 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
         s4.insert(s4.end() - 1, 1);
         Index o4 = out;
         o4.insert(o4.end() - 1, 1);
-        TensorRef r = pool2d(L, reshape(L, x, s4), o4, {1, k[0]}, {1, k[0]}, {0}, {1}, ReduceOp::Sum, a.out_dtype());
+        DType dt = a.out_dtype(), acc = half_acc(dt);
+        TensorRef r = pool2d(L, reshape(L, x, s4), o4, {1, k[0]}, {1, k[0]}, {0}, {1}, ReduceOp::Sum, acc);
         int64_t cnt = k[0];
-        DType dt = a.out_dtype();
-        return one(reshape(L, map1(L, r, dt, [cnt, dt](ExprRef v) { return binary(Op::Div, v, c(static_cast<double>(cnt), dt)); }), out));
+        return one(reshape(L, map1(L, r, dt, [cnt, acc, dt](ExprRef v) { return cast(binary(Op::Div, v, c(static_cast<double>(cnt), acc)), dt); }),
+                           out));
       }
-      DType dt = a.out_dtype();
-      TensorRef r = pool2d(L, x, out, k, k, {0}, {1}, ReduceOp::Sum, dt);
+      DType dt = a.out_dtype(), acc = half_acc(dt);
+      TensorRef r = pool2d(L, x, out, k, k, {0}, {1}, ReduceOp::Sum, acc);
       double cnt = static_cast<double>(k[0] * k[1]);
-      return one(map1(L, r, dt, [cnt, dt](ExprRef v) { return binary(Op::Div, v, c(cnt, dt)); }));
+      return one(map1(L, r, dt, [cnt, acc, dt](ExprRef v) { return cast(binary(Op::Div, v, c(cnt, acc)), dt); }));
     }
     case OpKind::MaxPool2d: case OpKind::MaxPool2dWithIndices: {
       TensorRef x = a.tensor("self");
@@ -363,10 +372,10 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
         L.fail("avg_pool2d with count_include_pad=False and padding is not supported yet");
       std::vector<int64_t> k = a.ints("kernel_size");
       if (k.size() == 1) k.push_back(k[0]);
-      DType dt = a.out_dtype();
-      TensorRef r = pool2d(L, a.tensor("self"), a.out_sizes(), k, a.ints("stride"), a.ints("padding"), {1}, ReduceOp::Sum, dt);
+      DType dt = a.out_dtype(), acc = half_acc(dt);
+      TensorRef r = pool2d(L, a.tensor("self"), a.out_sizes(), k, a.ints("stride"), a.ints("padding"), {1}, ReduceOp::Sum, acc);
       double cnt = static_cast<double>(k[0] * k[1]);
-      return one(map1(L, r, dt, [cnt, dt](ExprRef v) { return binary(Op::Div, v, c(cnt, dt)); }));
+      return one(map1(L, r, dt, [cnt, acc, dt](ExprRef v) { return cast(binary(Op::Div, v, c(cnt, acc)), dt); }));
     }
     default: return std::nullopt;
   }

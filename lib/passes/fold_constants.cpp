@@ -25,9 +25,10 @@ namespace {
 using rewrite::StaticLayout;
 
 constexpr int64_t kMaxFoldedBytes = int64_t(16) << 20;
-// A dtype conversion may fold larger values: a float16 / bfloat16 weight that a GEMM or a
-// convolution reads is converted to float32 once here rather than on every run
-// (library_ops_f32.cpp); GPT-2's tied 50257 x 768 embedding is 154 MB in float32.
+// A dtype or layout conversion may fold larger values: a float16 / bfloat16 weight that a GEMM or
+// a convolution reads is converted to float32 once here rather than on every run
+// (library_ops_f32.cpp; GPT-2's tied 50257 x 768 embedding is 154 MB in float32), and a
+// convolution weight is laid out KRSC (channels_last_weights).
 constexpr int64_t kMaxConvertedBytes = int64_t(512) << 20;
 constexpr double kExactIntLimit = 9007199254740992.0;  // 2^53
 
@@ -156,7 +157,8 @@ class Evaluator {
     if (!out_ || !rewrite::dtype_supported(out->type.dtype)) return nullptr;
     out_dtype_ = out->type.dtype;
     inexact_ = false;
-    const bool conversion = n.kind == OpKind::UnderscoreToCopy || n.kind == OpKind::ToDtype;
+    // (contiguous: channels_last_weights' KRSC convolution weights, of any size)
+    const bool conversion = n.kind == OpKind::UnderscoreToCopy || n.kind == OpKind::ToDtype || n.kind == OpKind::Contiguous;
     limit_ = conversion ? kMaxConvertedBytes : kMaxFoldedBytes;
     std::optional<CVal> r;
     try {

@@ -26,10 +26,12 @@ std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void
   std::vector<std::pair<const char*, Pass>> passes = {
       {"drop_buffer_updates", drop_buffer_updates},
       {"fold_batch_norm", fold_batch_norm},
-      {"library_ops_f32", library_ops_f32},
   };
+  // (channels_last_weights first: it finds the weights themselves, before library_ops_f32
+  // converts a half model's ones)
   if (opts.channels_last_weights) passes.emplace_back("channels_last_weights", channels_last_weights);
-  passes.insert(passes.end(), {{"fold_constants", fold_constants},
+  passes.insert(passes.end(), {{"library_ops_f32", library_ops_f32},
+                               {"fold_constants", fold_constants},
                                {"cse", common_subexpression_elimination},
                                {"dce", dead_code_elimination},
                                {"prune_unused_weights", prune_unused_weights}});

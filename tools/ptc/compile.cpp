@@ -36,7 +36,7 @@ std::function<int()> add_compile(CLI::App& app) {
   cmd->add_flag("--save-all", opts->save_all,
                 "--train: save every activation the backward reads instead of recomputing cheap elementwise chains");
   cmd->add_option("--emit-dir", opts->emit_dir, "Keep the generated sources in this folder");
-  cmd->add_option("--dump-after", opts->dump_after, "Print the graph after a pass (drop_buffer_updates, fold_batch_norm, library_ops_f32, channels_last_weights, fold_constants, cse, dce, prune_unused_weights; --train: batch_norm_training, cse, dce, prune_unused_weights, autodiff, forward, backward; or all)");
+  cmd->add_option("--dump-after", opts->dump_after, "Print the graph after a pass (drop_buffer_updates, fold_batch_norm, channels_last_weights, library_ops_f32, fold_constants, cse, dce, prune_unused_weights; --train: batch_norm_training, cse, dce, prune_unused_weights, autodiff, forward, backward; or all)");
   cmd->add_option("--dump-loops", opts->dump_loops, "Write the loop IR as text to this file ('-' for stdout)");
   cmd->add_option("--weights", opts->weights, "embedded (in the library) or external (model.weights next to it, mapped and checksummed at open)")
       ->check(CLI::IsMember({"embedded", "external"}));

@@ -349,6 +349,8 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
   const Computation& c = p.comps[k.comps.front()];
   const loop::View &self = c.operands[0], &index = c.operands[1], &src = c.operands[2];
   const size_t r = c.domain.size(), dim = static_cast<size_t>(c.params[0]);
+  if (codegen::compute_dtype(p.buffers[c.out].dtype) != p.buffers[c.out].dtype)
+    user_error("the CPU scatter_add does not support ", dtype_name(p.buffers[c.out].dtype), " yet (", c.origin, ")");
   auto elem = [](const loop::View& v, const std::vector<std::string>& i) { return view_element(v, i); };
   std::vector<std::string> iv;
   for (size_t d = 0; d < r; ++d) iv.push_back("i" + std::to_string(d));
