@@ -20,6 +20,10 @@ const char* dtype_short(DType t);  // "f32", "i64", "bool", ...
 const char* dtype_name(DType t);   // torch's name: "float32", "int64", "bool", ...
 bool dtype_is_float(DType t);
 bool dtype_is_complex(DType t);
+// float16 or bfloat16: stored in two bytes, computed in float32 (dtype_compute).
+bool dtype_is_half(DType t);
+// The dtype arithmetic on `t` runs in: float32 for the half dtypes, else `t` itself.
+DType dtype_compute(DType t);
 
 // The ScalarType numbering of torch.export's schema (PT2_FORMAT.md), not c10's.
 std::optional<DType> dtype_from_pt2(int64_t code);

@@ -41,10 +41,9 @@ const char* ctype(DType t) {
   }
 }
 
-DType compute_dtype(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t; }
 
 std::string literal(double v, DType t) {
-  t = compute_dtype(t);
+  t = dtype_compute(t);
   if (t == DType::Bool) return v != 0 ? "true" : "false";
   if (!dtype_is_float(t)) {
     char buf[48];
@@ -104,7 +103,7 @@ void ExprPrinter::hoist(const ExprRef& e) {
   }
   std::string text = inline_text(e);
   std::string var = "t" + std::to_string(names_.size());
-  os_ << indent_ << "const " << ctype(compute_dtype(e->dtype)) << " " << var << " = " << text << ";\n";
+  os_ << indent_ << "const " << ctype(dtype_compute(e->dtype)) << " " << var << " = " << text << ";\n";
   names_[e.get()] = var;
 }
 
@@ -114,7 +113,7 @@ std::string ExprPrinter::name(const ExprRef& e) {
 }
 
 std::string ExprPrinter::inline_text(const ExprRef& e) {
-  const DType cdt = compute_dtype(e->dtype);
+  const DType cdt = dtype_compute(e->dtype);
   const std::string T = ctype(cdt);
   const bool f32 = cdt == DType::Float32;
   auto a = [&](size_t i) { return name(e->args[i]); };

@@ -18,9 +18,6 @@ std::string literal(double v, DType t);
 // The C++ type of a dtype's elements in memory (float, int64_t, bool, ..., ptc_rt::half and
 // ptc_rt::bfloat16: ptc_half.h).
 const char* ctype(DType t);
-// The dtype kernels compute a value of dtype `t` in: float32 for float16 / bfloat16 (a load
-// converts, a store rounds), `t` itself otherwise.
-DType compute_dtype(DType t);
 
 class ExprPrinter {
  public:

@@ -65,6 +65,10 @@ bool dtype_is_float(DType t) {
   }
 }
 
+bool dtype_is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+DType dtype_compute(DType t) { return dtype_is_half(t) ? DType::Float32 : t; }
+
 bool dtype_is_complex(DType t) {
   return t == DType::Complex32 || t == DType::Complex64 || t == DType::Complex128;
 }

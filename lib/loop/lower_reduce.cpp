@@ -196,11 +196,6 @@ TensorRef im2col(Lowering& L, const TensorRef& x, std::array<int64_t, 2> k, std:
   });
 }
 
-// The dtype a mean / average pool sums in: float32 for float16 / bfloat16, else the output's.
-namespace {
-DType half_acc(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
-}  // namespace
-
 Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
   auto one = [](TensorRef t) { return Lowered(std::vector<TensorRef>{std::move(t)}); };
   std::string o = L.origin();
@@ -213,7 +208,7 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       if (n.kind != OpKind::MeanDim && n.kind != OpKind::Mean) return one(L.reduce(x, dims, keep, ReduceOp::Sum, dt, o));
       // A float16 / bfloat16 mean divides the float32 sum and rounds once, as torch (a half sum
       // could overflow where the mean does not).
-      const DType acc = half_acc(dt);
+      const DType acc = dtype_compute(dt);
       TensorRef s = L.reduce(x, dims, keep, ReduceOp::Sum, acc, o);
       sym::Expr cnt = count_of(x, dims);
       return one(map1(L, s, dt, [cnt, acc, dt](ExprRef v) { return cast(binary(Op::Div, v, cast(index_value(cnt), acc)), dt); }));
@@ -305,13 +300,13 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
         s4.insert(s4.end() - 1, 1);
         Index o4 = out;
         o4.insert(o4.end() - 1, 1);
-        DType dt = a.out_dtype(), acc = half_acc(dt);
+        DType dt = a.out_dtype(), acc = dtype_compute(dt);
         TensorRef r = pool2d(L, reshape(L, x, s4), o4, {1, k[0]}, {1, k[0]}, {0}, {1}, ReduceOp::Sum, acc);
         int64_t cnt = k[0];
         return one(reshape(L, map1(L, r, dt, [cnt, acc, dt](ExprRef v) { return cast(binary(Op::Div, v, c(static_cast<double>(cnt), acc)), dt); }),
                            out));
       }
-      DType dt = a.out_dtype(), acc = half_acc(dt);
+      DType dt = a.out_dtype(), acc = dtype_compute(dt);
       TensorRef r = pool2d(L, x, out, k, k, {0}, {1}, ReduceOp::Sum, acc);
       double cnt = static_cast<double>(k[0] * k[1]);
       return one(map1(L, r, dt, [cnt, acc, dt](ExprRef v) { return cast(binary(Op::Div, v, c(cnt, acc)), dt); }));
@@ -372,7 +367,7 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
         L.fail("avg_pool2d with count_include_pad=False and padding is not supported yet");
       std::vector<int64_t> k = a.ints("kernel_size");
       if (k.size() == 1) k.push_back(k[0]);
-      DType dt = a.out_dtype(), acc = half_acc(dt);
+      DType dt = a.out_dtype(), acc = dtype_compute(dt);
       TensorRef r = pool2d(L, a.tensor("self"), a.out_sizes(), k, a.ints("stride"), a.ints("padding"), {1}, ReduceOp::Sum, acc);
       double cnt = static_cast<double>(k[0] * k[1]);
       return one(map1(L, r, dt, [cnt, acc, dt](ExprRef v) { return cast(binary(Op::Div, v, c(cnt, acc)), dt); }));

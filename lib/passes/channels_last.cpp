@@ -12,16 +12,11 @@
 namespace ptc {
 namespace {
 
-bool is_forward_conv(const Node& n) {
-  switch (n.kind) {
-    case OpKind::Conv2d: return true;
-    case OpKind::Convolution:
-    case OpKind::UnderscoreConvolution: {
-      const Arg* t = n.arg("transposed");
-      return t && std::holds_alternative<bool>(*t) && !std::get<bool>(*t);
-    }
-    default: return false;
-  }
+// A 2-d convolution (not transposed) whose weight is a 4-d tensor.
+const Value* conv2d_weight(const Node& n) {
+  const Arg* wa = rewrite::is_forward_convolution(n) ? n.arg("weight") : nullptr;
+  const Value* w = wa && std::holds_alternative<Value*>(*wa) ? std::get<Value*>(*wa) : nullptr;
+  return w && w->type.is_tensor() && w->type.rank() == 4 ? w : nullptr;
 }
 
 }  // namespace
@@ -29,7 +24,7 @@ bool is_forward_conv(const Node& n) {
 bool channels_last_pays(const Graph& g) {
   bool convs = false;
   for (const auto& np : g.nodes()) {
-    if (!is_forward_conv(*np)) continue;
+    if (!conv2d_weight(*np)) continue;
     convs = true;
     // groups: an int, or a SymInt expression (conv2d's schema); a symbolic one counts as grouped
     const Arg* groups = np->arg("groups");
@@ -47,9 +42,8 @@ std::unique_ptr<Graph> channels_last_weights(const Graph& g) {
   std::unordered_map<const Value*, Value*> done;  // source weight -> its channels-last version
   for (const auto& np : g.nodes()) {
     const Node& n = *np;
-    const Arg* wa = is_forward_conv(n) ? n.arg("weight") : nullptr;
-    const Value* w = wa && std::holds_alternative<Value*>(*wa) ? std::get<Value*>(*wa) : nullptr;
-    if (!w || !rewrite::weight_of(g, w) || !w->type.is_tensor() || w->type.rank() != 4) {
+    const Value* w = conv2d_weight(n);
+    if (!w || !rewrite::weight_of(g, w)) {
       rw.copy_node(n);
       continue;
     }

@@ -34,18 +34,7 @@ std::optional<double> number_arg(const Node& n, const char* name) {
 
 // A convolution (not transposed) or a linear layer: the producers a batch norm folds into.
 bool is_foldable_producer(const Node& n) {
-  switch (n.kind) {
-    case OpKind::Conv1d:
-    case OpKind::Conv2d:
-    case OpKind::Conv3d: return true;
-    case OpKind::Convolution:
-    case OpKind::UnderscoreConvolution: {
-      const Arg* t = n.arg("transposed");
-      return t && std::holds_alternative<bool>(*t) && !std::get<bool>(*t);
-    }
-    case OpKind::Linear: return true;
-    default: return false;
-  }
+  return n.kind == OpKind::Linear || rewrite::is_forward_convolution(n);
 }
 
 // An inference batch norm: its input, parameters and eps; nullopt for anything else.

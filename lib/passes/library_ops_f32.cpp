@@ -17,8 +17,6 @@
 namespace ptc {
 namespace {
 
-bool is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
-
 // The ops lowered to ptc's GEMM, convolution and attention kernels (lib/loop/lower_extern.cpp).
 bool is_library_op(OpKind k) {
   switch (k) {
@@ -40,9 +38,9 @@ bool is_library_op(OpKind k) {
 
 bool touches_half(const Node& n) {
   for (const Value* v : n.inputs())
-    if (v->type.is_tensor() && is_half(v->type.dtype)) return true;
+    if (v->type.is_tensor() && dtype_is_half(v->type.dtype)) return true;
   for (const Value* v : n.outputs)
-    if (v->type.is_tensor() && is_half(v->type.dtype)) return true;
+    if (v->type.is_tensor() && dtype_is_half(v->type.dtype)) return true;
   return false;
 }
 
@@ -71,19 +69,19 @@ std::unique_ptr<Graph> library_ops_f32(const Graph& g) {
     std::vector<Arg> args;
     for (const Arg& a : n.args) {
       Arg m = rw.map_arg(a);
-      if (auto v = std::get_if<Value*>(&m); v && *v && (*v)->type.is_tensor() && is_half((*v)->type.dtype)) m = widen(*v);
+      if (auto v = std::get_if<Value*>(&m); v && *v && (*v)->type.is_tensor() && dtype_is_half((*v)->type.dtype)) m = widen(*v);
       args.push_back(std::move(m));
     }
     std::vector<Value*> outs;
     for (const Value* o : n.outputs) {
       Type t = o->type;
-      if (t.is_tensor() && is_half(t.dtype)) t.dtype = DType::Float32;
+      if (t.is_tensor() && dtype_is_half(t.dtype)) t.dtype = DType::Float32;
       outs.push_back(rw.new_value(o->name + "_f32", std::move(t)));
     }
     rw.add_node(n, std::move(args), outs);
     for (size_t i = 0; i < outs.size(); ++i) {
       const Value* o = n.outputs[i];
-      rw.replace(o, o->type.is_tensor() && is_half(o->type.dtype) ? b.cast(outs[i], o->type.dtype) : outs[i]);
+      rw.replace(o, o->type.is_tensor() && dtype_is_half(o->type.dtype) ? b.cast(outs[i], o->type.dtype) : outs[i]);
     }
   }
   return rw.finish();

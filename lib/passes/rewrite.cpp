@@ -119,6 +119,20 @@ std::unordered_map<const Value*, std::vector<const Node*>> users(const Graph& g)
   return u;
 }
 
+bool is_forward_convolution(const Node& n) {
+  switch (n.kind) {
+    case OpKind::Conv1d:
+    case OpKind::Conv2d:
+    case OpKind::Conv3d: return true;
+    case OpKind::Convolution:
+    case OpKind::UnderscoreConvolution: {
+      const Arg* t = n.arg("transposed");
+      return t && std::holds_alternative<bool>(*t) && !std::get<bool>(*t);
+    }
+    default: return false;
+  }
+}
+
 const TensorData* weight_of(const Graph& g, const Value* v) {
   if (!v || v->producer) return nullptr;
   for (const GraphInput& in : g.inputs) {

@@ -64,6 +64,10 @@ std::unordered_map<const Value*, int> count_uses(const Graph& g);
 // The nodes that read each value (each node once, in graph order).
 std::unordered_map<const Value*, std::vector<const Node*>> users(const Graph& g);
 
+// A convolution that is not transposed (conv1d/2d/3d, or convolution / _convolution with
+// transposed=False).
+bool is_forward_convolution(const Node& n);
+
 // The bytes behind a graph input that is a parameter, buffer or constant with a tensor
 // TensorData in g.weights; nullptr for user inputs, node outputs and missing data.
 const TensorData* weight_of(const Graph& g, const Value* v);

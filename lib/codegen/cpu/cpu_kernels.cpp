@@ -109,7 +109,7 @@ void emit_member(std::ostream& os, const Computation& c, size_t outer, const std
     close_loops(os, n.size() - outer, indent);
   } else {
     std::vector<std::string> m = size_names(os, c.reduce_domain, 0, prefix + "r", indent);
-    DType acc_t = codegen::compute_dtype(c.body->dtype);
+    DType acc_t = dtype_compute(c.body->dtype);
     if (c.reduce == loop::ReduceOp::Any || c.reduce == loop::ReduceOp::All) acc_t = DType::Bool;
     const std::string T = ctype(acc_t);
     bool arg = c.reduce == loop::ReduceOp::ArgMax || c.reduce == loop::ReduceOp::ArgMin;
@@ -278,7 +278,7 @@ void emit_window_group(std::ostream& os, const loop::Program& p, const sched::Ke
       std::string v = pr.print(c.body);
       os << in << "  " << at << " = " << v << ";\n" << in << "}\n";
     } else {
-      const std::string T = ctype(codegen::compute_dtype(c.body->dtype));
+      const std::string T = ctype(dtype_compute(c.body->dtype));
       std::string init = c.reduce == loop::ReduceOp::Sum ? literal(0, c.body->dtype)
                                                           : literal(c.reduce == loop::ReduceOp::Max ? -INFINITY : INFINITY, c.body->dtype);
       os << in << T << " acc[" << kWindowBlock << "];\n";
@@ -349,7 +349,7 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
   const Computation& c = p.comps[k.comps.front()];
   const loop::View &self = c.operands[0], &index = c.operands[1], &src = c.operands[2];
   const size_t r = c.domain.size(), dim = static_cast<size_t>(c.params[0]);
-  if (codegen::compute_dtype(p.buffers[c.out].dtype) != p.buffers[c.out].dtype)
+  if (dtype_compute(p.buffers[c.out].dtype) != p.buffers[c.out].dtype)
     user_error("the CPU scatter_add does not support ", dtype_name(p.buffers[c.out].dtype), " yet (", c.origin, ")");
   auto elem = [](const loop::View& v, const std::vector<std::string>& i) { return view_element(v, i); };
   std::vector<std::string> iv;

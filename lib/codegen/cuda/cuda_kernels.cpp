@@ -105,7 +105,7 @@ struct ReduceSpec {
 
 DType acc_type(const Computation& c) {
   if (c.reduce == loop::ReduceOp::Any || c.reduce == loop::ReduceOp::All) return DType::Int32;  // shuffles take no bool
-  return codegen::compute_dtype(c.body->dtype);  // float16 / bfloat16 accumulate in float32
+  return dtype_compute(c.body->dtype);  // float16 / bfloat16 accumulate in float32
 }
 
 ReduceSpec reduce_spec(const Computation& c, DType acc_t) {

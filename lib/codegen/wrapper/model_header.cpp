@@ -15,7 +15,7 @@ namespace {
 // The element type the header's users see: float16 / bfloat16 as their raw bits (uint16_t), as
 // the C ABI passes them.
 std::string elem_type(DType t) {
-  return t == DType::Float16 || t == DType::BFloat16 ? std::string("uint16_t") : std::string(cpu::ctype(t));
+  return dtype_is_half(t) ? std::string("uint16_t") : std::string(cpu::ctype(t));
 }
 
 std::string ident(const std::string& s, std::set<std::string>& used) {
