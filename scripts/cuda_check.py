@@ -45,6 +45,8 @@ ATOL = RTOL = 1e-4
 # a 10-bit mantissa (~1e-3 relative per product): rtol TF32_TOL, and atol TF32_TOL times the output's
 # largest magnitude.
 TF32_TOL = 1e-2
+# ... or, past that, at most this many times torch's own TF32 error against the exact record.
+TF32_VS_TORCH = 1.5
 FLAVOURS = {"pt2": ".pt2", "core_pt2": ".core.pt2", "pt": ".pt"}
 
 
@@ -135,6 +137,7 @@ def check(libs, only=None, ref_only=False, models=MODELS):
                         got = list(m(*ins))
                         torch.cuda.synchronize()
                         e1, ok1 = 0.0, True
+                        torch_tf32_err = None
                         if eager is not None:
                             try:
                                 want = flat(eager(*ins))
@@ -151,7 +154,8 @@ def check(libs, only=None, ref_only=False, models=MODELS):
                                         # than torch's own TF32 result is.
                                         ok1 = err_of(got, refs, float("inf"), 0.0)[0] <= err_of([w.cpu() for w in want], refs, float("inf"), 0.0)[0]
                                 if tf32:  # torch's own TF32 error against the exact record, for comparison
-                                    row["err_eager_ref"] = max(row.get("err_eager_ref", 0.0), err_of([w.cpu() for w in want], refs)[0])
+                                    torch_tf32_err = err_of([w.cpu() for w in want], refs)[0]
+                                    row["err_eager_ref"] = max(row.get("err_eager_ref", 0.0), torch_tf32_err)
                             except RuntimeError as exc:  # e.g. a CPU constant baked into the export
                                 row["eager_note"] = f"eager on the GPU failed ({str(exc)[:80]}); compared with the record only"
                                 eager = None
@@ -160,6 +164,11 @@ def check(libs, only=None, ref_only=False, models=MODELS):
                             ok2 = half_rule(got, refs, [recorded(models, f) for f in case["ref32"]])
                         else:
                             e2, ok2 = err_of(got, refs, tol.get("atol", ATOL), tol.get("rtol", RTOL), tf32=tf32)
+                            if tf32 and not ok2 and torch_tf32_err is not None:
+                                # Deep nets amplify TF32's rounding past TF32_TOL (resnet50 with random
+                                # weights: torch's own TF32 result is 4e-2 off the exact record): then
+                                # ptc's error against the record must be of the size of torch's.
+                                ok2 = e2 <= TF32_VS_TORCH * torch_tf32_err
                         row["cases"] += 1
                         row["err_gpu"] = max(row["err_gpu"], e1)
                         row["err_ref"] = max(row["err_ref"], e2)

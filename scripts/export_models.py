@@ -146,6 +146,45 @@ for _cls in (MLP, SmallCNN, TinyTfm, MHA, IndexOps):
     _cls.__module__ = "models"
 
 
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expand + BN + ReLU6, depthwise 3x3 + BN + ReLU6, 1x1 project + BN
+    (+ the input when the shapes allow)."""
+
+    def __init__(self, cin, cout, stride, expand=4):
+        super().__init__()
+        mid = cin * expand
+        self.expand = nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(mid, mid, 3, stride=stride, padding=1, groups=mid, bias=False),
+                                nn.BatchNorm2d(mid), nn.ReLU6())
+        self.project = nn.Sequential(nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.project(self.dw(self.expand(x)))
+        return x + y if self.residual else y
+
+
+class MBv2(nn.Module):
+    """conv3x3/s2 + BN + ReLU6 stem, two inverted residual blocks (stride 1 with the residual,
+    stride 2), 1x1 conv + ReLU6, global avg pool, linear."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU6())
+        self.b1 = InvertedResidual(16, 16, 1)
+        self.b2 = InvertedResidual(16, 24, 2)
+        self.head = nn.Sequential(nn.Conv2d(24, 64, 1), nn.ReLU6())
+        self.fc = nn.Linear(64, num_classes)
+
+    def forward(self, x):
+        x = self.head(self.b2(self.b1(self.stem(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+for _cls in (InvertedResidual, MBv2):
+    _cls.__module__ = "models"
+
+
 def _clear_jit_class_registry():
     """TorchScript mangles a class name traced twice in one process (___torch_mangle_N); start
     every trace from a clean registry so each .pt is the same whichever fixtures ran before."""
@@ -209,6 +248,12 @@ def _small_cnn():
     return m
 
 
+def _mbv2():
+    m = MBv2()
+    _randomize_bn(m, torch.Generator().manual_seed(SEED + 2))
+    return m
+
+
 def _cases(*shape_lists):
     """Cases of float32 randn inputs; each element is a list of input shapes."""
     def make(gen):
@@ -225,6 +270,9 @@ SMALL = collections.OrderedDict(
              desc="MLP with a dynamic batch dimension in [1, 1024]"),
         Spec("small_cnn", _small_cnn, _cases([(2, 3, 32, 32)]),
              desc="conv+batchnorm+relu, conv/s2+relu, global avg pool, linear, softmax"),
+        Spec("mbv2_dyn", _mbv2, _cases([(2, 3, 32, 32)], [(5, 3, 32, 32)]),
+             dynamic={"x": {0: Dim("batch", min=1, max=64)}},
+             desc="MobileNetV2-style: 1x1 / depthwise 3x3 / 1x1 inverted residual blocks, ReLU6, dynamic batch [1, 64]"),
         Spec("tiny_tfm", TinyTfm, _cases([(2, 16, 64)]),
              desc="pre-norm transformer block, causal SDPA, 4 heads, SiLU FFN"),
         Spec("index_ops", IndexOps,

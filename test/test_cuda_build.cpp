@@ -28,7 +28,7 @@ std::string shell(const std::string& cmd) {
 
 TEST_CASE("every fixture compiles for CUDA, and the library exports the C ABI and links no libtorch or libcudart.so", "[cuda]") {
   std::vector<std::string> models{"mlp.pt2",     "mlp.core.pt2",      "mlp_dyn.pt2",       "small_cnn.pt2",     "tiny_tfm.pt2",
-                                  "tiny_tfm.core.pt2", "tfm_dyn.pt2", "mlp_dyn_bf16.pt2", "small_cnn_f16.pt2", "tfm_dyn_bf16.pt2"};
+                                  "tiny_tfm.core.pt2", "tfm_dyn.pt2", "mbv2_dyn.pt2", "mlp_dyn_bf16.pt2", "small_cnn_f16.pt2", "tfm_dyn_bf16.pt2"};
 #ifdef PTC_TEST_TORCHSCRIPT
   models.push_back("small_cnn.pt");
 #endif
@@ -45,8 +45,8 @@ TEST_CASE("every fixture compiles for CUDA, and the library exports the C ABI an
     std::string deps = shell("ldd " + so);
     INFO(deps);
     CHECK(deps.find("libcublasLt") != std::string::npos);
-    // cuDNN only where there are convolutions (small_cnn).
-    const bool convs = name.rfind("small_cnn", 0) == 0;
+    // cuDNN only where there are convolutions (small_cnn, mbv2_dyn).
+    const bool convs = name.rfind("small_cnn", 0) == 0 || name.rfind("mbv2", 0) == 0;
     CHECK((deps.find("libcudnn") != std::string::npos) == convs);
     CHECK(deps.find("libcudart.so") == std::string::npos);  // the CUDA runtime is linked statically
     CHECK(deps.find("torch") == std::string::npos);
@@ -164,4 +164,19 @@ TEST_CASE("CUDA --channels-last: NHWC convolutions with KRSC filters compile, an
   for (size_t at = kernels.find("a.w_nhwc = 1;"); at != std::string::npos; at = kernels.find("a.w_nhwc = 1;", at + 1)) ++n;
   CHECK(n == 2);
   CHECK(test::run_ptc("inspect --json " + so).output.find("\"channels_last\": true") != std::string::npos);
+  // A MobileNetV2-style net is channels-last by default with --tf32 (its grouped convolutions are
+  // depthwise): only the 3x3 stem runs in cuDNN; the 1x1 convolutions are cuBLASLt GEMMs.
+  const std::string msrc = dir + "/cuda_cl_mbv2_src", mso = dir + "/cuda_cl_mbv2.so";
+  auto m = test::run_ptc("compile -q --no-cache --device cuda --tf32 --emit-dir " + msrc + " " + test::fixture("mbv2_dyn.pt2") + " -o " + mso);
+  INFO(m.output);
+  REQUIRE(m.exit_code == 0);
+  CHECK(test::run_ptc("inspect --json " + mso).output.find("\"channels_last\": true") != std::string::npos);
+  const std::string mk = test::read_file(msrc + "/model.cu");
+  auto count = [&mk](const std::string& what) {
+    size_t k = 0;
+    for (size_t at = mk.find(what); at != std::string::npos; at = mk.find(what, at + 1)) ++k;
+    return k;
+  };
+  CHECK(count("a.w_nhwc = 1;") == 1);
+  CHECK(count("ptc_cuda::gemm(") == 6);
 }

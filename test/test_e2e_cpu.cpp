@@ -132,7 +132,7 @@ void check_cases(Lib& lib, const std::string& name) {
 }  // namespace
 
 TEST_CASE("compiled fixtures match PyTorch eager (fp32, atol/rtol from each record)", "[e2e]") {
-  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"})
+  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "mbv2_dyn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"})
     for (const char* suffix : {".pt2", ".core.pt2"}) {
       std::string file = std::string(name) + suffix;
       INFO(file);
@@ -185,7 +185,7 @@ TEST_CASE("ptc run reads float32 .npy files for bfloat16 inputs and writes bfloa
 
 #ifdef PTC_TEST_TORCHSCRIPT
 TEST_CASE("compiled TorchScript fixtures match PyTorch eager (dynamic ones at every recorded size)", "[e2e][torchscript]") {
-  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "mha"}) {
+  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "mbv2_dyn", "tiny_tfm", "tfm_dyn", "mha"}) {
     INFO(name);
     Lib lib(compile(std::string(name) + ".pt"));
     check_cases(lib, name);

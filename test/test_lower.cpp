@@ -112,7 +112,7 @@ void check_fixture_by_interpreter(const Graph& g, const std::string& name, const
 void check_fixture_by_interpreter(const Graph& g, const std::string& name) { check_fixture_by_interpreter(g, name, LowerOptions{}); }
 
 TEST_CASE("lowering + interpreter match PyTorch eager on every fixture", "[lower]") {
-  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"})
+  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "mbv2_dyn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"})
     for (const char* suffix : {".pt2", ".core.pt2"}) {
       INFO(name << suffix);
       auto g = load_pt2(test::fixture(std::string(name) + suffix));
@@ -143,6 +143,39 @@ TEST_CASE("channels-last lowering (CUDA --channels-last) stores convolutions NHW
     // pool reads NHWC too (channel last in its domain)
     CHECK(text.find("pointwise [2, 32, 32, 16]") != std::string::npos);
     check_fixture_by_interpreter(*g, "small_cnn", opts);
+  }
+}
+
+TEST_CASE("channels-last lowering of a MobileNetV2-style net: 1x1 convolutions as GEMMs over NHWC, depthwise ones as pointwise taps", "[lower]") {
+  LowerOptions opts = LowerOptions::for_device("cuda");
+  opts.channels_last = true;
+  for (const char* suffix : {".pt2", ".core.pt2"}) {
+    INFO(std::string("mbv2_dyn") + suffix);
+    auto g = run_graph_passes(*load_pt2(test::fixture(std::string("mbv2_dyn") + suffix)), {}, GraphPassOptions{true});
+    loop::Program p = lower_to_loops(*g, opts);
+    std::string text = loop::print_program(p);
+    INFO(text);
+    int convs = 0, gemms = 0, nhwc_gemms = 0;
+    for (const auto& c : p.comps) {
+      if (c.kind != loop::Computation::Kind::Extern) continue;
+      convs += c.extern_kind == loop::ExternKind::Convolution;
+      if (c.extern_kind != loop::ExternKind::Gemm) continue;
+      ++gemms;
+      // [N H W, C] x [C, O]: the activations' channel is contiguous, the KRSC weight read as W^T
+      const loop::View& x = c.operands[0];
+      const loop::View& w = c.operands[1];
+      if (c.origin.rfind("conv", 0) == 0 && x.strides[1] == sym::Expr(1) && x.strides[0] == x.sizes[1] &&
+          w.strides[0] == sym::Expr(1) && p.buffers[w.buffer].kind == loop::Buffer::Kind::Weight)
+        ++nhwc_gemms;
+    }
+    CHECK(convs == 1);       // the 3x3 stem runs in cuDNN (NHWC)
+    CHECK(gemms == 6);       // five 1x1 convolutions and the classifier
+    CHECK(nhwc_gemms == 5);
+    // The depthwise convolutions: pointwise over NHWC domains (channel last), reading the
+    // expansion GEMM's result with the folded batch norm and ReLU6 in their loads.
+    CHECK(text.find("pointwise [s77, 16, 16, 64]") != std::string::npos);
+    CHECK(text.find("pointwise [s77, 8, 8, 64]") != std::string::npos);
+    check_fixture_by_interpreter(*g, "mbv2_dyn", opts);
   }
 }
 
@@ -210,6 +243,57 @@ TEST_CASE("convolutions as im2col columns times the weight (the CUDA lowering) m
       auto ins = random_inputs(*b.g, batch, rng);
       auto want = interpret(direct, *b.g, ins, {{"n", batch}});
       auto got = interpret(as_gemm, *b.g, ins, {{"n", batch}});
+      REQUIRE(want[0].size() == got[0].size());
+      std::vector<float> a = floats(want[0]), c = floats(got[0]);
+      double worst = 0;
+      for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - c[i])));
+      CHECK(worst < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("channels-last convolutions as GEMMs (1x1, patchify) and depthwise taps match the convolution extern", "[lower]") {
+  struct Conv {
+    int64_t C, O, K, stride, pad, dil, groups;
+    loop::ExternKind kind;  // what the channels-last lowering runs (Gemm; Convolution = none: pointwise taps)
+  };
+  const Conv convs[] = {{5, 3, 1, 1, 0, 1, 1, loop::ExternKind::Gemm},        {3, 4, 4, 4, 0, 1, 1, loop::ExternKind::Gemm},
+                        {3, 4, 2, 2, 0, 1, 1, loop::ExternKind::Gemm},        {4, 4, 3, 1, 1, 1, 4, loop::ExternKind::Convolution},
+                        {3, 6, 3, 2, 1, 1, 3, loop::ExternKind::Convolution}, {4, 4, 5, 1, 4, 2, 4, loop::ExternKind::Convolution}};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> U(-1, 1);
+  LowerOptions cl = LowerOptions::for_device("cuda");
+  cl.channels_last = true;
+  for (const Conv& k : convs) {
+    INFO("C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " pad " << k.pad << " dil " << k.dil << " groups " << k.groups);
+    test::GraphBuilder b;
+    sym::Expr n = b.sym("n", 1, 4);
+    Value* x = b.input("x", DType::Float32, {n, sym::Expr(k.C), sym::Expr(8), sym::Expr(12)});
+    std::vector<double> wv(static_cast<size_t>(k.O * (k.C / k.groups) * k.K * k.K)), bv(static_cast<size_t>(k.O));
+    for (auto* v : {&wv, &bv})
+      for (double& e : *v) e = U(rng);
+    Value* w = b.weight("p_w", "w", DType::Float32, {k.O, k.C / k.groups, k.K, k.K}, wv);
+    Value* bias = b.weight("p_b", "b", DType::Float32, {k.O}, bv);
+    auto pair = [](int64_t v) { return std::vector<sym::Expr>{sym::Expr(v), sym::Expr(v)}; };
+    Value* y = b.op(OpKind::Conv2d, "y",
+                    {{"input", x}, {"weight", w}, {"bias", bias}, {"stride", pair(k.stride)}, {"padding", pair(k.pad)},
+                     {"dilation", pair(k.dil)}, {"groups", sym::Expr(k.groups)}});
+    b.g->outputs.push_back(b.op(OpKind::Relu, "r", {{"self", y}}));
+    auto g = run_graph_passes(*b.g, {}, GraphPassOptions{true});
+    loop::Program direct = lower_to_loops(*b.g), nhwc = lower_to_loops(*g, cl);
+    INFO(loop::print_program(nhwc));
+    int gemms = 0, conv_externs = 0;
+    for (const auto& c : nhwc.comps) {
+      if (c.kind != loop::Computation::Kind::Extern) continue;
+      gemms += c.extern_kind == loop::ExternKind::Gemm;
+      conv_externs += c.extern_kind == loop::ExternKind::Convolution;
+    }
+    CHECK(conv_externs == 0);
+    CHECK(gemms == (k.kind == loop::ExternKind::Gemm ? 1 : 0));
+    for (int64_t batch : {1, 3}) {
+      auto ins = random_inputs(*b.g, batch, rng);
+      auto want = interpret(direct, *b.g, ins, {{"n", batch}});
+      auto got = interpret(nhwc, *g, ins, {{"n", batch}});
       REQUIRE(want[0].size() == got[0].size());
       std::vector<float> a = floats(want[0]), c = floats(got[0]);
       double worst = 0;

@@ -127,8 +127,10 @@ bool Lowering::reads_nhwc(const TensorRef& t) const {
 }
 
 TensorRef Lowering::nhwc_view(int buffer, DType dt) {
-  const Buffer& b = prog_.buffers[buffer];
-  return permute(*this, of_view(View{buffer, b.sizes, b.strides, 0}, dt), {0, 3, 1, 2});
+  auto shape = nhwc_shapes.find(buffer);
+  const Index& sizes = shape != nhwc_shapes.end() ? shape->second : prog_.buffers[buffer].sizes;
+  PTC_CHECK(sizes.size() == 4, "an NHWC buffer of rank ", sizes.size());
+  return permute(*this, of_view(View{buffer, sizes, row_major_strides(sizes), 0}, dt), {0, 3, 1, 2});
 }
 
 TensorRef Lowering::realize(const TensorRef& t, const std::string& origin, bool keep_layout) {

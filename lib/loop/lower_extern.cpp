@@ -265,10 +265,77 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         });
       };
       if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype}) && L.options.channels_last) {
+        const Index out = a.out_sizes();
+        const int64_t groups = a.i("groups");
+        const DType dt = a.out_dtype();
+        if (groups == 1 && kh == 1 && kw == 1 && st[0] == 1 && st[1] == 1 && pd[0] == 0 && pd[1] == 0) {
+          // A 1x1 convolution is a GEMM over the NHWC activations: [N H W, C] x W^T [C, O]
+          // (cuBLASLt, whose bias / residual / ReLU epilogues fuse as cuDNN's do). Its row-major
+          // [N H W, O] result is the NHWC output.
+          const View xv = nhwc_input(L, x), wv = filter_view(L, w);
+          const sym::Expr m = out[0] * out[2] * out[3];
+          View av{xv.buffer, {m, x.sizes[1]}, {xv.strides[3], xv.strides[1]}, xv.offset};
+          View bv{wv.buffer, {w.sizes[1], w.sizes[0]}, {wv.strides[1], wv.strides[0]}, wv.offset};
+          TensorRef y = emit_extern(L, ExternKind::Gemm, dt, {m, out[1]}, {av, bv});
+          PTC_CHECK(y.view, "a GEMM result is no buffer");
+          L.nhwc_buffers.insert(y.view->buffer);
+          L.nhwc_shapes[y.view->buffer] = {out[0], out[2], out[3], out[1]};
+          return one(plus_bias(L.nhwc_view(y.view->buffer, dt)));
+        }
+        if (groups == 1 && kh && kw && *kh * *kw > 1 && st[0] == *kh && st[1] == *kw && pd[0] == 0 && pd[1] == 0 && dl[0] == 1 &&
+            dl[1] == 1 && w.view && w.view->channels_last() && w.view->strides[0] == w.sizes[1] * (*kh * *kw)) {
+          // A patchify convolution (stride = kernel, no padding: ViT's patch embedding) is a GEMM
+          // over its non-overlapping patches: cols [N OH OW, KH KW C], gathered once with the
+          // channel fastest, times the KRSC weight read as [KH KW C, O].
+          const sym::Expr C = x.sizes[1], plane = out[2] * out[3], m = out[0] * plane, k = C * (*kh * *kw);
+          const int64_t KH = *kh, KW = *kw;
+          TensorRef cols = L.pointwise(dt, {m, k}, [=](const Index& i) {
+            const sym::Expr n = sym::floordiv(i[0], plane), l = sym::mod(i[0], plane);
+            const sym::Expr tap = sym::floordiv(i[1], C), c = sym::mod(i[1], C);
+            return cast(x.at({n, c, sym::floordiv(l, out[3]) * KH + sym::floordiv(tap, sym::Expr(KW)),
+                              sym::mod(l, out[3]) * KW + sym::mod(tap, sym::Expr(KW))}),
+                        dt);
+          });
+          const View& wv = *w.view;
+          TensorRef y = emit_extern(L, ExternKind::Gemm, dt, {m, out[1]}, {L.as_view(cols, L.origin()), View{wv.buffer, {k, out[1]}, {sym::Expr(1), k}, wv.offset}});
+          PTC_CHECK(y.view, "a GEMM result is no buffer");
+          L.nhwc_buffers.insert(y.view->buffer);
+          L.nhwc_shapes[y.view->buffer] = {out[0], out[2], out[3], out[1]};
+          return one(plus_bias(L.nhwc_view(y.view->buffer, dt)));
+        }
+        if (groups > 1 && w.sizes[1] == sym::Expr(1) && kh && kw && x.sizes[1] == sym::Expr(groups)) {
+          // A depthwise convolution as a pointwise computation over its KH x KW taps: it reads
+          // its input through whatever computes it (a folded batch norm and activation of the
+          // GEMM before it fuse into its loads) and is stored NHWC by its consumer's realize, so
+          // the network stays NHWC (cuDNN's grouped NHWC kernels are slow; docs/cuda.md).
+          auto mult = w.sizes[0].as_const();
+          if (!mult || *mult % groups != 0) L.fail("a depthwise convolution needs a static channel multiplier");
+          const int64_t per = *mult / groups;
+          const sym::Expr H = x.sizes[2], W = x.sizes[3];
+          auto iv = [](const sym::Expr& e) { return index_value(e); };
+          TensorRef y = L.pointwise(dt, out, [=](const Index& i) {
+            ExprRef total;
+            const sym::Expr c = per == 1 ? i[1] : sym::floordiv(i[1], sym::Expr(per));
+            for (int64_t r = 0; r < *kh; ++r)
+              for (int64_t q = 0; q < *kw; ++q) {
+                const sym::Expr ih = i[2] * st[0] + (r * dl[0] - pd[0]), iw = i[3] * st[1] + (q * dl[1] - pd[1]);
+                ExprRef ok;
+                auto both = [&ok](ExprRef e) { ok = ok ? binary(Op::And, ok, e) : e; };
+                if (r * dl[0] - pd[0] < 0) both(binary(Op::Ge, iv(ih), iv(0)));
+                if (q * dl[1] - pd[1] < 0) both(binary(Op::Ge, iv(iw), iv(0)));
+                if (!sym::prove_ge(H - 1, ih)) both(binary(Op::Lt, iv(ih), iv(H)));
+                if (!sym::prove_ge(W - 1, iw)) both(binary(Op::Lt, iv(iw), iv(W)));
+                ExprRef tap = binary(Op::Mul, cast(x.at({i[0], c, ih, iw}), dt), cast(w.at({i[1], sym::Expr(0), sym::Expr(r), sym::Expr(q)}), dt));
+                if (ok) tap = where(ok, tap, constant(0, dt));
+                total = total ? binary(Op::Add, total, tap) : tap;
+              }
+            return total;
+          });
+          return one(plus_bias(y));
+        }
         // NHWC: the result is stored [N, OH, OW, O] (params[7] = 1) and read back as [N, O, OH,
         // OW]; an input computed from NHWC buffers is realized NHWC (Lowering::realize).
         std::vector<View> operands{nhwc_input(L, x), filter_view(L, w)};
-        const Index out = a.out_sizes();
         TensorRef y = emit_extern(L, ExternKind::Convolution, a.out_dtype(), {out[0], out[2], out[3], out[1]}, std::move(operands),
                                   {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups"), 1});
         PTC_CHECK(y.view, "a convolution result is no buffer");

@@ -55,6 +55,9 @@ class Lowering {
   bool reads_nhwc(const TensorRef& t) const;
   TensorRef nhwc_view(int buffer, DType dt);
   std::set<int> nhwc_buffers;
+  // The [N, H, W, C] sizes of an NHWC buffer declared with other sizes (a 1x1 convolution's
+  // GEMM result, declared [N H W, C]); the others' are their declared sizes.
+  std::map<int, Index> nhwc_shapes;
   // A strided view for an extern operand (realizing when needed).
   View as_view(const TensorRef& t, const std::string& origin);
   // Reduces `in` over `dims` (sorted, non-negative); kept dims become size 1 when keepdim.

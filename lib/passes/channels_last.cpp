@@ -31,7 +31,15 @@ bool channels_last_pays(const Graph& g) {
     std::optional<int64_t> k;
     if (groups && std::holds_alternative<int64_t>(*groups)) k = std::get<int64_t>(*groups);
     if (groups && std::holds_alternative<sym::Expr>(*groups)) k = std::get<sym::Expr>(*groups).as_const();
-    if (groups && k != std::optional<int64_t>(1)) return false;
+    if (!groups || k == std::optional<int64_t>(1)) continue;
+    // A depthwise convolution (one input channel per group, as many groups as input channels)
+    // lowers to ptc's own NHWC kernel; other grouped ones would run cuDNN's slow NHWC kernels.
+    const Arg* in = np->arg("input");
+    const Value* x = in && std::holds_alternative<Value*>(*in) ? std::get<Value*>(*in) : nullptr;
+    const Value* w = conv2d_weight(*np);
+    const bool depthwise = k && x && x->type.is_tensor() && x->type.rank() == 4 && x->type.sizes[1] == sym::Expr(*k) &&
+                           w->type.sizes[1] == sym::Expr(1);
+    if (!depthwise) return false;
   }
   return convs;
 }
