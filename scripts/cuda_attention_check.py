@@ -13,6 +13,11 @@ Cases: head sizes 32..256, sequence lengths that are not multiples of the 32-row
 causal, bool (keep) and float (added) masks with broadcasting, rows with every key masked (NaN
 as torch's math path gives), q/k/v as strided views (heads split out of [B, T, H*D]), rank 3.
 The reference is torch's math SDPA in float64; max |ptc - ref| must be within 1e-4 (+ 1e-4 rel).
+
+--tf32 (with --build and --check): the libraries are compiled with `ptc compile --tf32`, whose
+attention runs on TF32 tensor cores for head sizes up to 128. TF32 rounds q, k, p and v to 10-bit
+mantissas: the error must be within TF32_TOL of (1 + max |ref|), and the row also reports torch's
+own error with TF32 matmuls (its math backend with allow_tf32) for comparison.
 """
 import argparse
 import concurrent.futures
@@ -40,6 +45,9 @@ CASES = {
     "dv_ne_d": (1, 2, 33, 40, 48, 96, False, None, False),
     "allmasked": (1, 2, 20, 20, 32, 32, False, "bool_allmasked", False),
     "split_heads": (2, 4, 61, 61, 64, 64, True, None, True),
+    # Enough (b, h, 64-row) blocks for the TF32 kernel's 4-warp variant (two per multiprocessor).
+    "many_heads": (16, 16, 100, 100, 64, 64, False, "float", False),
+    "many_heads_d128": (8, 16, 130, 130, 128, 96, True, None, False),
     # The shapes of the acceptance models' attention (for --bench): BERT-base b8, ViT-S/16 b8, GPT-2 b4.
     "bert_b8": (8, 12, 128, 128, 64, 64, False, "float", True),
     "vit_s_b8": (8, 6, 197, 197, 64, 64, False, None, True),
@@ -82,12 +90,16 @@ def inputs(case, seed=0):
     return args
 
 
-def build(out, ptc, jobs):
+TF32_TOL = 5e-3
+
+
+def build(out, ptc, jobs, tf32=False):
     out.mkdir(parents=True, exist_ok=True)
 
     def compile_case(case):
         lib = out / f"attn_{case}.so"
-        subprocess.run([ptc, "compile", "-q", str(out / f"attn_{case}.pt2"), "-o", str(lib), "--device", "cuda"], check=True)
+        subprocess.run([ptc, "compile", "-q", str(out / f"attn_{case}.pt2"), "-o", str(lib), "--device", "cuda"] + (["--tf32"] if tf32 else []),
+                       check=True)
         return lib
 
     for case, spec in CASES.items():
@@ -98,7 +110,7 @@ def build(out, ptc, jobs):
             print(lib)
 
 
-def check(out, bench):
+def check(out, bench, tf32=False):
     import ptc_ctypes
     torch.backends.cuda.matmul.allow_tf32 = False
     failures, rows = 0, []
@@ -114,9 +126,16 @@ def check(out, bench):
         nan_ok = bool(torch.equal(torch.isnan(got), torch.isnan(ref)))
         fin = ~torch.isnan(ref)
         err = (got[fin] - ref[fin]).abs().max().item() if fin.any() else 0.0
-        ok = nan_ok and err <= 1e-4 + 1e-4 * ref[fin].abs().max().item()
+        scale = ref[fin].abs().max().item() if fin.any() else 0.0
+        ok = nan_ok and err <= (TF32_TOL * (1 + scale) if tf32 else 1e-4 + 1e-4 * scale)
         failures += not ok
         row = {"case": case, "shape": list(spec[:6]), "max_err": err, "nan_ok": nan_ok, "ok": ok}
+        if tf32:  # torch's math SDPA with TF32 matmuls, against the same float64 reference
+            torch.backends.cuda.matmul.allow_tf32 = True
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+                t32 = module(*args)
+            torch.backends.cuda.matmul.allow_tf32 = False
+            row["torch_tf32_err"] = (t32[fin] - ref[fin]).abs().max().item() if fin.any() else 0.0
         if bench:
             def t(fn, reps=50):
                 for _ in range(5):
@@ -132,7 +151,9 @@ def check(out, bench):
             outs = [torch.empty_like(got)]
             run = m.prepare(*args, out=outs)
             row["ptc_ms"] = t(run)
+            torch.backends.cuda.matmul.allow_tf32 = tf32
             row["eager_ms"] = t(lambda: module(*args))
+            torch.backends.cuda.matmul.allow_tf32 = False
         rows.append(row)
         print(json.dumps(row), flush=True)
         m.close()
@@ -147,11 +168,12 @@ def main():
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
     ap.add_argument("--jobs", type=int, default=2, help="compiles at a time")
+    ap.add_argument("--tf32", action="store_true", help="libraries compiled with --tf32, checked with TF32 tolerances")
     a = ap.parse_args()
     if a.build:
-        build(Path(a.build), a.ptc_binary, a.jobs)
+        build(Path(a.build), a.ptc_binary, a.jobs, a.tf32)
     if a.check:
-        return check(Path(a.check), a.bench)
+        return check(Path(a.check), a.bench, a.tf32)
     return 0
 
 

@@ -128,6 +128,14 @@ TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missin
   INFO(nc.output);
   REQUIRE(nc.exit_code == 0);
   CHECK(test::run_ptc("inspect --json " + dir + "/cuda_tf32_nchw.so").output.find("\"channels_last\": false") != std::string::npos);
+  // --tf32 attention runs on TF32 tensor cores: the launcher hands the context's flag on (the
+  // runtime's mma.sync kernel compiles in every CUDA library).
+  const std::string tfm_dir = dir + "/cuda_tf32_tfm_src";
+  auto tt = test::run_ptc("compile -q --no-cache --device cuda --tf32 --emit-dir " + tfm_dir + " " + test::fixture("tiny_tfm.pt2") + " -o " +
+                          dir + "/cuda_tf32_tfm.so");
+  INFO(tt.output);
+  REQUIRE(tt.exit_code == 0);
+  CHECK(test::read_file(tfm_dir + "/model.cu").find("a.tf32 = ctx.tf32;") != std::string::npos);
   // A model without convolutions does not need cuDNN at all.
   auto m = test::run_ptc("compile -q --no-cache --device cuda --nvcc " + no_lib + " " + test::fixture("mlp.pt2") + " -o " + dir + "/cuda_mlp_no_cudnn.so");
   INFO(m.output);

@@ -20,7 +20,7 @@ std::function<int()> add_compile(CLI::App& app) {
                 "cuda: capture each run's launches in a CUDA graph per (input sizes, data pointers) and replay it (with --train: "
                 "the forward's and the backward's runs)");
   cmd->add_flag("--tf32", opts->tf32,
-                "cuda: let cuBLASLt GEMMs and cuDNN convolutions use TF32 tensor cores (inputs rounded to a 10-bit mantissa, "
+                "cuda: let GEMMs, convolutions and attention use TF32 tensor cores (inputs rounded to a 10-bit mantissa, "
                 "fp32 accumulation), as torch with torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32; "
                 "results differ from exact fp32 by about 1e-3 relative (default: exact fp32)");
   cmd->add_flag_callback(

@@ -581,9 +581,10 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
 void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
   const Computation& c = p.comps[k.comps.front()];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA attention supports float32 only so far (", c.origin, ")");
-  os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
+  os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx& ctx) {\n";
   emit_sym_locals(os, syms, "  ");
   os << "  ptc_cuda::Attention a{};\n";
+  os << "  a.tf32 = ctx.tf32;\n";
   os << wrapper::attention_fields(c, "  ", [&](size_t i, const loop::View& v) {
     const bool bytes = i == 3 && p.buffers[v.buffer].dtype != DType::Float32;  // a bool mask
     return std::string("static_cast<const ") + (bytes ? "unsigned char" : "float") + "*>(buf[" + std::to_string(v.buffer) + "])";

@@ -131,11 +131,14 @@ constexpr size_t kConvMaxWorkspace = size_t{2} << 30;
 
 // Fused scaled-dot-product attention, flash-style (tiled, online softmax, no Tq x Tk buffer):
 //   o[b, h, i, :] = sum_j softmax_j(scale * q[b, h, i, :] . k[b, h, j, :] + mask) v[b, h, j, :]
-// Exact fp32. Head sizes D, Dv up to kAttentionMaxHead. A row whose keys are all masked is zeros
+// Exact fp32, or with tf32 (ptc compile --tf32) and head sizes up to kAttentionMmaHead on tensor
+// cores: q.k and p.v take TF32 inputs (10-bit mantissas) and accumulate in fp32, as torch's
+// matmuls do with allow_tf32; the softmax stays fp32. Head sizes D, Dv up to
+// kAttentionMaxHead. A row whose keys are all masked is zeros
 // (masked_rows_zero: scaled_dot_product_attention) or NaN (the fused multi-head attention); Tk = 0
 // gives zeros.
 enum { kMaskNone = 0, kMaskKeep = 1, kMaskDrop = 2, kMaskAdd = 3 };  // bool keep / drop where true; float added
-constexpr int64_t kAttentionMaxHead = 256;
+constexpr int64_t kAttentionMaxHead = 256, kAttentionMmaHead = 128;
 struct Attention {
   const float* q; int64_t qs[4];  // [B, H, Tq, D] with strides
   const float* k; int64_t ks[4];  // [B, H, Tk, D]
@@ -148,6 +151,7 @@ struct Attention {
   bool causal = false;            // key j allowed for query i when j <= i
   bool masked_rows_zero = false;
   bool o_heads_inner = false;     // o is [B, Tq, H, Dv] instead
+  bool tf32 = false;              // TF32 tensor cores (Ctx::tf32) where the head sizes allow
 };
 const char* attention(const Attention& a, cudaStream_t stream);
 
