@@ -43,6 +43,7 @@ CASES = {
     "d256": (1, 2, 65, 65, 256, 256, False, None, False),
     "tq5_tk300": (2, 2, 5, 300, 64, 64, False, None, False),
     "dv_ne_d": (1, 2, 33, 40, 48, 96, False, None, False),
+    "odd_heads": (2, 3, 50, 45, 33, 20, False, "bool", False),  # scalar staging (head sizes not multiples of 4)
     "allmasked": (1, 2, 20, 20, 32, 32, False, "bool_allmasked", False),
     "split_heads": (2, 4, 61, 61, 64, 64, True, None, True),
     # Enough (b, h, 64-row) blocks for the TF32 kernel's 4-warp variant (two per multiprocessor).
@@ -127,7 +128,9 @@ def check(out, bench, tf32=False):
         fin = ~torch.isnan(ref)
         err = (got[fin] - ref[fin]).abs().max().item() if fin.any() else 0.0
         scale = ref[fin].abs().max().item() if fin.any() else 0.0
-        ok = nan_ok and err <= (TF32_TOL * (1 + scale) if tf32 else 1e-4 + 1e-4 * scale)
+        # TF32 only where the tensor-core kernel runs (head sizes up to 128); else the exact kernel.
+        tc = tf32 and max(spec[4], spec[5]) <= 128
+        ok = nan_ok and err <= (TF32_TOL * (1 + scale) if tc else 1e-4 + 1e-4 * scale)
         failures += not ok
         row = {"case": case, "shape": list(spec[:6]), "max_err": err, "nan_ok": nan_ok, "ok": ok}
         if tf32:  # torch's math SDPA with TF32 matmuls, against the same float64 reference

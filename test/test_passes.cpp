@@ -556,14 +556,15 @@ TEST_CASE("channels_last_weights: convolution weights become KRSC constants; cha
   CHECK_FALSE(channels_last_pays(*load_pt2(test::fixture("mlp.pt2"))));  // no convolutions
   CHECK(channels_last_pays(*load_pt2(test::fixture("mbv2_dyn.pt2"))));    // 1x1 and depthwise ones
   // grouped: depthwise (one input channel per group) pays, other groupings do not
-  auto grouped = [](int64_t groups) {
+  auto grouped = [](int64_t groups, int64_t out = 16) {
     Builder b;
     Value* x = b.input("x", DType::Float32, {Expr(1), Expr(16), Expr(8), Expr(8)});
-    Value* w = b.weight("p_w", "w", DType::Float32, {16, 16 / groups, 3, 3}, std::vector<double>(16 * (16 / groups) * 9, 0.5));
+    Value* w = b.weight("p_w", "w", DType::Float32, {out, 16 / groups, 3, 3}, std::vector<double>(out * (16 / groups) * 9, 0.5));
     b.g->outputs = {b.op(OpKind::Conv2d, "conv", {{"input", x}, {"weight", w}, {"groups", Expr(groups)}})};
     return channels_last_pays(*b.g);
   };
   CHECK(grouped(16));
+  CHECK(grouped(16, 32));  // depthwise with a channel multiplier of 2
   CHECK_FALSE(grouped(4));
   CHECK(grouped(1));
   auto out = run_graph_passes(*g, {}, GraphPassOptions{true});

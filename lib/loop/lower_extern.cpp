@@ -274,7 +274,9 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
           // [N H W, O] result is the NHWC output.
           const View xv = nhwc_input(L, x), wv = filter_view(L, w);
           const sym::Expr m = out[0] * out[2] * out[3];
-          View av{xv.buffer, {m, x.sizes[1]}, {xv.strides[3], xv.strides[1]}, xv.offset};
+          // Dense NHWC (channels_last()): element (n, h, w, c) is at ((n H + h) W + w) C + c,
+          // whatever strides its size-1 dimensions carry (a keepdim reduction's [N, C, 1, 1]).
+          View av{xv.buffer, {m, x.sizes[1]}, {x.sizes[1], sym::Expr(1)}, xv.offset};
           View bv{wv.buffer, {w.sizes[1], w.sizes[0]}, {wv.strides[1], wv.strides[0]}, wv.offset};
           TensorRef y = emit_extern(L, ExternKind::Gemm, dt, {m, out[1]}, {av, bv});
           PTC_CHECK(y.view, "a GEMM result is no buffer");

@@ -366,6 +366,17 @@ __global__ void conv2d_direct(Conv2d a) {
 // ---- attention ------------------------------------------------------------------------------
 __device__ inline float maxnan_f(float a, float b) { return (a != a || a > b) ? a : b; }
 
+// Score s (q.k, unscaled) of query i and key j as the softmax sees it: scaled, plus a float mask,
+// or -inf where it is out of range (`outside`), after a causal diagonal or dropped by a bool mask.
+__device__ inline float masked_score(const Attention& a, float s, int64_t b, int64_t h, int64_t i, int64_t j, bool outside) {
+  if (outside || (a.causal && j > i)) return -INFINITY;
+  float v = s * a.scale;
+  if (a.mask_kind == kMaskNone) return v;
+  const int64_t at = b * a.ms[0] + h * a.ms[1] + i * a.ms[2] + j * a.ms[3];
+  if (a.mask_kind == kMaskAdd) return v + static_cast<const float*>(a.mask)[at];
+  return (static_cast<const unsigned char*>(a.mask)[at] != 0) != (a.mask_kind == kMaskKeep) ? -INFINITY : v;
+}
+
 // A register-tiled flash-style kernel for head sizes up to kAttentionMaxHead. One block of 128
 // threads per (b, h, tile of 32 query rows), key tiles of 64. Q (transposed), each K tile
 // (transposed) and V tile are staged in shared memory. Thread (ty, tx) of the 8 x 16 grid computes
@@ -441,17 +452,7 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a)
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
         const int c = 4 * tx + jj;
-        const int64_t j = j0 + c;
-        float v = s[ii][jj] * a.scale;
-        if (c >= nk || i >= a.Tq || (a.causal && j > i)) {
-          v = ninf;
-        } else if (a.mask_kind != kMaskNone) {
-          const int64_t at = b * a.ms[0] + h * a.ms[1] + i * a.ms[2] + j * a.ms[3];
-          if (a.mask_kind == kMaskAdd)
-            v += static_cast<const float*>(a.mask)[at];
-          else if ((static_cast<const unsigned char*>(a.mask)[at] != 0) != (a.mask_kind == kMaskKeep))
-            v = ninf;
-        }
+        const float v = masked_score(a, s[ii][jj], b, h, i, j0 + c, c >= nk || i >= a.Tq);
         s[ii][jj] = v;
         best = maxnan_f(best, v);
       }
@@ -558,7 +559,7 @@ __device__ inline void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #else
-  __trap();  // attention() launches this kernel on compute capability 8.0 and newer only
+  __trap();  // attention() launches this kernel only where it was compiled for 8.0+ (tf32_mma_available)
 #endif
 }
 
@@ -636,17 +637,7 @@ __global__ void __launch_bounds__(32 * WARPS) attention_mma_kernel(Attention a, 
       for (int e = 0; e < 4; ++e) {
         const int64_t i = row[e / 2];
         const int c = nt * 8 + 2 * t + (e & 1);
-        const int64_t j = j0 + c;
-        float v = s[nt][e] * a.scale;
-        if (c >= nk || i >= a.Tq || (a.causal && j > i)) {
-          v = ninf;
-        } else if (a.mask_kind != kMaskNone) {
-          const int64_t at = b * a.ms[0] + h * a.ms[1] + i * a.ms[2] + j * a.ms[3];
-          if (a.mask_kind == kMaskAdd)
-            v += static_cast<const float*>(a.mask)[at];
-          else if ((static_cast<const unsigned char*>(a.mask)[at] != 0) != (a.mask_kind == kMaskKeep))
-            v = ninf;
-        }
+        const float v = masked_score(a, s[nt][e], b, h, i, j0 + c, c >= nk || i >= a.Tq);
         s[nt][e] = v;
         best[e / 2] = maxnan_f(best[e / 2], v);
       }
@@ -722,11 +713,15 @@ const char* attention_mma_launch(const Attention& a, cudaStream_t stream) {
   return e == cudaSuccess ? nullptr : cuda_error("the attention kernel", e);
 }
 
-// Whether the current device has TF32 mma.sync (compute capability 8.0 and newer).
-bool device_has_tf32_mma() {
-  int dev = 0, major = 0;
-  return cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-         major >= 8;
+// Whether the TF32 kernel runs here: it was compiled for compute capability 8.0 or newer (a
+// library built with --cuda-arch sm_75 has PTX 7.5, where mma_tf32 traps) and the device has an
+// image of it. Asked once per process (cudaFuncGetAttributes costs microseconds).
+bool tf32_mma_available() {
+  static const bool ok = [] {
+    cudaFuncAttributes fa{};
+    return cudaFuncGetAttributes(&fa, attention_mma_kernel<8, 8, 4>) == cudaSuccess && fa.ptxVersion >= 80 && fa.binaryVersion >= 80;
+  }();
+  return ok;
 }
 
 }  // namespace
@@ -738,7 +733,7 @@ const char* attention(const Attention& a, cudaStream_t stream) {
               std::to_string(kAttentionMaxHead);
     return g_error.c_str();
   }
-  if (a.tf32 && a.D <= kAttentionMmaHead && a.Dv <= kAttentionMmaHead && device_has_tf32_mma()) {
+  if (a.tf32 && a.D <= kAttentionMmaHead && a.Dv <= kAttentionMmaHead && tf32_mma_available()) {
     if (a.D <= 64 && a.Dv <= 64) return attention_mma_launch<8, 8, 4>(a, stream);
     return attention_mma_launch<16, 16, 4>(a, stream);
   }
