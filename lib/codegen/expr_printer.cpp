@@ -41,7 +41,6 @@ const char* ctype(DType t) {
   }
 }
 
-
 std::string literal(double v, DType t) {
   t = dtype_compute(t);
   if (t == DType::Bool) return v != 0 ? "true" : "false";

@@ -268,6 +268,15 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         const Index out = a.out_sizes();
         const int64_t groups = a.i("groups");
         const DType dt = a.out_dtype();
+        // A convolution run as the GEMM [N OH OW, K] x [K, O]: its row-major result is the NHWC
+        // output, read back as [N, O, OH, OW].
+        auto nhwc_gemm = [&](View lhs, View rhs) {
+          TensorRef y = emit_extern(L, ExternKind::Gemm, dt, {out[0] * out[2] * out[3], out[1]}, {std::move(lhs), std::move(rhs)});
+          PTC_CHECK(y.view, "a GEMM result is no buffer");
+          L.nhwc_buffers.insert(y.view->buffer);
+          L.nhwc_shapes[y.view->buffer] = {out[0], out[2], out[3], out[1]};
+          return one(plus_bias(L.nhwc_view(y.view->buffer, dt)));
+        };
         if (groups == 1 && kh == 1 && kw == 1 && st[0] == 1 && st[1] == 1 && pd[0] == 0 && pd[1] == 0) {
           // A 1x1 convolution is a GEMM over the NHWC activations: [N H W, C] x W^T [C, O]
           // (cuBLASLt, whose bias / residual / ReLU epilogues fuse as cuDNN's do). Its row-major
@@ -276,13 +285,8 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
           const sym::Expr m = out[0] * out[2] * out[3];
           // Dense NHWC (channels_last()): element (n, h, w, c) is at ((n H + h) W + w) C + c,
           // whatever strides its size-1 dimensions carry (a keepdim reduction's [N, C, 1, 1]).
-          View av{xv.buffer, {m, x.sizes[1]}, {x.sizes[1], sym::Expr(1)}, xv.offset};
-          View bv{wv.buffer, {w.sizes[1], w.sizes[0]}, {wv.strides[1], wv.strides[0]}, wv.offset};
-          TensorRef y = emit_extern(L, ExternKind::Gemm, dt, {m, out[1]}, {av, bv});
-          PTC_CHECK(y.view, "a GEMM result is no buffer");
-          L.nhwc_buffers.insert(y.view->buffer);
-          L.nhwc_shapes[y.view->buffer] = {out[0], out[2], out[3], out[1]};
-          return one(plus_bias(L.nhwc_view(y.view->buffer, dt)));
+          return nhwc_gemm(View{xv.buffer, {m, x.sizes[1]}, {x.sizes[1], sym::Expr(1)}, xv.offset},
+                           View{wv.buffer, {w.sizes[1], w.sizes[0]}, {wv.strides[1], wv.strides[0]}, wv.offset});
         }
         if (groups == 1 && kh && kw && *kh * *kw > 1 && st[0] == *kh && st[1] == *kw && pd[0] == 0 && pd[1] == 0 && dl[0] == 1 &&
             dl[1] == 1 && w.view && w.view->channels_last() && w.view->strides[0] == w.sizes[1] * (*kh * *kw)) {
@@ -298,12 +302,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
                               sym::mod(l, out[3]) * KW + sym::mod(tap, sym::Expr(KW))}),
                         dt);
           });
-          const View& wv = *w.view;
-          TensorRef y = emit_extern(L, ExternKind::Gemm, dt, {m, out[1]}, {L.as_view(cols, L.origin()), View{wv.buffer, {k, out[1]}, {sym::Expr(1), k}, wv.offset}});
-          PTC_CHECK(y.view, "a GEMM result is no buffer");
-          L.nhwc_buffers.insert(y.view->buffer);
-          L.nhwc_shapes[y.view->buffer] = {out[0], out[2], out[3], out[1]};
-          return one(plus_bias(L.nhwc_view(y.view->buffer, dt)));
+          return nhwc_gemm(L.as_view(cols, L.origin()), View{w.view->buffer, {k, out[1]}, {sym::Expr(1), k}, w.view->offset});
         }
         if (groups > 1 && w.sizes[1] == sym::Expr(1) && kh && kw && x.sizes[1] == sym::Expr(groups)) {
           // A depthwise convolution as a pointwise computation over its KH x KW taps: it reads

@@ -24,7 +24,8 @@ const Value* conv2d_weight(const Node& n) {
 bool channels_last_pays(const Graph& g) {
   bool convs = false;
   for (const auto& np : g.nodes()) {
-    if (!conv2d_weight(*np)) continue;
+    const Value* w = conv2d_weight(*np);
+    if (!w) continue;
     convs = true;
     // groups: an int, or a SymInt expression (conv2d's schema); a symbolic one counts as grouped
     const Arg* groups = np->arg("groups");
@@ -36,7 +37,6 @@ bool channels_last_pays(const Graph& g) {
     // lowers to ptc's own NHWC kernel; other grouped ones would run cuDNN's slow NHWC kernels.
     const Arg* in = np->arg("input");
     const Value* x = in && std::holds_alternative<Value*>(*in) ? std::get<Value*>(*in) : nullptr;
-    const Value* w = conv2d_weight(*np);
     const bool depthwise = k && x && x->type.is_tensor() && x->type.rank() == 4 && x->type.sizes[1] == sym::Expr(*k) &&
                            w->type.sizes[1] == sym::Expr(1);
     if (!depthwise) return false;
