@@ -34,6 +34,9 @@ struct Kernel {
   std::vector<int> comps;          // indices into Program::comps, in execution order
   std::vector<sym::Expr> outer;    // RowGroup: the shared outer domain
   int epilogue = -1;               // Gemm, Conv: index of the fused pointwise computation, or -1
+  // Conv: other kernels read the convolution's result too, so it is stored as well and the
+  // epilogue writes its own buffer (reading the rows just computed, while they are in cache).
+  bool epilogue_keeps = false;
   std::string name;                // "k3"
   std::vector<std::string> origins;  // graph nodes whose work the kernel does (deduplicated)
 };

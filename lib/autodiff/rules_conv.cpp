@@ -3,11 +3,11 @@
 // x: [N, C, H, W], w: [O, C/G, KH, KW], dy: [N, O, OH, OW]:
 //   dW: ptc::conv2d_weight_grad, the im2col columns of the input times dy, one GEMM per group
 //       whose inner dimension runs over the positions of every image.
-//   dX: stride 1 on images over 16x16, and depthwise: a valid convolution of dy (depthwise and
-//       strided: with zeros stuffed between its elements) padded by d (K - 1) - p before and what
-//       makes H rows after, by the flipped, per-group transposed weight with dilation d (Winograd
-//       applies to 3x3); otherwise ptc::conv2d_input_grad, the columns W^T dy (one GEMM per
-//       group) folded back onto the input (col2im as a gather).
+//   dX: at stride 1 on images over 16x16, 1x1 and depthwise: a valid convolution of dy padded by
+//       d (K - 1) - p before and what makes H rows after, by the flipped, per-group transposed
+//       weight with dilation d (Winograd applies to 3x3); otherwise ptc::conv2d_input_grad, the
+//       columns W^T dy (one GEMM per group) folded back onto the input (col2im as a gather), or
+//       for a depthwise convolution a direct kernel.
 //   db: dy summed over batch and positions.
 // Batch norm in eval mode is an affine map per channel: dx = dy w / sqrt(var + eps),
 // dw = sum(dy xhat), db = sum(dy).
@@ -17,20 +17,6 @@ namespace ptc::autodiff {
 namespace {
 
 using sym::Expr;
-
-// `g` with s - 1 zeros after each element along `dim` (the last one dropped): size (n-1) s + 1.
-Value* stuff(Builder& b, Value* g, int64_t dim, int64_t s) {
-  if (s == 1) return g;
-  std::vector<Expr> sz = g->type.sizes;
-  const Expr n = sz[dim];
-  Value* u = b.unsqueeze(g, dim + 1);
-  std::vector<Expr> zs = u->type.sizes;
-  zs[dim + 1] = s - 1;
-  Value* c = b.op(OpKind::Cat, {{"tensors", std::vector<Value*>{u, b.zeros(zs, g->type.dtype)}}, {"dim", dim + 1}});
-  sz[dim] = n * s;
-  Value* r = b.reshape(c, sz);
-  return b.op(OpKind::SliceTensor, {{"self", r}, {"dim", dim}, {"start", Expr(0)}, {"end", (n - 1) * s + 1}});
-}
 
 void convolution(GradContext& c) {
   Builder& b = c.b;
@@ -59,18 +45,21 @@ void convolution(GradContext& c) {
                                                      {"stride", s}, {"padding", p}, {"dilation", d}, {"groups", G}}));
   }
   if (c.needs(x)) {
-    // As a convolution: input row i gets dy[oh] w[kh] for i = oh s - p + kh d: dy (stuffed: row
-    // j = oh s) padded by d (K - 1) - p before and (H - its rows) + p after, then a valid
-    // convolution by the flipped kernel gives exactly H rows (likewise columns). Taken at stride 1
-    // on images over 16 x 16 (Winograd), and for depthwise convolutions (one channel in and out
-    // per group: the columns' GEMM would have depth 1). Otherwise (strided, small images,
-    // symbolic sizes, padding beyond the dilated kernel) the columns W^T dy folded back
-    // (ptc::conv2d_input_grad): exact multiply-adds where the convolution would multiply the
-    // stuffed zeros, and the GEMM reads the weight transposed in place instead of a flipped copy.
+    // At stride 1, as a convolution: input row i gets dy[oh] w[kh] for i = oh - p + kh d: dy
+    // padded by d (K - 1) - p before and (H - its rows) + p after (the convolution's own padding
+    // when the two are equal), then a valid convolution by the flipped kernel gives exactly H
+    // rows (likewise columns). Taken on images over 16 x 16 (Winograd), for depthwise
+    // convolutions (one channel in and out per group: the columns' GEMM would have depth 1), and
+    // for 1x1 ones (a GEMM per image straight from dy, where the columns path regroups dy and
+    // folds the result back: two extra passes over MobileNet's 14x14 and 7x7 activations).
+    // Otherwise (strided, small images, symbolic sizes, padding beyond the dilated kernel)
+    // ptc::conv2d_input_grad: the columns W^T dy folded back, or for a depthwise convolution a
+    // direct kernel (the CPU) or cuDNN's; no multiply-adds on zeros stuffed between dy's elements.
     const auto hw = (xs[2] * xs[3]).as_const();
     const bool depthwise = Cg == 1 && Og == 1;
-    bool as_conv = depthwise || (s[0] == 1 && s[1] == 1 && hw && *hw > 256);
-    Value* gs = depthwise ? stuff(b, stuff(b, g, 2, s[0]), 3, s[1]) : g;
+    const bool pointwise = K(0) == 1 && K(1) == 1 && s[0] == 1 && s[1] == 1 && p[0] == 0 && p[1] == 0;
+    bool as_conv = (depthwise && s[0] == 1 && s[1] == 1) || pointwise || (s[0] == 1 && s[1] == 1 && hw && *hw > 256);
+    Value* gs = g;
     Expr before[2], after[2];
     for (int i = 0; i < 2; ++i) {
       before[i] = Expr(d[i] * (K(i) - 1) - p[i]);
@@ -83,14 +72,19 @@ void convolution(GradContext& c) {
                                                       {"stride", s}, {"padding", p}, {"dilation", d}, {"groups", G}}));
       return;
     }
+    // Equal padding before and after (a "same" convolution at stride 1) is the convolution's own
+    // padding, so dy is not copied into a padded buffer first.
     Value* gp = gs;
-    if (*before[0].as_const() || *before[1].as_const() || *after[0].as_const() || *after[1].as_const())
+    std::vector<Expr> conv_pad{0, 0};
+    if (before[0] == after[0] && before[1] == after[1])
+      conv_pad = {before[0], before[1]};
+    else if (*before[0].as_const() || *before[1].as_const() || *after[0].as_const() || *after[1].as_const())
       gp = b.op(OpKind::ConstantPadNd, {{"self", gs}, {"pad", std::vector<Expr>{before[1], after[1], before[0], after[0]}}});
     Value* wt = b.reshape(b.permute(b.reshape(w, {Expr(G), Expr(Og), Expr(Cg), Expr(K(0)), Expr(K(1))}), {0, 2, 1, 3, 4}),
                           {Expr(G * Cg), Expr(Og), Expr(K(0)), Expr(K(1))});
     wt = b.op(OpKind::Flip, {{"self", wt}, {"dims", std::vector<int64_t>{2, 3}}});
     c.add_grad(x, b.op(OpKind::Conv2d, {{"input", gp}, {"weight", wt}, {"stride", std::vector<Expr>{1, 1}},
-                                         {"padding", std::vector<Expr>{0, 0}}, {"dilation", std::vector<Expr>{d[0], d[1]}},
+                                         {"padding", conv_pad}, {"dilation", std::vector<Expr>{d[0], d[1]}},
                                          {"groups", Expr(G)}}));
   }
 }

@@ -152,8 +152,17 @@ void pass_between(GradContext& c, Value* x, std::optional<double> lo, std::optio
   }
   c.add_grad_to(x, keep ? b.where_zero(keep, c.grad()) : c.grad());
 }
-void hardtanh(GradContext& c) { pass_between(c, c.in("self"), c.number("min_val"), c.number("max_val"), true); }
-void relu6(GradContext& c) { pass_between(c, c.in("self"), 0.0, 6.0, true); }
+// The strict mask reads the output: y = clamp(x, lo, hi) lies strictly between lo and hi exactly
+// where x does (NaN compares false either way), and y is usually saved anyway (MobileNet's ReLU6
+// feeds a convolution), where x would be recomputed (its batch norm) in the backward.
+void pass_between_out(GradContext& c, double lo, double hi) {
+  Builder& b = c.b;
+  Value* y = c.out();
+  Value* keep = b.op(OpKind::LogicalAnd, {{"self", cmp(b, OpKind::GtScalar, y, lo)}, {"other", cmp(b, OpKind::LtScalar, y, hi)}});
+  c.add_grad_to(c.in("self"), b.where_zero(keep, c.grad()));
+}
+void hardtanh(GradContext& c) { pass_between_out(c, c.number("min_val"), c.number("max_val")); }
+void relu6(GradContext& c) { pass_between_out(c, 0.0, 6.0); }
 void clamp(GradContext& c) {
   std::optional<double> lo, hi;
   if (!c.is_none("min")) lo = c.number("min");

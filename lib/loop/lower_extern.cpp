@@ -410,6 +410,13 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         return one(emit_extern(L, ExternKind::ConvInputGrad, dt, xs, {dense_view(L, w), group_view(L, g, G)},
                                {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
       const sym::Expr N = xs[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G)), Cg = w.sizes[1];
+      if (!L.options.conv_as_gemm && Og == sym::Expr(1) && Cg == sym::Expr(1) && dt == DType::Float32 && w.dtype == DType::Float32 &&
+          g.dtype == DType::Float32) {
+        // Depthwise (the columns' GEMM would have depth 1): ptc_conv.h's direct kernel, reading dy
+        // through its strides.
+        return one(emit_extern(L, ExternKind::ConvInputGrad, dt, xs, {L.as_view(w, L.origin()), L.as_view(regroup(L, g, G), L.origin())},
+                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
+      }
       TensorRef gg = by_group(L, g, G);
       TensorRef wt = transpose_last(L, reshape(L, w, {sym::Expr(G), Og, Cg * (KH * KW)}));  // [G, Cg KH KW, Og]
       TensorRef cols = gemm(L, wt, reshape(L, gg, {sym::Expr(G), Og, N * OH * OW}), dt);

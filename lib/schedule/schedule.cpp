@@ -134,10 +134,15 @@ bool same_flat_rows(const std::vector<sym::Expr>& a, const std::vector<sym::Expr
 bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Computation& e, const std::vector<int>& readers, Epilogues mode) {
   if (mode == Epilogues::None || e.kind != Computation::Kind::Pointwise) return false;
   if (mode == Epilogues::Library && !match_library_epilogue(p, gemm, e)) return false;
-  // A convolution's epilogue runs over its [N, O, OH, OW] output rows: the same domain only.
-  if (gemm.extern_kind == loop::ExternKind::Convolution ? !(e.domain == gemm.domain) : !same_flat_rows(e.domain, gemm.domain)) return false;
+  // A convolution's epilogue runs over its [N, O, OH, OW] output rows: the same domain only
+  // (likewise a depthwise input gradient's, the CPU's direct kernel, over [N, C, H, W]).
+  const bool conv = gemm.extern_kind == loop::ExternKind::Convolution || gemm.extern_kind == loop::ExternKind::ConvInputGrad;
+  if (conv ? !(e.domain == gemm.domain) : !same_flat_rows(e.domain, gemm.domain)) return false;
   if (p.buffers[gemm.out].dtype != DType::Float32 || p.buffers[e.out].dtype != DType::Float32) return false;
-  if (readers[gemm.out] != 1) return false;
+  // Read elsewhere too: a convolution still runs it (stored as well, Kernel::epilogue_keeps) on
+  // the CPU, where the epilogue reads the rows the convolution just wrote, e.g. the batch norm +
+  // ReLU after a training forward's convolution, whose output the backward keeps.
+  if (readers[gemm.out] != 1 && !(mode == Epilogues::Any && conv)) return false;
   if (p.buffers[e.out].kind == loop::Buffer::Kind::Input || p.buffers[e.out].kind == loop::Buffer::Kind::Weight) return false;
   sym::Expr own = row_major_flat(loop_vars(e.domain, e.domain.size()), e.domain);
   bool reads = false;
@@ -268,11 +273,15 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
                : c.extern_kind == loop::ExternKind::ScatterAdd  ? Kernel::Kind::Scatter
                                                                 : Kernel::Kind::Attention;
       size_t j = next_free(i + 1);
-      const bool epilogue_kind = c.extern_kind == loop::ExternKind::Gemm || c.extern_kind == loop::ExternKind::Convolution;
+      const bool epilogue_kind = c.extern_kind == loop::ExternKind::Gemm || c.extern_kind == loop::ExternKind::Convolution ||
+                                 (c.extern_kind == loop::ExternKind::ConvInputGrad && opts.extern_epilogues == Epilogues::Any);
       if (epilogue_kind && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers, opts.extern_epilogues)) {
         k.epilogue = static_cast<int>(j);
         take(j);
-        s.elided[c.out] = true;
+        if (readers[c.out] == 1)
+          s.elided[c.out] = true;
+        else
+          k.epilogue_keeps = true;
       }
     } else if (c.kind == Computation::Kind::Reduction) {
       k.kind = Kernel::Kind::RowGroup;
@@ -313,7 +322,7 @@ std::string print_schedule(const loop::Program& p, const Schedule& s) {
     const char* kind = k.kind == Kernel::Kind::Loop ? "loop" : k.kind == Kernel::Kind::RowGroup ? "rows" : k.kind == Kernel::Kind::Gemm ? "gemm" : k.kind == Kernel::Kind::Conv ? "conv" : k.kind == Kernel::Kind::Scatter ? "scatter" : "attention";
     os << k.name << " " << kind << ":";
     for (int c : k.comps) os << " " << p.buffers[p.comps[c].out].name;
-    if (k.epilogue >= 0) os << " (epilogue)";
+    if (k.epilogue >= 0) os << (k.epilogue_keeps ? " (epilogue, result kept)" : " (epilogue)");
     os << "  #";
     for (const auto& o : k.origins) os << " " << o;
     os << "\n";

@@ -525,11 +525,81 @@ void emit_conv_weight_grad(std::ostream& os, const loop::Program& p, const Compu
      << ");\n" << indent << "}\n";
 }
 
+// A convolution kernel's fused pointwise step (Kernel::epilogue), as the lambda `epilogue` that
+// the runtime calls on `count` final outputs of (image, channel) from p0 = oh*OW+ow: runs of one
+// output row each, so that (x2, x3) need no division per element.
+void emit_conv_epilogue(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const Computation& c, const Computation& ep,
+                        bool keeps, const std::string& indent) {
+  std::string in = indent + "    ";
+  // (A kernel that checks indices shares its one IndexCheck with the epilogue: by reference.)
+  os << indent << "  auto epilogue = [=" << (kernel_checks_indices(p, k) ? ", &ptc_ix" : "")
+     << "](float* __restrict cp, int64_t bi, int64_t row, int64_t col0, int64_t ncols) {\n";
+  for (size_t d = 0; d < 4; ++d) os << in << "const int64_t n" << d << " = " << cpp_index(ep.domain[d]) << "; (void)n" << d << ";\n";
+  os << in << "const int64_t x0 = bi, x1 = row;\n";
+  os << in << (keeps ? "float* __restrict dp = b" + std::to_string(ep.out) + " + (cp - b" + std::to_string(c.out) + ")" : "float* const dp = cp")
+     << ";\n";
+  // A step that reads nothing by output position (an activation, a per-channel scale) is one
+  // flat pass over the outputs: per-row runs cost more than the convolution itself on 14x14
+  // and 7x7 planes (mobilenet_v2's depthwise ones).
+  {
+    std::ostringstream flat;
+    ExprPrinter fp(flat, in + "  ");
+    fp.override_load(c.out, "cp[q]");
+    const std::string fv = fp.print(ep.body);
+    if (!mentions_word(flat.str() + fv, "x2") && !mentions_word(flat.str() + fv, "x3")) {
+      os << in << "#pragma omp simd\n" << in << "for (int64_t q = 0; q < ncols; ++q) {\n" << flat.str() << in << "  dp[q] = " << fv
+         << ";\n" << in << "}\n" << indent << "  };\n" << indent << "  a.ep = ptc_rt::epilogue_ref(epilogue);\n";
+      return;
+    }
+  }
+  os << in << "int64_t x2 = col0 / n3, start = col0 % n3;\n";
+  os << in << "for (int64_t j = 0; j < ncols; ++x2, start = 0) {\n";
+  os << in << "  const int64_t run = std::min<int64_t>(ncols - j, n3 - start);\n";
+  os << in << "  float* __restrict cq = cp + j - start;\n";
+  os << in << "  float* " << (keeps ? "__restrict " : "") << "dq = dp + j - start;\n";
+  os << in << "  #pragma omp simd\n";
+  os << in << "  for (int64_t x3 = start; x3 < start + run; ++x3) {\n";
+  ExprPrinter pr(os, in + "    ");
+  pr.override_load(c.out, "cq[x3]");
+  std::string v = pr.print(ep.body);
+  os << in << "    dq[x3] = " << v << ";\n" << in << "  }\n" << in << "  j += run;\n" << in << "}\n";
+  os << indent << "  };\n";
+  os << indent << "  a.ep = ptc_rt::epilogue_ref(epilogue);\n";
+}
+
+// A depthwise convolution's input gradient (ExternKind::ConvInputGrad; the CPU lowers the
+// others to GEMMs): ptc_conv.h's conv2d_depthwise_input_grad over the weight [C, 1, KH, KW] and
+// dy viewed [C, 1, N, OH, OW], into dx [N, C, H, W].
+void emit_conv_input_grad(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
+  const Computation& c = p.comps[k.comps.front()];
+  const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
+  const bool keeps = ep && k.epilogue_keeps;
+  const loop::View& W = c.operands[0];
+  const loop::View& G = c.operands[1];
+  if (p.buffers[c.out].dtype != DType::Float32 || p.buffers[W.buffer].dtype != DType::Float32 || p.buffers[G.buffer].dtype != DType::Float32)
+    user_error("the CPU convolution input gradient supports float32 only so far (", c.origin, ")");
+  PTC_CHECK(G.sizes.size() == 5 && W.sizes.size() == 4, "conv_input_grad: dy must be [groups, O/groups, N, OH, OW]");
+  os << indent << "{\n" << indent << "  ptc_rt::Conv2dArgs a{};\n";
+  os << indent << "  a.x = b" << G.buffer << " + " << cpp_index(G.offset) << "; { const int64_t s[4] = {" << cpp_index(G.strides[2]) << ", "
+     << cpp_index(G.strides[0]) << ", " << cpp_index(G.strides[3]) << ", " << cpp_index(G.strides[4]) << "}; std::memcpy(a.xs, s, sizeof s); }\n";
+  os << indent << "  a.w = b" << W.buffer << " + " << cpp_index(W.offset) << "; { const int64_t s[4] = {" << index_list(W.strides)
+     << "}; std::memcpy(a.ws, s, sizeof s); }\n";
+  os << indent << "  a.y = b" << (ep && !keeps ? ep->out : c.out) << ";\n";
+  os << indent << "  a.N = " << cpp_index(c.domain[0]) << "; a.C = " << cpp_index(c.domain[1]) << "; a.H = " << cpp_index(c.domain[2])
+     << "; a.W = " << cpp_index(c.domain[3]) << ";\n";
+  os << indent << "  a.O = " << cpp_index(W.sizes[0]) << "; a.KH = " << cpp_index(W.sizes[2]) << "; a.KW = " << cpp_index(W.sizes[3])
+     << "; a.OH = " << cpp_index(G.sizes[3]) << "; a.OW = " << cpp_index(G.sizes[4]) << ";\n";
+  emit_conv_params(os, c, indent);
+  if (ep) emit_conv_epilogue(os, p, k, c, *ep, keeps, indent);
+  os << indent << "  ptc_rt::conv2d_depthwise_input_grad_call(a);\n" << indent << "}\n";
+}
+
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent,
                const std::string& prepared) {
   const Computation& c = p.comps[k.comps.front()];
   if (c.extern_kind == loop::ExternKind::ConvWeightGrad) return emit_conv_weight_grad(os, p, c, indent);
-  PTC_CHECK(c.extern_kind == loop::ExternKind::Convolution, "the CPU lowers a convolution's input gradient to GEMMs");
+  if (c.extern_kind == loop::ExternKind::ConvInputGrad) return emit_conv_input_grad(os, p, k, indent);
+  PTC_CHECK(c.extern_kind == loop::ExternKind::Convolution, "a CPU convolution kernel of an unknown kind");
   const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
   const loop::View& X = c.operands[0];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU convolution supports float32 only so far (", c.origin, ")");
@@ -540,46 +610,13 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   if (c.operands.size() > 2)
     os << indent << "  a.bias = b" << c.operands[2].buffer << " + " << cpp_index(c.operands[2].offset) << "; a.bias_stride = "
        << cpp_index(c.operands[2].strides[0]) << ";\n";
-  os << indent << "  a.y = b" << (ep ? ep->out : c.out) << ";\n";
+  // (Kernel::epilogue_keeps: the convolution writes its own result and the epilogue its buffer
+  // at the same flat positions, dp; else the epilogue rewrites the rows in place.)
+  const bool keeps = ep && k.epilogue_keeps;
+  os << indent << "  a.y = b" << (ep && !keeps ? ep->out : c.out) << ";\n";
   os << indent << "  a.N = " << cpp_index(X.sizes[0]) << "; a.H = " << cpp_index(X.sizes[2]) << "; a.W = " << cpp_index(X.sizes[3])
      << "; a.OH = " << cpp_index(c.domain[2]) << "; a.OW = " << cpp_index(c.domain[3]) << ";\n";
-  if (ep) {
-    // The fused pointwise step on `count` final outputs of (image, channel) from p0 = oh*OW+ow:
-    // runs of one output row each, so that (x2, x3) need no division per element.
-    std::string in = indent + "    ";
-    // (A kernel that checks indices shares its one IndexCheck with the epilogue: by reference.)
-    os << indent << "  auto epilogue = [=" << (kernel_checks_indices(p, k) ? ", &ptc_ix" : "")
-       << "](float* __restrict cp, int64_t bi, int64_t row, int64_t col0, int64_t ncols) {\n";
-    for (size_t d = 0; d < 4; ++d) os << in << "const int64_t n" << d << " = " << cpp_index(ep->domain[d]) << "; (void)n" << d << ";\n";
-    os << in << "const int64_t x0 = bi, x1 = row;\n";
-    // A step that reads nothing by output position (an activation, a per-channel scale) is one
-    // flat pass over the outputs: per-row runs cost more than the convolution itself on 14x14
-    // and 7x7 planes (mobilenet_v2's depthwise ones).
-    {
-      std::ostringstream flat;
-      ExprPrinter fp(flat, in + "  ");
-      fp.override_load(c.out, "cp[q]");
-      const std::string fv = fp.print(ep->body);
-      if (!mentions_word(flat.str() + fv, "x2") && !mentions_word(flat.str() + fv, "x3")) {
-        os << in << "#pragma omp simd\n" << in << "for (int64_t q = 0; q < ncols; ++q) {\n" << flat.str() << in << "  cp[q] = " << fv
-           << ";\n" << in << "}\n" << indent << "  };\n" << indent << "  a.ep = ptc_rt::epilogue_ref(epilogue);\n";
-        os << indent << "  ptc_rt::conv2d_call(a);\n" << indent << "}\n";
-        return;
-      }
-    }
-    os << in << "int64_t x2 = col0 / n3, start = col0 % n3;\n";
-    os << in << "for (int64_t j = 0; j < ncols; ++x2, start = 0) {\n";
-    os << in << "  const int64_t run = std::min<int64_t>(ncols - j, n3 - start);\n";
-    os << in << "  float* __restrict cq = cp + j - start;\n";
-    os << in << "  #pragma omp simd\n";
-    os << in << "  for (int64_t x3 = start; x3 < start + run; ++x3) {\n";
-    ExprPrinter pr(os, in + "    ");
-    pr.override_load(c.out, "cq[x3]");
-    std::string v = pr.print(ep->body);
-    os << in << "    cq[x3] = " << v << ";\n" << in << "  }\n" << in << "  j += run;\n" << in << "}\n";
-    os << indent << "  };\n";
-    os << indent << "  a.ep = ptc_rt::epilogue_ref(epilogue);\n";
-  }
+  if (ep) emit_conv_epilogue(os, p, k, c, *ep, keeps, indent);
   os << indent << "  ptc_rt::conv2d_call(a);\n";
   os << indent << "}\n";
 }

@@ -316,11 +316,66 @@ inline void conv2d_weight_grad(const Conv2dArgs& a, const float* dyg, float* dw)
   std::vector<int64_t> lo(static_cast<size_t>(a.KW)), hi(static_cast<size_t>(a.KW));
   for (int64_t kw = 0; kw < a.KW; ++kw) conv_detail::valid_cols(a, kw, &lo[kw], &hi[kw]);
   if (Cg == 1 && Og == 1) {
-    // Depthwise (a GEMM of one row): per channel, each tap's dot product of dy with the input
-    // over the in-bounds columns of every row; a row's sum in float, the total in double.
     const int64_t P = a.OH * a.OW, KHW = a.KH * a.KW;
     const int64_t* plo = lo.data();
     const int64_t* phi = hi.data();
+    if (a.sh == 1 && a.sw == 1 && a.OH == a.H && a.OW == a.W && a.xs[3] == 1 && a.xs[2] == a.W) {
+      // Stride 1, "same" size (MobileNet's 3x3 / 5x5 depthwise layers): over a flattened plane,
+      // tap (kh, kw) reads x at p + (kh dh - ph) W + kw dw - pw for dy's position p. With dy's
+      // columns that read outside the row zeroed (one masked copy of dy per kw), each tap is one
+      // dot product over a contiguous range of rows, not one short one per row: 14x14 and 7x7
+      // planes spent their time in the per-row reductions. Sums in float over chunks of 4096,
+      // the total in double.
+      const int64_t W = a.W;
+#pragma omp parallel
+      {
+        std::vector<float> masked(static_cast<size_t>(a.KW * P));
+        std::vector<double> acc(static_cast<size_t>(KHW));
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < a.C; ++c) {
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (int64_t n = 0; n < a.N; ++n) {
+            const float* xp = a.x + n * a.xs[0] + c * a.xs[1];
+            const float* gp = dyg + (c * a.N + n) * P;
+            for (int64_t kw = 0; kw < a.KW; ++kw) {
+              float* m = masked.data() + kw * P;
+              for (int64_t oh = 0; oh < a.OH; ++oh) {
+                float* row = m + oh * W;
+                const float* src = gp + oh * W;
+                for (int64_t ow = 0; ow < plo[kw]; ++ow) row[ow] = 0.f;
+                std::memcpy(row + plo[kw], src + plo[kw], static_cast<size_t>(phi[kw] - plo[kw]) * sizeof(float));
+                for (int64_t ow = phi[kw]; ow < W; ++ow) row[ow] = 0.f;
+              }
+            }
+            for (int64_t kh = 0; kh < a.KH; ++kh) {
+              const int64_t dr = kh * a.dh - a.ph;  // ih = oh + dr
+              const int64_t oh0 = std::max<int64_t>(0, -dr), oh1 = std::min(a.OH, a.H - dr);
+              if (oh0 >= oh1) continue;
+              for (int64_t kw = 0; kw < a.KW; ++kw) {
+                const int64_t off = dr * W + kw * a.dw - a.pw;
+                const int64_t p0 = std::max(oh0 * W, -off), p1 = std::min(oh1 * W, P - off);
+                if (p0 >= p1) continue;
+                const float* m = masked.data() + kw * P;
+                const float* xo = xp + (p0 + off);  // x at p0 + off; m at p0
+                double total = 0.0;
+                for (int64_t q = p0; q < p1; q += 4096) {
+                  const int64_t e = std::min(p1, q + 4096);
+                  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+                  for (int64_t p = q; p < e; ++p) s += m[p] * xo[p - p0];
+                  total += s;
+                }
+                acc[static_cast<size_t>(kh * a.KW + kw)] += total;
+              }
+            }
+          }
+          for (int64_t k = 0; k < KHW; ++k) dw[c * KHW + k] = static_cast<float>(acc[static_cast<size_t>(k)]);
+        }
+      }
+      return;
+    }
+    // Depthwise (a GEMM of one row): per channel, each tap's dot product of dy with the input
+    // over the in-bounds columns of every row; a row's sum in float, the total in double.
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < a.C; ++c) {
       std::vector<double> acc(static_cast<size_t>(KHW), 0.0);
@@ -378,6 +433,64 @@ inline void conv2d_weight_grad(const Conv2dArgs& a, const float* dyg, float* dw)
   gemm_detail::gemm_run(ga, groups, off, ep, nullptr, 0, pack);
 }
 
+
+// The input gradient of a depthwise convolution (one input and one output channel per group):
+// dx[n, c, ih, iw] = sum over the taps with ih = oh sh - ph + kh dh and iw = ow sw - pw + kw dw of
+// dy[n, c, oh, ow] w[c, 0, kh, kw]. a: the forward convolution's geometry, except a.x / a.xs:
+// dy [N, C, OH, OW] with its strides; a.y: dx [N, C, H, W], contiguous. Per input row and
+// column residue r (iw = r + sw j), a tap whose column offset r + pw - kw dw divides by sw reads
+// dy at ow = j + that quotient: contiguous in j, summed into a row buffer, then stored at stride
+// sw. (The alternative, a convolution over dy with zeros stuffed between its elements, spends
+// 3 of 4 multiply-adds on zeros at stride 2 and writes the stuffed copy first.) a.ep runs on
+// each finished plane, as a convolution's.
+inline void conv2d_depthwise_input_grad(const Conv2dArgs& a) {
+  const int64_t H = a.H, W = a.W, sh = a.sh, sw = a.sw;
+  const int64_t J = (W + sw - 1) / sw;
+#pragma omp parallel
+  {
+    std::vector<float> acc(static_cast<size_t>(J));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t n = 0; n < a.N; ++n)
+      for (int64_t c = 0; c < a.C; ++c) {
+        const float* dy = a.x + n * a.xs[0] + c * a.xs[1];
+        const float* wc = a.w + c * a.ws[0];
+        float* dx = a.y + (n * a.C + c) * H * W;
+        for (int64_t ih = 0; ih < H; ++ih) {
+          float* row = dx + ih * W;
+          for (int64_t r = 0; r < sw && r < W; ++r) {
+            const int64_t nj = (W - r + sw - 1) / sw;
+            float* ac = acc.data();
+            std::fill(ac, ac + nj, 0.f);
+            for (int64_t kh = 0; kh < a.KH; ++kh) {
+              const int64_t th = ih + a.ph - kh * a.dh;  // oh sh
+              if (th < 0 || th % sh != 0 || th / sh >= a.OH) continue;
+              const float* drow = dy + (th / sh) * a.xs[2];
+              for (int64_t kw = 0; kw < a.KW; ++kw) {
+                const int64_t t = r + a.pw - kw * a.dw;  // ow sw - sw j
+                if (((t % sw) + sw) % sw != 0) continue;
+                const int64_t off = t / sw;  // exact: ow = j + off
+                const int64_t j0 = std::max<int64_t>(0, -off), j1 = std::min(nj, a.OW - off);
+                const float wv = wc[kh * a.ws[2] + kw * a.ws[3]];
+                const int64_t xs3 = a.xs[3];
+                if (xs3 == 1) {
+#pragma omp simd
+                  for (int64_t j = j0; j < j1; ++j) ac[j] += wv * drow[j + off];
+                } else {
+                  for (int64_t j = j0; j < j1; ++j) ac[j] += wv * drow[(j + off) * xs3];
+                }
+              }
+            }
+            if (sw == 1) {
+              std::memcpy(row, ac, static_cast<size_t>(nj) * sizeof(float));
+            } else {
+              for (int64_t j = 0; j < nj; ++j) row[r + sw * j] = ac[j];
+            }
+          }
+        }
+        if (a.ep.fn) a.ep.fn(a.ep.obj, dx, n, c, 0, H * W);
+      }
+  }
+}
 
 // The GEMM's k stride when the weight's (ci, kh, kw) dims flatten to one stride, else -1. Dims
 // of size 1 take any stride (a 1x1 kernel's; the input-channel dim of a per-group transposed

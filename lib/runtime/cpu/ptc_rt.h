@@ -94,6 +94,8 @@ void* conv2d_prepare(const Conv2dArgs& a);
 // (its input x and geometry; w is not read) for the output gradient dyg laid out [groups,
 // O/groups, N, OH, OW] (contiguous): per group one implicit GEMM over every image's positions.
 void conv2d_weight_grad_call(const Conv2dArgs& a, const float* dyg, float* dw);
+// A depthwise convolution's input gradient: a.x / a.xs are dy [N, C, OH, OW] (ptc_conv.h).
+void conv2d_depthwise_input_grad_call(const Conv2dArgs& a);
 inline void prepared_free(void* p) { std::free(p); }
 
 }  // namespace ptc_rt
