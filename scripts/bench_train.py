@@ -99,16 +99,22 @@ def main():
             else:
                 ids = torch.from_numpy(np.load(mdir / i["file"]))
                 xs.append(torch.randint(0, int(ids.max()) + 1, shape, generator=gen))
-        ref = torch.export.load(str(pt2)).module()
+        if dev == "cuda":
+            # Weights, constants and factory ops moved to the GPU (a plain .to("cuda") leaves the
+            # export's CPU constants behind: BERT's and GPT-2's graphs mix devices).
+            from cuda_check import load_eager
+            ref = load_eager(name, "pt2", mdir)
+        else:
+            ref = torch.export.load(str(pt2)).module()
         for p in ref.parameters():
             p.requires_grad_(p.dtype.is_floating_point)
+        if dev == "cuda":
+            xs = [x.cuda() for x in xs]
         with torch.no_grad():
             outs0 = ref(*xs)
         outs0 = outs0 if isinstance(outs0, (tuple, list)) else (outs0,)
         ws = [torch.randn(o.shape, generator=gen) / max(1, o.numel()) ** 0.5 for o in outs0]
         if dev == "cuda":
-            ref = ref.to("cuda")
-            xs = [x.cuda() for x in xs]
             ws = [w.cuda() for w in ws]
 
         def torch_step(mod, opt):

@@ -179,6 +179,8 @@ TEST_CASE("derivatives of elementwise ops match finite differences", "[autodiff]
       {OpKind::Hardsigmoid, false, {}},   {OpKind::LeakyRelu, false, {}},
       {OpKind::PowTensorScalar, true, {{"exponent", 2.5}}},
       {OpKind::Clamp, false, {{"min", -0.5}, {"max", 0.6}}},
+      {OpKind::Hardtanh, false, {{"min_val", -0.5}, {"max_val", 0.6}}},  // masks by its output
+      {OpKind::Relu6, false, {}},
       {OpKind::MulScalar, false, {{"other", 1.5}}}, {OpKind::DivScalar, false, {{"other", 4.0}}},
       {OpKind::RsubScalar, false, {{"other", 2.0}, {"alpha", 3.0}}},
   };
@@ -328,6 +330,10 @@ TEST_CASE("derivatives of convolution and eval-mode batch norm match finite diff
       {2, 3, 1, 2, 0, 1, 1, 5, false},  // 1x1 stride 2
       {1, 2, 2, 3, 0, 1, 1, 7, true},   // 2x2 kernel, stride 3
       {2, 3, 1, 1, 1, 1, 1, 5, false},  // padding beyond the kernel (the input gradient folds columns)
+      {2, 3, 1, 1, 0, 1, 1, 5, true},   // 1x1 stride 1 (the input gradient as a convolution)
+      {3, 3, 3, 1, 1, 1, 3, 6, false},  // depthwise 3x3 "same" (the conv's own padding)
+      {3, 3, 3, 2, 1, 1, 3, 7, false},  // depthwise stride 2 (ptc::conv2d_input_grad)
+      {2, 4, 3, 2, 1, 1, 2, 6, false},  // depthwise with multiplier 2, stride 2
   };
   for (const Conv& k : convs) {
     INFO("C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " pad " << k.pad << " dil " << k.dil << " groups " << k.groups);
@@ -339,6 +345,25 @@ TEST_CASE("derivatives of convolution and eval-mode batch norm match finite diff
                                     {"groups", Expr(k.groups)}};
     if (k.bias) args["bias"] = c.x("b", {k.O});
     c.b.g->outputs.push_back(c.b.op(OpKind::Conv2d, "y", args));
+    check_gradients(c);
+  }
+  // A convolution whose output gradient comes from an eval-mode batch norm and a ReLU6: the
+  // batch norm's per-channel factor moves onto the weight-sized results (the convolution rule).
+  for (int64_t groups : {1, 3}) {
+    INFO("convolution + batch norm + relu6, groups " << groups);
+    Case c;
+    Value* x = c.x("x", {2, 3, 5, 6});
+    std::map<std::string, Arg> args{{"input", x}, {"weight", c.x("w", {3, 3 / groups, 3, 3})}, {"stride", syms({2, 2})},
+                                    {"padding", syms({1, 1})}, {"dilation", syms({1, 1})}, {"groups", Expr(groups)}};
+    args["bias"] = c.x("b", {3});
+    Value* y = c.b.op(OpKind::Conv2d, "y", args);
+    Value* rm = c.b.input("rm", F64, {Expr(3)});
+    Value* rv = c.b.input("rv", F64, {Expr(3)});
+    c.fixed["rv"] = to_bytes(std::vector<double>{0.5, 1.5, 0.8});  // a variance above 0
+    Value* z = c.b.node(OpKind::UnderscoreNativeBatchNormLegitNoTraining, "z",
+                        {{"input", y}, {"weight", c.x("bw", {3})}, {"bias", c.x("bb", {3})}, {"running_mean", rm}, {"running_var", rv},
+                         {"momentum", 0.1}, {"eps", 1e-5}})[0];
+    c.b.g->outputs.push_back(c.b.op(OpKind::Relu6, "r", {{"self", z}}));
     check_gradients(c);
   }
   Case bn;

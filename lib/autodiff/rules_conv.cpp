@@ -36,14 +36,42 @@ void convolution(GradContext& c) {
   auto K = [&](int i) { return *ws[2 + i].as_const(); };
   if (!ws[0].as_const() || !ws[1].as_const() || !ws[2].as_const() || !ws[3].as_const()) c.fail("--train needs a static weight shape");
   const int64_t O = *ws[0].as_const(), Cg = *ws[1].as_const(), Og = O / G;
-  if (!c.is_none("bias")) c.add_grad(c.in("bias"), b.sum(g, {0, 2, 3}, false));
+  // dy = g0 * f[o] with a factor per output channel (the backward of an eval-mode batch norm
+  // after the convolution, dy = g w / sqrt(var + eps)): the factor moves onto the weight-sized
+  // results instead, dW[o] = f[o] dW0[o], db = f sum(g0), dX = the input gradient by the weight
+  // f[o] w[o], so the scaled dy is never stored (MobileNet: two passes over each activation).
+  Value* f = nullptr;  // [O, 1, 1, 1]
+  if (Node* pn = g->producer; pn && pn->kind == OpKind::MulTensor && pn->outputs.size() == 1) {
+    const std::vector<Expr> per_channel{Expr(1), Expr(O), Expr(1), Expr(1)};
+    auto tensor_arg = [pn](const char* name) -> Value* {
+      const Arg* a = pn->arg(name);
+      Value* const* v = a ? std::get_if<Value*>(a) : nullptr;
+      return v && *v && (*v)->type.is_tensor() ? *v : nullptr;
+    };
+    for (int swap = 0; swap < 2; ++swap) {
+      Value* fv = tensor_arg(swap ? "self" : "other");
+      Value* gv = tensor_arg(swap ? "other" : "self");
+      if (fv && gv && fv->type.sizes == per_channel &&
+          gv->type.sizes == g->type.sizes && fv->type.dtype == g->type.dtype && gv->type.dtype == g->type.dtype) {
+        f = b.reshape(fv, {Expr(O), Expr(1), Expr(1), Expr(1)});
+        g = gv;
+        break;
+      }
+    }
+  }
+  if (!c.is_none("bias")) {
+    Value* db = b.sum(g, {0, 2, 3}, false);
+    c.add_grad(c.in("bias"), f ? b.mul(db, b.reshape(f, {Expr(O)})) : db);
+  }
   if (c.needs(w)) {
     // dW[o, c, kh, kw] = sum over images and positions of dy[n, o, l] im2col(x)[n, (c, kh, kw), l]
     // (ptc::conv2d_weight_grad: per group one GEMM whose inner dimension runs over every image's
     // positions; the CPU gathers the columns into the GEMM's panels, CUDA stores them once).
-    c.add_grad(w, b.op(OpKind::PtcConv2dWeightGrad, {{"input", x}, {"grad_output", g}, {"kernel_size", std::vector<int64_t>{K(0), K(1)}},
-                                                     {"stride", s}, {"padding", p}, {"dilation", d}, {"groups", G}}));
+    Value* dw = b.op(OpKind::PtcConv2dWeightGrad, {{"input", x}, {"grad_output", g}, {"kernel_size", std::vector<int64_t>{K(0), K(1)}},
+                                                   {"stride", s}, {"padding", p}, {"dilation", d}, {"groups", G}});
+    c.add_grad(w, f ? b.mul(dw, f) : dw);
   }
+  if (f) w = b.mul(w, f);  // the input gradient's weight
   if (c.needs(x)) {
     // At stride 1, as a convolution: input row i gets dy[oh] w[kh] for i = oh - p + kh d: dy
     // padded by d (K - 1) - p before and (H - its rows) + p after (the convolution's own padding
