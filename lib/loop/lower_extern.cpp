@@ -382,10 +382,21 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       if (cudnn_f32(L, {dt, x.dtype, g.dtype}))
         return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {cudnn_view(L, x), group_view(L, g, G)},
                                {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
-      TensorRef gg = by_group(L, g, G);
-      if (!L.options.conv_as_gemm && dt == DType::Float32 && x.dtype == DType::Float32 && g.dtype == DType::Float32)
+      if (!L.options.conv_as_gemm && dt == DType::Float32 && x.dtype == DType::Float32 && g.dtype == DType::Float32) {
+        // Ungrouped over planes of 1024+ positions: dy as the forward wrote it ([N, O, OH, OW]
+        // contiguous; the runtime takes one GEMM per image), not regrouped by a copy.
+        const auto P = (OH * OW).as_const();
+        if (G == 1 && P && *P >= 1024) {
+          View v = L.as_view(regroup(L, g, 1), L.origin());  // [1, O, N, OH, OW]
+          if (v.strides[4] == sym::Expr(1) && v.strides[3] == OW && v.strides[1] == OH * OW && v.strides[2] == g.sizes[1] * OH * OW)
+            return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {L.as_view(x, L.origin()), v},
+                                   {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
+        }
+        TensorRef gg = by_group(L, g, G);
         return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {L.as_view(x, L.origin()), *gg.view},
                                {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
+      }
+      TensorRef gg = by_group(L, g, G);
       // The columns, realized [G, Cg KH KW, N, OH, OW] (the gather reads along input rows), and
       // one GEMM per group taking them transposed (a strided view).
       const sym::Expr ckk = out[1] * out[2] * out[3], nl = N * OH * OW;

@@ -512,8 +512,11 @@ void emit_conv_weight_grad(std::ostream& os, const loop::Program& p, const Compu
   const loop::View& G = c.operands[1];  // [groups, O/groups, N, OH, OW], contiguous
   if (p.buffers[c.out].dtype != DType::Float32 || p.buffers[X.buffer].dtype != DType::Float32)
     user_error("the CPU convolution weight gradient supports float32 only so far (", c.origin, ")");
-  PTC_CHECK(G.dense(), "conv_weight_grad: grad_output must be regrouped densely");
   PTC_CHECK(G.sizes.size() == 5, "conv_weight_grad: grad_output must be [groups, O/groups, N, OH, OW]");
+  // Ungrouped, dy as the forward wrote it: the [1, O, N, OH, OW] view of an [N, O, OH, OW] buffer.
+  const bool nchw = !G.dense() && G.sizes[0] == sym::Expr(1) && G.strides[4] == sym::Expr(1) && G.strides[3] == G.sizes[4] &&
+                    G.strides[1] == G.sizes[3] * G.sizes[4] && G.strides[2] == G.sizes[1] * G.sizes[3] * G.sizes[4];
+  PTC_CHECK(nchw || G.dense(), "conv_weight_grad: grad_output must be regrouped densely");
   os << indent << "{\n" << indent << "  ptc_rt::Conv2dArgs a{};\n";
   emit_conv_input(os, X, indent);
   os << indent << "  a.N = " << cpp_index(X.sizes[0]) << "; a.C = " << cpp_index(X.sizes[1]) << "; a.H = " << cpp_index(X.sizes[2])
@@ -521,7 +524,7 @@ void emit_conv_weight_grad(std::ostream& os, const loop::Program& p, const Compu
   os << indent << "  a.O = " << cpp_index(c.domain[0]) << "; a.KH = " << cpp_index(c.domain[2]) << "; a.KW = " << cpp_index(c.domain[3])
      << "; a.OH = " << cpp_index(G.sizes[3]) << "; a.OW = " << cpp_index(G.sizes[4]) << ";\n";
   emit_conv_params(os, c, indent);
-  os << indent << "  ptc_rt::conv2d_weight_grad_call(a, b" << G.buffer << " + " << cpp_index(G.offset) << ", b" << c.out
+  os << indent << "  ptc_rt::conv2d_weight_grad" << (nchw ? "_nchw" : "") << "_call(a, b" << G.buffer << " + " << cpp_index(G.offset) << ", b" << c.out
      << ");\n" << indent << "}\n";
 }
 

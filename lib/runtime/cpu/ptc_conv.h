@@ -492,6 +492,39 @@ inline void conv2d_depthwise_input_grad(const Conv2dArgs& a) {
   }
 }
 
+// The weight gradient of an ungrouped convolution from dy as the forward wrote it ([N, O, OH,
+// OW], contiguous) instead of regrouped [O, N, OH, OW]: per image one GEMM dw += dy_n [O, P] x
+// cols_n^T (beta 1 after the first image), the B panels gathered from x as in
+// conv2d_weight_grad. For large planes, where the regrouping copy is a pass over the activation.
+inline void conv2d_weight_grad_nchw(const Conv2dArgs& a, const float* dy, float* dw) {
+  const int64_t CKK = a.C * a.KH * a.KW, P = a.OH * a.OW;
+  if (a.N == 0 || P == 0) {
+    std::fill(dw, dw + a.O * CKK, 0.f);
+    return;
+  }
+  std::vector<int64_t> lo(static_cast<size_t>(a.KW)), hi(static_cast<size_t>(a.KW));
+  for (int64_t kw = 0; kw < a.KW; ++kw) conv_detail::valid_cols(a, kw, &lo[kw], &hi[kw]);
+  Conv2dArgs one = a;
+  one.N = 1;
+  const conv_detail::ConvColsPackB pack{&one, lo.data(), hi.data()};
+  auto off = [](int64_t, int64_t* oa, int64_t* ob, int64_t* oc) { *oa = *ob = *oc = 0; };
+  auto ep = [](float*, int64_t, int64_t, int64_t, int64_t) {};
+  for (int64_t n = 0; n < a.N; ++n) {
+    GemmArgs ga{};
+    ga.M = a.O;
+    ga.N = CKK;
+    ga.K = P;
+    ga.A = dy + n * a.O * P;
+    ga.lda_m = P;
+    ga.lda_k = 1;
+    ga.B = a.x + n * a.xs[0];
+    ga.C = dw;
+    ga.ldc_m = CKK;
+    ga.beta = n == 0 ? 0.f : 1.f;
+    gemm_detail::gemm_run(ga, 1, off, ep, nullptr, 0, pack);
+  }
+}
+
 // The GEMM's k stride when the weight's (ci, kh, kw) dims flatten to one stride, else -1. Dims
 // of size 1 take any stride (a 1x1 kernel's; the input-channel dim of a per-group transposed
 // weight that a derivative permutes).

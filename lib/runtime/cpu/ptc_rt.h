@@ -96,6 +96,8 @@ void* conv2d_prepare(const Conv2dArgs& a);
 void conv2d_weight_grad_call(const Conv2dArgs& a, const float* dyg, float* dw);
 // A depthwise convolution's input gradient: a.x / a.xs are dy [N, C, OH, OW] (ptc_conv.h).
 void conv2d_depthwise_input_grad_call(const Conv2dArgs& a);
+// An ungrouped convolution's weight gradient from dy [N, O, OH, OW] contiguous (ptc_conv.h).
+void conv2d_weight_grad_nchw_call(const Conv2dArgs& a, const float* dy, float* dw);
 inline void prepared_free(void* p) { std::free(p); }
 
 }  // namespace ptc_rt

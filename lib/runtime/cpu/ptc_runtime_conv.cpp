@@ -18,6 +18,7 @@ void conv2d_call(const Conv2dArgs& a) {
 
 void conv2d_weight_grad_call(const Conv2dArgs& a, const float* dyg, float* dw) { conv2d_weight_grad(a, dyg, dw); }
 void conv2d_depthwise_input_grad_call(const Conv2dArgs& a) { conv2d_depthwise_input_grad(a); }
+void conv2d_weight_grad_nchw_call(const Conv2dArgs& a, const float* dy, float* dw) { conv2d_weight_grad_nchw(a, dy, dw); }
 
 void* conv2d_prepare(const Conv2dArgs& a) {
   if (!winograd_detail::kernel_applies(a)) return nullptr;
