@@ -2,6 +2,7 @@
 // its own sizes (GradContext::add_grad_to). y = f(x) rules use y where that is cheaper than x.
 #include <cmath>
 
+#include "ptc/dtype.h"
 #include "ptc/error.h"
 #include "rules.h"
 
@@ -153,7 +154,8 @@ void pass_between(GradContext& c, Value* x, std::optional<double> lo, std::optio
   c.add_grad_to(x, keep ? b.where_zero(keep, c.grad()) : c.grad());
 }
 // The strict mask reads the output: y = clamp(x, lo, hi) lies strictly between lo and hi exactly
-// where x does (NaN compares false either way), and y is usually saved anyway (MobileNet's ReLU6
+// where x does (NaN compares false either way; relu6's bounds are exact in every float type),
+// and y is usually saved anyway (MobileNet's ReLU6
 // feeds a convolution), where x would be recomputed (its batch norm) in the backward.
 void pass_between_out(GradContext& c, double lo, double hi) {
   Builder& b = c.b;
@@ -161,7 +163,12 @@ void pass_between_out(GradContext& c, double lo, double hi) {
   Value* keep = b.op(OpKind::LogicalAnd, {{"self", cmp(b, OpKind::GtScalar, y, lo)}, {"other", cmp(b, OpKind::LtScalar, y, hi)}});
   c.add_grad_to(c.in("self"), b.where_zero(keep, c.grad()));
 }
-void hardtanh(GradContext& c) { pass_between_out(c, c.number("min_val"), c.number("max_val")); }
+void hardtanh(GradContext& c) {
+  // In half precision a bound may round when y is stored (0.1 -> 0.09998), and y would then
+  // pass the strict test where x was clamped: the input's mask there.
+  if (dtype_is_half(c.out()->type.dtype)) return pass_between(c, c.in("self"), c.number("min_val"), c.number("max_val"), true);
+  pass_between_out(c, c.number("min_val"), c.number("max_val"));
+}
 void relu6(GradContext& c) { pass_between_out(c, 0.0, 6.0); }
 void clamp(GradContext& c) {
   std::optional<double> lo, hi;

@@ -559,13 +559,13 @@ void emit_conv_epilogue(std::ostream& os, const loop::Program& p, const sched::K
   os << in << "for (int64_t j = 0; j < ncols; ++x2, start = 0) {\n";
   os << in << "  const int64_t run = std::min<int64_t>(ncols - j, n3 - start);\n";
   os << in << "  float* __restrict cq = cp + j - start;\n";
-  os << in << "  float* " << (keeps ? "__restrict " : "") << "dq = dp + j - start;\n";
+  if (keeps) os << in << "  float* __restrict dq = dp + j - start;\n";
   os << in << "  #pragma omp simd\n";
   os << in << "  for (int64_t x3 = start; x3 < start + run; ++x3) {\n";
   ExprPrinter pr(os, in + "    ");
   pr.override_load(c.out, "cq[x3]");
   std::string v = pr.print(ep.body);
-  os << in << "    dq[x3] = " << v << ";\n" << in << "  }\n" << in << "  j += run;\n" << in << "}\n";
+  os << in << "    " << (keeps ? "dq" : "cq") << "[x3] = " << v << ";\n" << in << "  }\n" << in << "  j += run;\n" << in << "}\n";
   os << indent << "  };\n";
   os << indent << "  a.ep = ptc_rt::epilogue_ref(epilogue);\n";
 }

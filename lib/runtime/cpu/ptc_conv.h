@@ -325,7 +325,8 @@ inline void conv2d_weight_grad(const Conv2dArgs& a, const float* dyg, float* dw)
       // columns that read outside the row zeroed (one masked copy of dy per kw), each tap is one
       // dot product over a contiguous range of rows, not one short one per row: 14x14 and 7x7
       // planes spent their time in the per-row reductions. Sums in float over chunks of 4096,
-      // the total in double.
+      // the total in double. (A zeroed dy column still multiplies the neighbouring row's edge
+      // element of x: an infinite x there makes that tap NaN where torch skips the product.)
       const int64_t W = a.W;
 #pragma omp parallel
       {
