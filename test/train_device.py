@@ -8,6 +8,32 @@ parameters and buffers come back.
 import ptc_ctypes
 
 
+class _CpuCopies:
+    """A table of CUDA tensors read as CPU copies, one entry at a time (copying the whole table
+    on each access made BERT's per-parameter checks copy every gradient once per parameter)."""
+
+    def __init__(self, table):
+        self._table = table
+
+    def __getitem__(self, name):
+        return self._table[name].cpu()
+
+    def __contains__(self, name):
+        return name in self._table
+
+    def __iter__(self):
+        return iter(self._table)
+
+    def __len__(self):
+        return len(self._table)
+
+    def keys(self):
+        return self._table.keys()
+
+    def items(self):
+        return ((k, v.cpu()) for k, v in self._table.items())
+
+
 class CpuSide:
     def __init__(self, t):
         self._t = t
@@ -24,11 +50,11 @@ class CpuSide:
 
     @property
     def params(self):
-        return {k: v.cpu() for k, v in self._t.params.items()}
+        return _CpuCopies(self._t.params)
 
     @property
     def grads(self):
-        return {k: v.cpu() for k, v in self._t.grads.items()}
+        return _CpuCopies(self._t.grads)
 
     def buffers(self):
         return {k: v.cpu() for k, v in self._t.buffers().items()}
