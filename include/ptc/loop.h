@@ -143,6 +143,9 @@ struct View {
   // A 4-d [A, B, C, D] view stored densely as [A, C, D, B] (channels last: NHWC activations,
   // KRSC filters), size-1 dimensions aside.
   bool channels_last() const;
+  // A 5-d [1, O, N, OH, OW] view of a dense [N, O, OH, OW] buffer: an ungrouped convolution's
+  // output gradient as the forward wrote it, seen as the weight gradient's one group.
+  bool nchw_as_one_group() const;
 };
 
 struct Computation {

@@ -223,6 +223,12 @@ bool View::dense() const {
   return true;
 }
 
+bool View::nchw_as_one_group() const {
+  if (sizes.size() != 5 || !(sizes[0] == sym::Expr(1))) return false;
+  View p{buffer, {sizes[2], sizes[1], sizes[3], sizes[4]}, {strides[2], strides[1], strides[3], strides[4]}, offset};
+  return p.dense();
+}
+
 bool View::channels_last() const {
   if (sizes.size() != 4) return false;
   View p{buffer, {sizes[0], sizes[2], sizes[3], sizes[1]}, {strides[0], strides[2], strides[3], strides[1]}, offset};

@@ -388,7 +388,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         const auto P = (OH * OW).as_const();
         if (G == 1 && P && *P >= 1024) {
           View v = L.as_view(regroup(L, g, 1), L.origin());  // [1, O, N, OH, OW]
-          if (v.strides[4] == sym::Expr(1) && v.strides[3] == OW && v.strides[1] == OH * OW && v.strides[2] == g.sizes[1] * OH * OW)
+          if (v.nchw_as_one_group())
             return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {L.as_view(x, L.origin()), v},
                                    {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
         }
