@@ -315,6 +315,55 @@ void emit_window_group(std::ostream& os, const loop::Program& p, const sched::Ke
   close_loops(os, par.size() + 1, indent);
 }
 
+// Whether `e` loads buffer `b`.
+bool reads_buffer(const ExprRef& e, int b, std::set<const loop::Expr*>& seen) {
+  if (!seen.insert(e.get()).second) return false;
+  if ((e->op == Op::Load || e->op == Op::LoadAt) && e->buffer == b) return true;
+  for (const auto& a : e->args)
+    if (reads_buffer(a, b, seen)) return true;
+  return false;
+}
+
+// A floating-point sum over the row group's whole outer domain: such members with the same
+// reduction domain run in one loop nest (one pass over what they read, not one each).
+bool is_row_sum(const Computation& c, size_t outer) {
+  return c.kind == Computation::Kind::Reduction && c.reduce == loop::ReduceOp::Sum && c.domain.size() == outer &&
+         dtype_is_float(dtype_compute(c.body->dtype)) && !c.reduce_domain.empty();
+}
+
+// Consecutive row sums `ids` (is_row_sum, equal reduction domains, none reading another's
+// result) in one loop nest with an accumulator each; the innermost loop is an OpenMP simd
+// reduction (float sums vectorize only with reassociation), unless it is a short window.
+void emit_row_sums(std::ostream& os, const loop::Program& p, const std::vector<int>& ids, size_t outer,
+                   const std::vector<std::string>& outer_names, std::string indent) {
+  const Computation& first = p.comps[ids.front()];
+  std::string prefix = "c" + std::to_string(ids.front()) + "_";
+  os << indent << "{\n";
+  indent += "  ";
+  std::vector<std::string> m = size_names(os, first.reduce_domain, 0, prefix + "r", indent);
+  std::string accs;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Computation& c = p.comps[ids[i]];
+    const DType t = dtype_compute(c.body->dtype);
+    os << indent << ctype(t) << " acc" << i << " = " << literal(0, t) << ";\n";
+    accs += (i ? "," : "") + std::string("acc") + std::to_string(i);
+  }
+  std::vector<std::string> head(m.begin(), m.end() - 1);
+  open_loops(os, head, 0, 'r', indent);
+  auto inner = first.reduce_domain.back().as_const();
+  if (!inner || *inner >= 8) os << indent << "#pragma omp simd reduction(+:" << accs << ")\n";
+  open_loops(os, m, m.size() - 1, 'r', indent);
+  ExprPrinter pr(os, indent);
+  std::vector<std::string> vals;
+  for (int id : ids) vals.push_back(pr.print(p.comps[id].body));
+  for (size_t i = 0; i < ids.size(); ++i) os << indent << "acc" << i << " += " << vals[i] << ";\n";
+  close_loops(os, m.size(), indent);
+  for (size_t i = 0; i < ids.size(); ++i)
+    os << indent << "b" << p.comps[ids[i]].out << "[" << out_index(outer, 'x', outer_names) << "] = acc" << i << ";\n";
+  indent.resize(indent.size() - 2);
+  os << indent << "}\n";
+}
+
 // A row group (computations sharing an outer domain).
 void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k, std::string indent) {
   const Computation& first = p.comps[k.comps.front()];
@@ -327,7 +376,28 @@ void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k
     work += " * " + product(r) + " * " + std::to_string(k.comps.size());
   }
   open_parallel(os, n, outer, work, indent);
-  for (int ci : k.comps) emit_member(os, p.comps[ci], outer.size(), n, indent, ci);
+  for (size_t i = 0; i < k.comps.size();) {
+    const Computation& c = p.comps[k.comps[i]];
+    std::vector<int> sums{k.comps[i]};
+    if (is_row_sum(c, outer.size()))
+      for (size_t j = i + 1; j < k.comps.size(); ++j) {
+        const Computation& d = p.comps[k.comps[j]];
+        bool independent = true;
+        for (int s : sums) {
+          std::set<const loop::Expr*> seen;
+          independent = independent && !reads_buffer(d.body, p.comps[s].out, seen);
+        }
+        if (!is_row_sum(d, outer.size()) || !(d.reduce_domain == c.reduce_domain) || !independent) break;
+        sums.push_back(k.comps[j]);
+      }
+    int64_t window = 1;
+    for (const auto& r : c.reduce_domain) window *= r.as_const().value_or(1 << 20);
+    if (is_row_sum(c, outer.size()) && window > 16 && (sums.size() > 1 || c.reduce_domain.size() > 1))
+      emit_row_sums(os, p, sums, outer.size(), n, indent);
+    else
+      emit_member(os, p.comps[k.comps[i]], outer.size(), n, indent, k.comps[i]);
+    i += sums.size();
+  }
   close_loops(os, n.size(), indent);
 }
 
@@ -514,8 +584,7 @@ void emit_conv_weight_grad(std::ostream& os, const loop::Program& p, const Compu
     user_error("the CPU convolution weight gradient supports float32 only so far (", c.origin, ")");
   PTC_CHECK(G.sizes.size() == 5, "conv_weight_grad: grad_output must be [groups, O/groups, N, OH, OW]");
   // Ungrouped, dy as the forward wrote it: the [1, O, N, OH, OW] view of an [N, O, OH, OW] buffer.
-  const bool nchw = !G.dense() && G.sizes[0] == sym::Expr(1) && G.strides[4] == sym::Expr(1) && G.strides[3] == G.sizes[4] &&
-                    G.strides[1] == G.sizes[3] * G.sizes[4] && G.strides[2] == G.sizes[1] * G.sizes[3] * G.sizes[4];
+  const bool nchw = !G.dense() && G.nchw_as_one_group();
   PTC_CHECK(nchw || G.dense(), "conv_weight_grad: grad_output must be regrouped densely");
   os << indent << "{\n" << indent << "  ptc_rt::Conv2dArgs a{};\n";
   emit_conv_input(os, X, indent);
