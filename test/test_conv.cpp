@@ -5,6 +5,7 @@
 // per-row epilogue. Passes with and without -fopenmp.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -240,5 +241,65 @@ TEST_CASE("the weight gradient's implicit GEMM matches a direct sum", "[conv]") 
     INFO("N C H W O K s p d g = " << c.N << " " << c.C << " " << c.H << " " << c.W << " " << c.O << " " << c.K << " " << c.s << " "
                                   << c.p << " " << c.d << " " << c.g);
     CHECK(worst <= 1e-5 * std::max(1.0, scale));
+  }
+}
+
+TEST_CASE("the depthwise input gradient matches a direct sum", "[conv]") {
+  // dx[n, c, ih, iw] = sum of dy[n, c, oh, ow] w[c, kh, kw] over ih = oh sh - ph + kh dh,
+  // iw = ow sw - pw + kw dw; dy read through strides (a view with a padded row pitch). Widths
+  // with W + pw odd and even (the stride-2 spread's last column), dilation, stride 3, and a
+  // per-plane epilogue (doubling) that must see every finished plane once.
+  std::mt19937 rng(11);
+  const Case cases[] = {
+      {2, 3, 9, 11, 3, 3, 2, 0, 1, 3},  {2, 3, 10, 10, 3, 4, 2, 1, 1, 3}, {2, 3, 10, 9, 3, 5, 2, 2, 1, 3},
+      {3, 2, 8, 12, 2, 3, 2, 1, 2, 2},  {2, 3, 9, 10, 3, 3, 3, 0, 2, 3}, {1, 4, 7, 7, 4, 3, 1, 1, 1, 4},
+      {2, 5, 13, 11, 5, 5, 2, 2, 1, 5}, {2, 4, 16, 16, 4, 3, 2, 1, 1, 4},
+  };
+  for (const bool ep : {false, true}) {
+    for (const Case& c : cases) {
+      Conv v = make(c, rng, false);
+      ptc_rt::Conv2dArgs a = v.a;
+      const int64_t pitch = a.OW + 3;  // dy rows padded: a strided view
+      std::uniform_real_distribution<float> dist(-1.f, 1.f);
+      std::vector<float> dy(static_cast<size_t>(a.N * a.C * a.OH * pitch), std::nanf(""));
+      for (int64_t i = 0; i < a.N * a.C * a.OH; ++i)
+        for (int64_t ow = 0; ow < a.OW; ++ow) dy[static_cast<size_t>(i * pitch + ow)] = dist(rng);
+      std::vector<float> dx(static_cast<size_t>(a.N * a.C * a.H * a.W), std::nanf(""));
+      a.x = dy.data();
+      a.xs[3] = 1; a.xs[2] = pitch; a.xs[1] = a.OH * pitch; a.xs[0] = a.C * a.OH * pitch;
+      a.y = dx.data();
+      const int64_t HW = a.H * a.W;
+      std::atomic<int64_t> calls{0}, bad{0};  // (Catch's macros are not for OpenMP threads)
+      auto twice = [HW, &calls, &bad](float* p, int64_t, int64_t, int64_t col0, int64_t n) {
+        ++calls;
+        if (col0 != 0 || n != HW) ++bad;
+        for (int64_t i = 0; i < n; ++i) p[i] *= 2.f;
+      };
+      if (ep) a.ep = ptc_rt::epilogue_ref(twice);
+      ptc_rt::conv2d_depthwise_input_grad(a);
+      CHECK(calls == (ep ? a.N * a.C : 0));
+      CHECK(bad == 0);
+      double worst = 0, scale = 0;
+      for (int64_t n = 0; n < a.N; ++n)
+        for (int64_t ch = 0; ch < a.C; ++ch)
+          for (int64_t ih = 0; ih < a.H; ++ih)
+            for (int64_t iw = 0; iw < a.W; ++iw) {
+              double ref = 0;
+              for (int64_t kh = 0; kh < a.KH; ++kh)
+                for (int64_t kw = 0; kw < a.KW; ++kw) {
+                  const int64_t th = ih + a.ph - kh * a.dh, tw = iw + a.pw - kw * a.dw;
+                  if (th < 0 || tw < 0 || th % a.sh || tw % a.sw || th / a.sh >= a.OH || tw / a.sw >= a.OW) continue;
+                  ref += double(dy[static_cast<size_t>(((n * a.C + ch) * a.OH + th / a.sh) * pitch + tw / a.sw)]) *
+                         v.w[static_cast<size_t>((ch * a.KH + kh) * a.KW + kw)];
+                }
+              if (ep) ref *= 2;
+              const double got = dx[static_cast<size_t>(((n * a.C + ch) * a.H + ih) * a.W + iw)];
+              worst = std::max(worst, std::isnan(got) ? INFINITY : std::fabs(got - ref));
+              scale = std::max(scale, std::fabs(ref));
+            }
+      INFO("N C H W K s p d = " << c.N << " " << c.C << " " << c.H << " " << c.W << " " << c.K << " " << c.s << " " << c.p << " "
+                                << c.d << ", epilogue " << ep);
+      CHECK(worst <= 1e-5 * std::max(1.0, scale));
+    }
   }
 }

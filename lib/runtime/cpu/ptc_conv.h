@@ -438,53 +438,74 @@ inline void conv2d_weight_grad(const Conv2dArgs& a, const float* dyg, float* dw)
 // The input gradient of a depthwise convolution (one input and one output channel per group):
 // dx[n, c, ih, iw] = sum over the taps with ih = oh sh - ph + kh dh and iw = ow sw - pw + kw dw of
 // dy[n, c, oh, ow] w[c, 0, kh, kw]. a: the forward convolution's geometry, except a.x / a.xs:
-// dy [N, C, OH, OW] with its strides; a.y: dx [N, C, H, W], contiguous. Per input row and
-// column residue r (iw = r + sw j), a tap whose column offset r + pw - kw dw divides by sw reads
-// dy at ow = j + that quotient: contiguous in j, summed into a row buffer, then stored at stride
-// sw. (The alternative, a convolution over dy with zeros stuffed between its elements, spends
-// 3 of 4 multiply-adds on zeros at stride 2 and writes the stuffed copy first.) a.ep runs on
-// each finished plane, as a convolution's.
+// dy [N, C, OH, OW] with its strides; a.y: dx [N, C, H, W], contiguous.
+// Per plane, each dy row is first spread along W into a row of the input's width (dy[ow] at
+// column ow sw, zeros between, margins for the taps; a few KB, in cache). Then an output row ih
+// sums, over the kernel rows whose ih + ph - kh dh divides by sh and the kernel columns, w times
+// the spread row shifted by the column's offset: one contiguous simd loop per row with a
+// register accumulator, every output written once. At stride 2 half of those multiply-adds are
+// on zeros (along W; the rows that do not divide are skipped), which costs less than the
+// residue classes' short loops and strided stores did (3x slower at 112x112). a.ep runs on each
+// finished plane, as a convolution's.
 inline void conv2d_depthwise_input_grad(const Conv2dArgs& a) {
-  const int64_t H = a.H, W = a.W, sh = a.sh, sw = a.sw;
-  const int64_t J = (W + sw - 1) / sw;
+  const int64_t H = a.H, W = a.W, sh = a.sh, sw = a.sw, KH = a.KH, KW = a.KW;
+  const int64_t margin = (KW - 1) * a.dw;  // spread column of t = iw + pw - kw dw is t + margin
+  const int64_t L = W + a.pw + margin;
 #pragma omp parallel
   {
-    std::vector<float> acc(static_cast<size_t>(J));
+    std::vector<float> spread(static_cast<size_t>(std::max<int64_t>(1, a.OH * L)));
+    std::vector<const float*> src(static_cast<size_t>(KH * KW));
+    std::vector<float> wt(static_cast<size_t>(KH * KW));
 #pragma omp for collapse(2) schedule(static)
     for (int64_t n = 0; n < a.N; ++n)
       for (int64_t c = 0; c < a.C; ++c) {
         const float* dy = a.x + n * a.xs[0] + c * a.xs[1];
         const float* wc = a.w + c * a.ws[0];
         float* dx = a.y + (n * a.C + c) * H * W;
-        for (int64_t ih = 0; ih < H; ++ih) {
-          float* row = dx + ih * W;
-          for (int64_t r = 0; r < sw && r < W; ++r) {
-            const int64_t nj = (W - r + sw - 1) / sw;
-            float* ac = acc.data();
-            std::fill(ac, ac + nj, 0.f);
-            for (int64_t kh = 0; kh < a.KH; ++kh) {
-              const int64_t th = ih + a.ph - kh * a.dh;  // oh sh
-              if (th < 0 || th % sh != 0 || th / sh >= a.OH) continue;
-              const float* drow = dy + (th / sh) * a.xs[2];
-              for (int64_t kw = 0; kw < a.KW; ++kw) {
-                const int64_t t = r + a.pw - kw * a.dw;  // ow sw - sw j
-                if (((t % sw) + sw) % sw != 0) continue;
-                const int64_t off = t / sw;  // exact: ow = j + off
-                const int64_t j0 = std::max<int64_t>(0, -off), j1 = std::min(nj, a.OW - off);
-                const float wv = wc[kh * a.ws[2] + kw * a.ws[3]];
-                const int64_t xs3 = a.xs[3];
-                if (xs3 == 1) {
+        for (int64_t oh = 0; oh < a.OH; ++oh) {
+          float* s = spread.data() + oh * L;
+          const float* drow = dy + oh * a.xs[2];
+          std::fill(s, s + margin, 0.f);
+          int64_t end = margin;  // columns [margin, end) written
+          if (sw == 2 && a.xs[3] == 1) {  // interleaved with zeros: vector shuffles, not scattered stores
+            const int64_t pairs = std::min(a.OW, (L - margin) / 2);
+            float* __restrict q = s + margin;
 #pragma omp simd
-                  for (int64_t j = j0; j < j1; ++j) ac[j] += wv * drow[j + off];
-                } else {
-                  for (int64_t j = j0; j < j1; ++j) ac[j] += wv * drow[(j + off) * xs3];
-                }
-              }
+            for (int64_t ow = 0; ow < pairs; ++ow) {
+              q[2 * ow] = drow[ow];
+              q[2 * ow + 1] = 0.f;
             }
-            if (sw == 1) {
-              std::memcpy(row, ac, static_cast<size_t>(nj) * sizeof(float));
+            end += 2 * pairs;
+            if (pairs < a.OW && end < L) s[end++] = drow[pairs];
+          } else {
+            std::fill(s + margin, s + L, 0.f);
+            for (int64_t ow = 0; ow < a.OW && ow * sw + margin < L; ++ow) s[ow * sw + margin] = drow[ow * a.xs[3]];
+            end = L;
+          }
+          std::fill(s + end, s + L, 0.f);
+        }
+        for (int64_t ih = 0; ih < H; ++ih) {
+          int64_t taps = 0;
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const int64_t th = ih + a.ph - kh * a.dh;  // oh sh
+            if (th < 0 || th % sh != 0 || th / sh >= a.OH) continue;
+            const float* s = spread.data() + (th / sh) * L + a.pw + margin;
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              src[taps] = s - kw * a.dw;
+              wt[taps++] = wc[kh * a.ws[2] + kw * a.ws[3]];
+            }
+          }
+          float* __restrict row = dx + ih * W;
+          if (taps == 0) std::fill(row, row + W, 0.f);
+          for (int64_t t = 0; t < taps; ++t) {
+            const float* __restrict sp = src[t];
+            const float wv = wt[t];
+            if (t == 0) {
+#pragma omp simd
+              for (int64_t iw = 0; iw < W; ++iw) row[iw] = wv * sp[iw];
             } else {
-              for (int64_t j = 0; j < nj; ++j) row[r + sw * j] = ac[j];
+#pragma omp simd
+              for (int64_t iw = 0; iw < W; ++iw) row[iw] += wv * sp[iw];
             }
           }
         }
