@@ -208,6 +208,10 @@ TEST_CASE("the weight gradient's implicit GEMM matches a direct sum", "[conv]") 
       {1, 3, 12, 12, 5, 7, 2, 3, 1, 1},   {2, 4, 9, 8, 4, 3, 1, 2, 2, 4},   {5, 16, 30, 30, 40, 3, 1, 1, 1, 1},
       {3, 20, 17, 19, 36, 5, 2, 2, 1, 2},  {3, 6, 11, 11, 6, 3, 2, 1, 1, 6},   // depthwise, strided
       {2, 5, 20, 30, 5, 3, 1, 1, 1, 5},                                        // depthwise
+      // depthwise over column phases: stride 2 (even and odd sizes, 5x5), stride 3 dilated,
+      // stride 1 unpadded, padding wider than the kernel's reach
+      {2, 4, 16, 16, 4, 3, 2, 1, 1, 4},   {2, 3, 13, 17, 3, 5, 2, 2, 1, 3}, {2, 4, 15, 14, 4, 3, 3, 1, 2, 4},
+      {2, 4, 10, 12, 4, 3, 1, 0, 1, 4},   {1, 2, 9, 11, 2, 3, 2, 3, 1, 2},
   };
   for (const Case& c : cases) {
     Conv v = make(c, rng, false);
@@ -248,7 +252,7 @@ TEST_CASE("the depthwise input gradient matches a direct sum", "[conv]") {
   // dx[n, c, ih, iw] = sum of dy[n, c, oh, ow] w[c, kh, kw] over ih = oh sh - ph + kh dh,
   // iw = ow sw - pw + kw dw; dy read through strides (a view with a padded row pitch). Widths
   // with W + pw odd and even (the stride-2 spread's last column), dilation, stride 3, and a
-  // per-plane epilogue (doubling) that must see every finished plane once.
+  // per-row epilogue (doubling) that must see every finished row once.
   std::mt19937 rng(11);
   const Case cases[] = {
       {2, 3, 9, 11, 3, 3, 2, 0, 1, 3},  {2, 3, 10, 10, 3, 4, 2, 1, 1, 3}, {2, 3, 10, 9, 3, 5, 2, 2, 1, 3},
@@ -268,16 +272,16 @@ TEST_CASE("the depthwise input gradient matches a direct sum", "[conv]") {
       a.x = dy.data();
       a.xs[3] = 1; a.xs[2] = pitch; a.xs[1] = a.OH * pitch; a.xs[0] = a.C * a.OH * pitch;
       a.y = dx.data();
-      const int64_t HW = a.H * a.W;
+      const int64_t W = a.W;
       std::atomic<int64_t> calls{0}, bad{0};  // (Catch's macros are not for OpenMP threads)
-      auto twice = [HW, &calls, &bad](float* p, int64_t, int64_t, int64_t col0, int64_t n) {
+      auto twice = [W, &calls, &bad](float* p, int64_t, int64_t, int64_t col0, int64_t n) {
         ++calls;
-        if (col0 != 0 || n != HW) ++bad;
+        if (col0 % W != 0 || n != W) ++bad;
         for (int64_t i = 0; i < n; ++i) p[i] *= 2.f;
       };
       if (ep) a.ep = ptc_rt::epilogue_ref(twice);
       ptc_rt::conv2d_depthwise_input_grad(a);
-      CHECK(calls == (ep ? a.N * a.C : 0));
+      CHECK(calls == (ep ? a.N * a.C * a.H : 0));
       CHECK(bad == 0);
       double worst = 0, scale = 0;
       for (int64_t n = 0; n < a.N; ++n)
