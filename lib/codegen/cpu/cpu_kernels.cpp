@@ -392,11 +392,13 @@ void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k
       }
     int64_t window = 1;
     for (const auto& r : c.reduce_domain) window *= r.as_const().value_or(1 << 20);
-    if (is_row_sum(c, outer.size()) && window > 16 && (sums.size() > 1 || c.reduce_domain.size() > 1))
+    if (is_row_sum(c, outer.size()) && window > 16 && (sums.size() > 1 || c.reduce_domain.size() > 1)) {
       emit_row_sums(os, p, sums, outer.size(), n, indent);
-    else
+      i += sums.size();
+    } else {
       emit_member(os, p.comps[k.comps[i]], outer.size(), n, indent, k.comps[i]);
-    i += sums.size();
+      i += 1;
+    }
   }
   close_loops(os, n.size(), indent);
 }
