@@ -93,6 +93,14 @@ bool ExprPrinter::eager_guards(const loop::Program& p, const ExprRef& e) {
   return true;
 }
 
+std::string ExprPrinter::clamps_fit_int32() const {
+  std::set<std::string> bounds;  // (one condition per distinct bound)
+  for (const auto& [load, hi] : clamp_hi_) bounds.insert(hi);
+  std::string cond;
+  for (const std::string& hi : bounds) cond += (cond.empty() ? "" : " && ") + std::string("(") + hi + ") < 2147483647LL";
+  return cond;
+}
+
 void ExprPrinter::hoist(const ExprRef& e) {
   if (names_.count(e.get()) || e->op == Op::Const || e->op == Op::IndexVal) return;
   if (e->op == Op::Where && !eager_) {
@@ -125,9 +133,10 @@ std::string ExprPrinter::inline_text(const ExprRef& e) {
     case Op::Load: {
       auto it = overrides_.find(e->buffer);
       if (it != overrides_.end()) return it->second;
-      if (auto c = clamp_hi_.find(e.get()); c != clamp_hi_.end())
-        return widen("b" + std::to_string(e->buffer) + "[std::min<int64_t>(std::max<int64_t>(" + cpp_index(e->index) + ", 0), " +
-                     c->second + ")]");
+      if (auto c = clamp_hi_.find(e.get()); c != clamp_hi_.end()) {
+        const std::string i = "std::min<int64_t>(std::max<int64_t>(" + cpp_index(e->index) + ", 0), " + c->second + ")";
+        return widen("b" + std::to_string(e->buffer) + "[" + (index32_ ? "static_cast<int32_t>(" + i + ")" : i) + "]");
+      }
       return widen("b" + std::to_string(e->buffer) + "[" + cpp_index(e->index) + "]");
     }
     case Op::Const:

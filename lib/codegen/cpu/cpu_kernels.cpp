@@ -267,16 +267,38 @@ void emit_window_group(std::ostream& os, const loop::Program& p, const sched::Ke
   auto simd_loop = [&](const std::string& in) {
     os << in << "#pragma omp simd\n" << in << "for (int64_t " << xi << " = lo; " << xi << " < hi; ++" << xi << ") {\n";
   };
+  // A member whose guarded loads (window taps over padding) would be gathers with 64-bit
+  // indices runs as two versions: with 32-bit indices when its buffers are small enough, which
+  // vectorizes, else as before.
+  auto int32_condition = [&](const Computation& c) {
+    std::ostringstream sink;
+    ExprPrinter probe(sink, "");
+    return probe.eager_guards(p, c.body) ? probe.clamps_fit_int32() : std::string();
+  };
+  auto versions = [&](const std::string& in, const std::string& cond, const std::function<void(const std::string&, bool)>& body) {
+    if (cond.empty()) return body(in, false);
+    os << in << "if (" << cond << ") {\n";
+    body(in + "  ", true);
+    os << in << "} else {\n";
+    body(in + "  ", false);
+    os << in << "}\n";
+  };
   for (int ci : k.comps) {
     const Computation& c = p.comps[ci];
     std::string at = "b" + std::to_string(c.out) + "[" + out_index(r, 'x', n) + "]";
     os << indent << "{\n";
     std::string in = indent + "  ";
     if (c.kind == Computation::Kind::Pointwise) {
-      simd_loop(in);
-      ExprPrinter pr(os, in + "  ");
-      std::string v = pr.print(c.body);
-      os << in << "  " << at << " = " << v << ";\n" << in << "}\n";
+      versions(in, int32_condition(c), [&](const std::string& vin, bool i32) {
+        simd_loop(vin);
+        ExprPrinter pr(os, vin + "  ");
+        if (i32) {
+          pr.eager_guards(p, c.body);
+          pr.index32(true);
+        }
+        std::string v = pr.print(c.body);
+        os << vin << "  " << at << " = " << v << ";\n" << vin << "}\n";
+      });
     } else {
       const std::string T = ctype(dtype_compute(c.body->dtype));
       std::string init = c.reduce == loop::ReduceOp::Sum ? literal(0, c.body->dtype)
@@ -284,29 +306,31 @@ void emit_window_group(std::ostream& os, const loop::Program& p, const sched::Ke
       os << in << T << " acc[" << kWindowBlock << "];\n";
       os << in << "for (int64_t j = 0; j < " << kWindowBlock << "; ++j) acc[j] = " << init << ";\n";
       std::vector<std::string> m = size_names(os, c.reduce_domain, 0, "c" + std::to_string(ci) + "_r", in);
-      std::string rin = in;
-      for (size_t d = 0; d < m.size(); ++d) {
-        os << rin << "#pragma GCC unroll 16\n";
-        os << rin << "for (int64_t r" << d << " = 0; r" << d << " < " << m[d] << "; ++r" << d << ") {\n";
-        rin += "  ";
-      }
-      simd_loop(rin);
-      ExprPrinter pr(os, rin + "  ");
-      pr.eager_guards(p, c.body);
-      std::string v = pr.print(c.body);
-      os << rin << "  const " << T << " v = " << v << ";\n";
-      os << rin << "  " << T << "& a = acc[" << xi << " - lo];\n";
-      switch (c.reduce) {
-        case loop::ReduceOp::Sum: os << rin << "  a += v;\n"; break;
-        // NaN-propagating: once a is NaN neither test picks v again.
-        case loop::ReduceOp::Max: os << rin << "  a = (v != v || v > a) ? v : a;\n"; break;
-        default: os << rin << "  a = (v != v || v < a) ? v : a;\n"; break;
-      }
-      os << rin << "}\n";
-      for (size_t d = 0; d < m.size(); ++d) {
-        rin.resize(rin.size() - 2);
+      versions(in, int32_condition(c), [&](std::string rin, bool i32) {
+        for (size_t d = 0; d < m.size(); ++d) {
+          os << rin << "#pragma GCC unroll 16\n";
+          os << rin << "for (int64_t r" << d << " = 0; r" << d << " < " << m[d] << "; ++r" << d << ") {\n";
+          rin += "  ";
+        }
+        simd_loop(rin);
+        ExprPrinter pr(os, rin + "  ");
+        pr.eager_guards(p, c.body);
+        pr.index32(i32);
+        std::string v = pr.print(c.body);
+        os << rin << "  const " << T << " v = " << v << ";\n";
+        os << rin << "  " << T << "& a = acc[" << xi << " - lo];\n";
+        switch (c.reduce) {
+          case loop::ReduceOp::Sum: os << rin << "  a += v;\n"; break;
+          // NaN-propagating: once a is NaN neither test picks v again.
+          case loop::ReduceOp::Max: os << rin << "  a = (v != v || v > a) ? v : a;\n"; break;
+          default: os << rin << "  a = (v != v || v < a) ? v : a;\n"; break;
+        }
         os << rin << "}\n";
-      }
+        for (size_t d = 0; d < m.size(); ++d) {
+          rin.resize(rin.size() - 2);
+          os << rin << "}\n";
+        }
+      });
       simd_loop(in);
       os << in << "  " << at << " = acc[" << xi << " - lo];\n" << in << "}\n";
     }
