@@ -135,32 +135,48 @@ struct ConvColsPackB {
   }
 };
 
+// Prefetches two byte ranges (the next plane's operands) into L2 a few cache lines per step(),
+// spread over `steps` calls between the current plane's rows: read between the rows' work, not
+// in one burst when the next plane starts, they stream at memory speed. write_b: range b is
+// about to be written.
+struct SpreadPrefetch {
+  const char* a;
+  int64_t a_bytes;
+  const char* b;
+  int64_t b_bytes;
+  bool write_b;
+  int64_t per;
+  SpreadPrefetch(const void* pa, int64_t na, const void* pb, int64_t nb, bool wb, int64_t steps)
+      : a(static_cast<const char*>(pa)), a_bytes(na), b(static_cast<const char*>(pb)), b_bytes(nb), write_b(wb),
+        per(((na + nb) / 64 + std::max<int64_t>(1, steps) - 1) / std::max<int64_t>(1, steps)) {}
+  void step() {
+    for (int64_t i = 0; i < per; ++i) {
+      if (a_bytes > 0) {
+        __builtin_prefetch(a, 0, 1);
+        a += 64, a_bytes -= 64;
+      } else if (b_bytes > 0) {
+        if (write_b)
+          __builtin_prefetch(b, 1, 1);
+        else
+          __builtin_prefetch(b, 0, 1);
+        b += 64, b_bytes -= 64;
+      }
+    }
+  }
+};
+
 // A depthwise K x K weight gradient's taps over column-phase rows (conv2d_weight_grad): per
 // vector of output columns, the K K partial sums stay in registers over every output row;
 // acc[kh K + kw] gets their lanes' total. ph: the plane's phase rows (row ih, phase p at
 // (ih S + p) L); g: dy's rows padded to OWp (a multiple of the vector width) with zeros.
 template <int K>
 inline void depthwise_wgrad_taps(const Conv2dArgs& a, const float* ph, int64_t L, const int64_t* phase,
-                                 const int64_t* shift, const float* g, int64_t OWp, double* acc, const char* next,
-                                 int64_t next_bytes, const char* next_g, int64_t next_g_bytes) {
-  // The next plane's input and output gradient are prefetched a few lines per row: read between
-  // the taps' work, not in one burst after it, they stream at memory speed (mobilenet_v2's
-  // 112x112 planes: 2x).
-  const int64_t iters = std::max<int64_t>(1, (OWp / kVecWidth) * a.OH);
-  const int64_t per = ((next_bytes + next_g_bytes) / 64 + iters - 1) / iters;
+                                 const int64_t* shift, const float* g, int64_t OWp, double* acc, SpreadPrefetch& next) {
   for (int64_t c0 = 0; c0 < OWp; c0 += kVecWidth) {
     vfloat t[K * K];
     for (int k = 0; k < K * K; ++k) t[k] = vzero();
     for (int64_t oh = 0; oh < a.OH; ++oh) {
-      for (int64_t i = 0; i < per; ++i) {
-        if (next_bytes > 0) {
-          __builtin_prefetch(next, 0, 1);
-          next += 64, next_bytes -= 64;
-        } else if (next_g_bytes > 0) {
-          __builtin_prefetch(next_g, 0, 1);
-          next_g += 64, next_g_bytes -= 64;
-        }
-      }
+      next.step();
       const vfloat gv = vload(g + oh * OWp + c0);
       for (int kh = 0; kh < K; ++kh) {
         const int64_t ih = oh * a.sh - a.ph + kh * a.dh;
@@ -472,16 +488,15 @@ inline void conv2d_weight_grad(const Conv2dArgs& a, const float* dyg, float* dw)
               }
               // the plane after this one (its channel's next image, else the next channel's first)
               const float* next = n + 1 < a.N ? xp + a.xs[0] : a.x + (c + 1) * a.xs[1];
+              // Its input and output gradient (dy's planes are [C, N] in order) are prefetched
+              // during this one's rows (mobilenet_v2's 112x112 planes: 2x).
               const bool more = c + 1 < a.C || n + 1 < a.N;
-              const int64_t next_bytes = more ? ((a.H - 1) * a.xs[2] + a.W) * 4 : 0, next_g_bytes = more ? P * 4 : 0;
-              const char* nx = reinterpret_cast<const char*>(next);
-              const char* ng = reinterpret_cast<const char*>(gp + P);  // dy's planes are [C, N] in order
+              conv_detail::SpreadPrefetch pf(next, more ? ((a.H - 1) * a.xs[2] + a.W) * 4 : 0, gp + P, more ? P * 4 : 0, false,
+                                             (OWp / kVecWidth) * a.OH);
               if (a.KH == 3)
-                conv_detail::depthwise_wgrad_taps<3>(a, ph.data(), L, phase.data(), shift.data(), gpad.data(), OWp, acc.data(), nx,
-                                                     next_bytes, ng, next_g_bytes);
+                conv_detail::depthwise_wgrad_taps<3>(a, ph.data(), L, phase.data(), shift.data(), gpad.data(), OWp, acc.data(), pf);
               else
-                conv_detail::depthwise_wgrad_taps<5>(a, ph.data(), L, phase.data(), shift.data(), gpad.data(), OWp, acc.data(), nx,
-                                                     next_bytes, ng, next_g_bytes);
+                conv_detail::depthwise_wgrad_taps<5>(a, ph.data(), L, phase.data(), shift.data(), gpad.data(), OWp, acc.data(), pf);
               continue;
             }
             std::fill(part.begin(), part.end(), 0.f);
@@ -624,20 +639,10 @@ inline void conv2d_depthwise_input_grad(const Conv2dArgs& a) {
         // L1 (mobilenet_v2's 112x112 stride-2 layer with its ReLU6 mask: 8.0 -> 6.5 ms).
         const bool more = c + 1 < a.C || n + 1 < a.N;
         const int64_t nn = c + 1 < a.C ? n : n + 1, nc = c + 1 < a.C ? c + 1 : 0;
-        const char* pf_dy = reinterpret_cast<const char*>(a.x + nn * a.xs[0] + nc * a.xs[1]);
-        const char* pf_dx = reinterpret_cast<const char*>(a.y + (nn * a.C + nc) * H * W);
-        int64_t dy_bytes = more ? ((a.OH - 1) * a.xs[2] + (a.OW - 1) * a.xs[3] + 1) * 4 : 0, dx_bytes = more ? H * W * 4 : 0;
-        const int64_t per = ((dy_bytes + dx_bytes) / 64 + H - 1) / std::max<int64_t>(1, H);
+        conv_detail::SpreadPrefetch pf(a.x + nn * a.xs[0] + nc * a.xs[1], more ? ((a.OH - 1) * a.xs[2] + (a.OW - 1) * a.xs[3] + 1) * 4 : 0,
+                                       a.y + (nn * a.C + nc) * H * W, more ? H * W * 4 : 0, true, H);
         for (int64_t ih = 0; ih < H; ++ih) {
-          for (int64_t i = 0; i < per; ++i) {
-            if (dy_bytes > 0) {
-              __builtin_prefetch(pf_dy, 0, 1);
-              pf_dy += 64, dy_bytes -= 64;
-            } else if (dx_bytes > 0) {
-              __builtin_prefetch(pf_dx, 1, 1);
-              pf_dx += 64, dx_bytes -= 64;
-            }
-          }
+          pf.step();
           int64_t taps = 0;
           for (int64_t kh = 0; kh < KH; ++kh) {
             const int64_t th = ih + a.ph - kh * a.dh;  // oh sh
