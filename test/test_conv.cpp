@@ -248,6 +248,27 @@ TEST_CASE("the weight gradient's implicit GEMM matches a direct sum", "[conv]") 
   }
 }
 
+TEST_CASE("a depthwise weight gradient reads no input column a tap does not reach", "[conv]") {
+  // 3x3, stride 2, padding 1 over a 6x6 plane: kernel column 0 reads input columns 1 and 3 only
+  // (iw = 2 ow - 1). An infinite input in column 5 (read by kernel column 2) must leave kernel
+  // column 0's gradient finite, as torch's is.
+  ptc_rt::Conv2dArgs a{};
+  std::vector<float> x(36, 1.f), dy(9, 1.f), dw(9, std::nanf(""));
+  for (int ih = 0; ih < 6; ++ih) x[static_cast<size_t>(ih * 6 + 5)] = INFINITY;
+  a.x = x.data();
+  a.xs[0] = 36; a.xs[1] = 36; a.xs[2] = 6; a.xs[3] = 1;
+  a.N = 1; a.C = 1; a.O = 1; a.H = 6; a.W = 6; a.KH = 3; a.KW = 3; a.OH = 3; a.OW = 3;
+  a.sh = a.sw = 2; a.ph = a.pw = 1; a.dh = a.dw = 1; a.groups = 1;
+  ptc_rt::conv2d_weight_grad_call(a, dy.data(), dw.data());
+  for (int kh = 0; kh < 3; ++kh) {
+    INFO("kh " << kh);
+    CHECK(std::isfinite(dw[static_cast<size_t>(kh * 3)]));
+    CHECK(std::isfinite(dw[static_cast<size_t>(kh * 3 + 1)]));
+    CHECK(std::isinf(dw[static_cast<size_t>(kh * 3 + 2)]));
+  }
+  CHECK(dw[4] == 9.f);  // the centre tap: 9 outputs, each dy 1 x 1
+}
+
 TEST_CASE("the depthwise input gradient matches a direct sum", "[conv]") {
   // dx[n, c, ih, iw] = sum of dy[n, c, oh, ow] w[c, kh, kw] over ih = oh sh - ph + kh dh,
   // iw = ow sw - pw + kw dw; dy read through strides (a view with a padded row pitch). Widths

@@ -185,9 +185,12 @@ inline void depthwise_wgrad_taps(const Conv2dArgs& a, const float* ph, int64_t L
         for (int kw = 0; kw < K; ++kw) t[kh * K + kw] += gv * vload(row + phase[kw] * L + shift[kw]);
       }
     }
+    // Lanes past OW (dy zero-padded) multiplied real inputs: leave them out, so that an
+    // infinite input no tap reads at a valid column cannot turn the sum NaN.
+    const int lanes = static_cast<int>(std::min<int64_t>(kVecWidth, a.OW - c0));
     for (int k = 0; k < K * K; ++k) {
       double s = 0.0;
-      for (int v = 0; v < kVecWidth; ++v) s += t[k][v];
+      for (int v = 0; v < lanes; ++v) s += t[k][v];
       acc[k] += s;
     }
   }
