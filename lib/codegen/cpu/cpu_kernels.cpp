@@ -402,8 +402,9 @@ void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k
   open_parallel(os, n, outer, work, indent);
   for (size_t i = 0; i < k.comps.size();) {
     const Computation& c = p.comps[k.comps[i]];
+    const bool row_sum = is_row_sum(c, outer.size());
     std::vector<int> sums{k.comps[i]};
-    if (is_row_sum(c, outer.size()))
+    if (row_sum)
       for (size_t j = i + 1; j < k.comps.size(); ++j) {
         const Computation& d = p.comps[k.comps[j]];
         bool independent = true;
@@ -416,7 +417,7 @@ void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k
       }
     int64_t window = 1;
     for (const auto& r : c.reduce_domain) window *= r.as_const().value_or(1 << 20);
-    if (is_row_sum(c, outer.size()) && window > 16 && (sums.size() > 1 || c.reduce_domain.size() > 1)) {
+    if (row_sum && window > 16 && (sums.size() > 1 || c.reduce_domain.size() > 1)) {
       emit_row_sums(os, p, sums, outer.size(), n, indent);
       i += sums.size();
     } else {

@@ -474,13 +474,13 @@ inline void conv2d_weight_grad(const Conv2dArgs& a, const float* dyg, float* dw)
               const float* xr = xp + ih * a.xs[2];
               for (int64_t p = 0; p < S; ++p) {
                 float* pr = ph.data() + (ih * S + p) * L + M;
-                const int64_t n = cols[p];
+                const int64_t count = cols[p];
                 if (S == 1) {
-                  std::memcpy(pr, xr, static_cast<size_t>(n) * sizeof(float));
+                  std::memcpy(pr, xr, static_cast<size_t>(count) * sizeof(float));
                 } else if (S == 2) {
-                  for (int64_t j = 0; j < n; ++j) pr[j] = xr[2 * j + p];
+                  for (int64_t j = 0; j < count; ++j) pr[j] = xr[2 * j + p];
                 } else {
-                  for (int64_t j = 0; j < n; ++j) pr[j] = xr[j * S + p];
+                  for (int64_t j = 0; j < count; ++j) pr[j] = xr[j * S + p];
                 }
               }
             }
@@ -599,7 +599,7 @@ inline void conv2d_weight_grad(const Conv2dArgs& a, const float* dyg, float* dw)
 // register accumulator, every output written once. At stride 2 half of those multiply-adds are
 // on zeros (along W; the rows that do not divide are skipped), which costs less than the
 // residue classes' short loops and strided stores did (3x slower at 112x112). a.ep runs on each
-// finished plane, as a convolution's.
+// finished row (p0 = ih W, W elements).
 inline void conv2d_depthwise_input_grad(const Conv2dArgs& a) {
   const int64_t H = a.H, W = a.W, sh = a.sh, sw = a.sw, KH = a.KH, KW = a.KW;
   const int64_t margin = (KW - 1) * a.dw;  // spread column of t = iw + pw - kw dw is t + margin
