@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/cpu/ptc_conv.h"
+#include "runtime/cpu/ptc_pool.h"
 #include "runtime/cpu/ptc_winograd.h"
 // conv2d_call / conv2d_prepare (the one TU of a generated library that compiles them)
 #include "runtime/cpu/ptc_runtime_conv.cpp"
@@ -327,4 +328,88 @@ TEST_CASE("the depthwise input gradient matches a direct sum", "[conv]") {
       CHECK(worst <= 1e-5 * std::max(1.0, scale));
     }
   }
+}
+
+TEST_CASE("max pooling's input gradient adds dy at each window's first maximum", "[conv]") {
+  // Against a direct scan of each window (first maximum in row-major order, the first NaN when
+  // there is one). Small integers make ties; a few NaNs and -infs; x read through strides (a
+  // padded row pitch, and a column stride of 2: the generic path); a per-row epilogue that must
+  // see every row once, after its last window.
+  struct Geo {
+    int64_t N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw;
+  };
+  const Geo geos[] = {{2, 3, 12, 12, 3, 3, 2, 2, 1, 1, 1, 1}, {2, 2, 9, 11, 3, 3, 2, 2, 1, 1, 1, 1}, {1, 3, 8, 8, 2, 2, 2, 2, 0, 0, 1, 1},
+                      {2, 2, 7, 9, 3, 3, 1, 1, 1, 1, 1, 1}, {1, 2, 11, 10, 3, 3, 3, 3, 1, 1, 2, 2}, {2, 1, 10, 13, 2, 3, 1, 2, 1, 1, 2, 1},
+                      {1, 2, 3, 2, 3, 3, 1, 1, 1, 1, 1, 1}, {1, 1, 6, 20, 5, 5, 2, 3, 2, 2, 1, 1}};
+  std::mt19937 rng(5);
+  for (const int layout : {0, 1, 2})
+    for (const bool ep : {false, true})
+      for (const Geo& g : geos) {
+        ptc_rt::MaxPoolGradArgs a{};
+        a.N = g.N; a.C = g.C; a.H = g.H; a.W = g.W; a.KH = g.KH; a.KW = g.KW;
+        a.sh = g.sh; a.sw = g.sw; a.ph = g.ph; a.pw = g.pw; a.dh = g.dh; a.dw = g.dw; a.groups = 1;
+        a.OH = (g.H + 2 * g.ph - g.dh * (g.KH - 1) - 1) / g.sh + 1;
+        a.OW = (g.W + 2 * g.pw - g.dw * (g.KW - 1) - 1) / g.sw + 1;
+        // layout 0: dense; 1: rows padded to W + 3; 2: every other column (xs[3] = 2)
+        const int64_t cs = layout == 2 ? 2 : 1, pitch = layout == 1 ? g.W + 3 : g.W * cs;
+        std::vector<float> x(static_cast<size_t>(g.N * g.C * g.H * pitch), std::nanf(""));
+        a.xs[3] = cs; a.xs[2] = pitch; a.xs[1] = g.H * pitch; a.xs[0] = g.C * g.H * pitch;
+        std::uniform_int_distribution<int> val(-3, 3), odd(0, 40);
+        auto xat = [&](int64_t n, int64_t c, int64_t h, int64_t w) -> float& {
+          return x[static_cast<size_t>(n * a.xs[0] + c * a.xs[1] + h * a.xs[2] + w * a.xs[3])];
+        };
+        for (int64_t n = 0; n < g.N; ++n)
+          for (int64_t c = 0; c < g.C; ++c)
+            for (int64_t h = 0; h < g.H; ++h)
+              for (int64_t w = 0; w < g.W; ++w) {
+                const int o = odd(rng);
+                xat(n, c, h, w) = o == 0 ? std::nanf("") : o == 1 ? -INFINITY : static_cast<float>(val(rng));
+              }
+        std::vector<float> dy(static_cast<size_t>(g.N * g.C * a.OH * a.OW));
+        std::uniform_real_distribution<float> dist(-1.f, 1.f);
+        for (float& v : dy) v = dist(rng);
+        a.dys[3] = 1; a.dys[2] = a.OW; a.dys[1] = a.OH * a.OW; a.dys[0] = g.C * a.OH * a.OW;
+        std::vector<float> dx(static_cast<size_t>(g.N * g.C * g.H * g.W), std::nanf(""));
+        a.x = x.data();
+        a.dy = dy.data();
+        a.y = dx.data();
+        const int64_t W = g.W;
+        std::atomic<int64_t> calls{0}, bad{0};  // (Catch's macros are not for OpenMP threads)
+        auto twice = [W, &calls, &bad](float* p, int64_t, int64_t, int64_t col0, int64_t n) {
+          ++calls;
+          if (col0 % W != 0 || n != W) ++bad;
+          for (int64_t i = 0; i < n; ++i) p[i] *= 2.f;
+        };
+        if (ep) a.ep = ptc_rt::epilogue_ref(twice);
+        ptc_rt::max_pool2d_backward(a);
+        CHECK(calls == (ep ? g.N * g.C * g.H : 0));
+        CHECK(bad == 0);
+        std::vector<double> ref(dx.size(), 0.0);
+        for (int64_t n = 0; n < g.N; ++n)
+          for (int64_t c = 0; c < g.C; ++c)
+            for (int64_t oh = 0; oh < a.OH; ++oh)
+              for (int64_t ow = 0; ow < a.OW; ++ow) {
+                int64_t best = -1;
+                float bv = 0;
+                for (int64_t kh = 0; kh < g.KH; ++kh)
+                  for (int64_t kw = 0; kw < g.KW; ++kw) {
+                    const int64_t ih = oh * g.sh - g.ph + kh * g.dh, iw = ow * g.sw - g.pw + kw * g.dw;
+                    if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+                    const float v = xat(n, c, ih, iw);
+                    if (best < 0 || v > bv || (std::isnan(v) && !std::isnan(bv))) {
+                      best = ih * g.W + iw;
+                      bv = v;
+                    }
+                  }
+                if (best >= 0) ref[static_cast<size_t>((n * g.C + c) * g.H * g.W + best)] += dy[static_cast<size_t>(((n * g.C + c) * a.OH + oh) * a.OW + ow)];
+              }
+        double worst = 0;
+        for (size_t i = 0; i < dx.size(); ++i) {
+          const double want = ep ? 2 * ref[i] : ref[i];
+          worst = std::max(worst, std::isnan(dx[i]) ? INFINITY : std::fabs(dx[i] - want));
+        }
+        INFO("N C H W = " << g.N << " " << g.C << " " << g.H << " " << g.W << ", K " << g.KH << "x" << g.KW << ", s " << g.sh << " " << g.sw
+                          << ", p " << g.ph << " " << g.pw << ", d " << g.dh << " " << g.dw << ", layout " << layout << ", epilogue " << ep);
+        CHECK(worst <= 1e-5);
+      }
 }

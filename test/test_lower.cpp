@@ -498,3 +498,45 @@ TEST_CASE("channels-last lowering of a float16 CNN: KRSC float32 weights, NHWC c
   }
   CHECK(nhwc == 2);
 }
+
+TEST_CASE("max pooling's gradient from its own indices is one MaxPoolGrad extern (CPU) that matches the gather", "[lower]") {
+  // max_pool2d_with_indices_backward(dy, x, .., indices) with the indices of
+  // max_pool2d_with_indices(x, same geometry): found again from x (the indices and the maxima
+  // are not computed). Indices of another geometry, or from elsewhere, keep the gather.
+  struct Geo {
+    int64_t K, s, p, d;
+  };
+  const Geo geos[] = {{3, 2, 1, 1}, {2, 2, 0, 1}, {3, 1, 1, 2}, {3, 3, 1, 1}};
+  std::mt19937 rng(3);
+  auto ints = [](int64_t v) { return std::vector<int64_t>{v, v}; };
+  for (const Geo& g : geos)
+    for (int source = 0; source < 3; ++source) {  // 0: the same pool; 1: another input's pool; 2: an input
+      INFO("K " << g.K << " s " << g.s << " p " << g.p << " d " << g.d << ", indices source " << source);
+      const int64_t C = 3, H = 9, W = 8;
+      const int64_t OH = (H + 2 * g.p - g.d * (g.K - 1) - 1) / g.s + 1, OW = (W + 2 * g.p - g.d * (g.K - 1) - 1) / g.s + 1;
+      test::GraphBuilder b;
+      sym::Expr n = b.sym("n", 1, 4);
+      Value* x = b.input("x", DType::Float32, {n, sym::Expr(C), sym::Expr(H), sym::Expr(W)});
+      Value* dy = b.input("dy", DType::Float32, {n, sym::Expr(C), sym::Expr(OH), sym::Expr(OW)});
+      std::map<std::string, Arg> geo{{"kernel_size", ints(g.K)}, {"stride", ints(g.s)}, {"padding", ints(g.p)}, {"dilation", ints(g.d)}};
+      Value* indices = nullptr;
+      if (source == 2) {
+        indices = b.input("ix", DType::Int64, {n, sym::Expr(C), sym::Expr(OH), sym::Expr(OW)});
+      } else {
+        std::map<std::string, Arg> pa = geo;
+        pa["self"] = source == 0 ? x : b.input("x2", DType::Float32, {n, sym::Expr(C), sym::Expr(H), sym::Expr(W)});
+        indices = b.node(OpKind::MaxPool2dWithIndices, "mp", pa)[1];
+      }
+      std::map<std::string, Arg> ba = geo;
+      ba["grad_output"] = dy, ba["self"] = x, ba["indices"] = indices, ba["ceil_mode"] = false;
+      b.g->outputs.push_back(b.op(OpKind::MaxPool2dWithIndicesBackward, "bw", ba));
+      LowerOptions on;
+      on.max_pool_grad_extern = true;
+      loop::Program gather = lower_to_loops(*b.g), direct = lower_to_loops(*b.g, on);
+      int externs = 0;
+      for (const auto& c : direct.comps) externs += c.kind == loop::Computation::Kind::Extern && c.extern_kind == loop::ExternKind::MaxPoolGrad;
+      CHECK(externs == (source == 0 ? 1 : 0));
+      if (source == 0) CHECK(direct.comps.size() == 1);  // no indices, no maxima
+      if (source != 2) same_outputs(gather, direct, *b.g, rng);
+    }
+}

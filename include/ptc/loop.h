@@ -129,6 +129,11 @@ enum class ExternKind : uint8_t {
   ConvInputGrad,   // out [N, C, H, W] = a convolution's input gradient; operands {weight [O, C/groups,
                    // KH, KW] contiguous, grad_output viewed [groups, O/groups, N, OH, OW]}; params
                    // as Convolution's. CUDA only (cuDNN's backward data); the CPU lowers GEMMs
+                   // (depthwise ones aside: its direct kernel)
+  MaxPoolGrad,     // out [N, C, H, W] = max pooling's input gradient: each window's dy added at its
+                   // first maximum of x (a NaN wins); operands {x [N, C, H, W], dy [N, C, OH, OW]};
+                   // params as Convolution's, then 0 and the kernel size (params[8], params[9]).
+                   // The CPU's direct kernel (LowerOptions::max_pool_grad_extern)
 };
 const char* extern_name(ExternKind k);
 

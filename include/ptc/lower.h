@@ -37,6 +37,11 @@ struct LowerOptions {
   // realized from an NHWC buffer is stored NHWC too (realize), so the pointwise kernels between
   // convolutions run in NHWC order. Weights in KRSC come from the channels_last_weights pass.
   bool channels_last = false;
+  // max_pool2d_with_indices_backward, when its indices come from max_pool2d_with_indices of the
+  // same input and geometry, as one extern (ExternKind::MaxPoolGrad) that finds each window's
+  // maximum and adds its gradient there, per plane; false: a gather over the windows covering
+  // each input element, comparing the stored indices (CUDA's, where planes run in parallel).
+  bool max_pool_grad_extern = false;
   // The options of a backend: "cpu" or "cuda" (whose attention kernel takes heads up to 256 and
   // whose float32 convolutions and their gradients are cuDNN's).
   static LowerOptions for_device(const std::string& device);

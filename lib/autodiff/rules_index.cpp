@@ -142,12 +142,12 @@ void max_pool2d(GradContext& c) {
   std::vector<std::pair<std::string, Arg>> args{
       {"kernel_size", c.ints("kernel_size")}, {"stride", c.ints("stride")}, {"padding", c.ints("padding")},
       {"dilation", c.ints("dilation")}, {"ceil_mode", false}};
-  Value* indices = c.n.kind == OpKind::MaxPool2dWithIndices ? c.out(1) : nullptr;
-  if (!indices) {
-    auto with = args;
-    with.emplace_back("self", x);
-    indices = b.emit(OpKind::MaxPool2dWithIndices, with).at(1);
-  }
+  // The backward's own max_pool2d_with_indices, also when the forward computed the indices (a
+  // core-ATen export): equal indices, and the partitioner then weighs saving them against finding
+  // them again from x, which a CPU MaxPoolGrad extern does without storing them.
+  auto with = args;
+  with.emplace_back("self", x);
+  Value* indices = b.emit(OpKind::MaxPool2dWithIndices, with).at(1);
   if (c.n.kind == OpKind::MaxPool2dWithIndices && c.grad(1)) c.fail("max pooling's indices have no gradient");
   args.emplace_back("grad_output", c.grad(0));
   args.emplace_back("self", x);

@@ -243,6 +243,7 @@ const char* extern_name(ExternKind k) {
     case ExternKind::ScatterAdd: return "scatter_add";
     case ExternKind::ConvWeightGrad: return "conv_weight_grad";
     case ExternKind::ConvInputGrad: return "conv_input_grad";
+    case ExternKind::MaxPoolGrad: return "max_pool_grad";
   }
   return "?";
 }

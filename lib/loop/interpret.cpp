@@ -223,6 +223,7 @@ class Interp {
         else if (c.extern_kind == loop::ExternKind::ScatterAdd) scatter_add(c, out, dt);
         else if (c.extern_kind == loop::ExternKind::ConvWeightGrad) conv_weight_grad(c, out, dt);
         else if (c.extern_kind == loop::ExternKind::ConvInputGrad) conv_input_grad(c, out, dt);
+        else if (c.extern_kind == loop::ExternKind::MaxPoolGrad) max_pool_grad(c, out, dt);
         else conv(c, out, dt);
         break;
     }
@@ -330,6 +331,35 @@ class Interp {
         }
       out.at(pos++) = round_to(acc, dt);
     });
+  }
+
+  // Max pooling's input gradient: each window's dy at its first maximum (the first NaN, if any).
+  void max_pool_grad(const Computation& c, std::vector<double>& out, DType dt) {
+    const loop::View &x = c.operands[0], &dy = c.operands[1];
+    const int64_t N = eval(c.domain[0]), C = eval(c.domain[1]), H = eval(c.domain[2]), W = eval(c.domain[3]);
+    const int64_t OH = eval(dy.sizes[2]), OW = eval(dy.sizes[3]);
+    const int64_t sh = c.params[0], sw = c.params[1], ph = c.params[2], pw = c.params[3], dh = c.params[4], dw = c.params[5];
+    const int64_t KH = c.params[8], KW = c.params[9];
+    std::vector<double> acc(out.size(), 0.0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t ch = 0; ch < C; ++ch)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            int64_t best = -1;
+            double bv = 0;
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const double v = at(x, {n, ch, ih, iw});
+                if (best < 0 || v > bv || (std::isnan(v) && !std::isnan(bv))) {
+                  best = ih * W + iw;
+                  bv = v;
+                }
+              }
+            if (best >= 0) acc.at(static_cast<size_t>((n * C + ch) * H * W + best)) += at(dy, {n, ch, oh, ow});
+          }
+    for (size_t i = 0; i < out.size(); ++i) out[i] = round_to(acc[i], dt);
   }
 
   // softmax(scale * q k^T + mask) v, one query row at a time (params: mask kind, causal, scale).

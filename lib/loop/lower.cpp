@@ -259,6 +259,43 @@ void Lowering::check_inplace(const Node& n) {
     if (o == self) fail("mutates the graph output %", self->name, " in place");
 }
 
+namespace {
+
+// Removes the computations whose results nothing reads: a lowering's by-products, e.g. the
+// maxima max_pool2d_with_indices computes for its indices when a MaxPoolGrad extern finds the
+// windows' maxima itself. Computations that check indices stay (their errors are the run's).
+void drop_unread(Program& p) {
+  std::vector<bool> read(p.buffers.size(), false);
+  for (int o : p.outputs) read[static_cast<size_t>(o)] = true;
+  std::vector<bool> keep(p.comps.size(), false);
+  for (size_t i = p.comps.size(); i-- > 0;) {
+    const Computation& c = p.comps[i];
+    bool checks = false;
+    std::set<const Expr*> seen;
+    std::vector<const Expr*> todo;
+    if (c.body) todo.push_back(c.body.get());
+    std::vector<int> loads;
+    while (!todo.empty()) {
+      const Expr* e = todo.back();
+      todo.pop_back();
+      if (!seen.insert(e).second) continue;
+      if (e->op == Op::Load || e->op == Op::LoadAt) loads.push_back(e->buffer);
+      checks = checks || e->op == Op::CheckIndex;
+      for (const auto& a : e->args) todo.push_back(a.get());
+    }
+    keep[i] = read[static_cast<size_t>(c.out)] || checks || p.buffers[static_cast<size_t>(c.out)].kind == Buffer::Kind::Output;
+    if (!keep[i]) continue;
+    for (int b : loads) read[static_cast<size_t>(b)] = true;
+    for (const View& v : c.operands) read[static_cast<size_t>(v.buffer)] = true;
+  }
+  std::vector<Computation> kept;
+  for (size_t i = 0; i < p.comps.size(); ++i)
+    if (keep[i]) kept.push_back(std::move(p.comps[i]));
+  p.comps = std::move(kept);
+}
+
+}  // namespace
+
 Program Lowering::run() {
   for (const auto& in : graph.inputs) {
     const Value* v = in.value;
@@ -356,6 +393,7 @@ Program Lowering::run() {
     b.name = "out" + std::to_string(i);
     prog_.outputs.push_back(buf);
   }
+  drop_unread(prog_);
   return std::move(prog_);
 }
 
@@ -369,6 +407,8 @@ LowerOptions LowerOptions::for_device(const std::string& device) {
     o.max_fused_head = 256;  // ptc_cuda::kAttentionMaxHead
     o.cudnn_conv = true;
     o.attention_heads_inner = true;
+  } else {
+    o.max_pool_grad_extern = true;
   }
   return o;
 }

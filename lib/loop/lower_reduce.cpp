@@ -152,6 +152,45 @@ TensorRef max_pool2d_indices(Lowering& L, const TensorRef& x, const TensorRef& y
   });
 }
 
+// Whether max_pool2d_with_indices_backward node `n` takes the indices max_pool2d_with_indices
+// computed for the same input and geometry (without ceil_mode), over 4-d float32 tensors: then
+// its windows' maxima can be found again from the input.
+bool indices_of_same_pool(const Node& n) {
+  auto value = [](const Node& m, const char* name) -> const Value* {
+    const Arg* a = m.arg(name);
+    const Value* const* v = a ? std::get_if<Value*>(a) : nullptr;
+    return v ? *v : nullptr;
+  };
+  const Value *ix = value(n, "indices"), *self = value(n, "self"), *gout = value(n, "grad_output");
+  if (!ix || !self || !gout || !ix->producer || ix->output_index != 1 || ix->producer->kind != OpKind::MaxPool2dWithIndices) return false;
+  const Node& pool = *ix->producer;
+  if (value(pool, "self") != self) return false;
+  if (self->type.rank() != 4 || self->type.dtype != DType::Float32 || gout->type.dtype != DType::Float32) return false;
+  if (n.outputs.size() != 1 || n.outputs[0]->type.dtype != DType::Float32) return false;
+  // The geometry, schema defaults filled in (stride [] = the kernel size).
+  auto geometry = [](const Node& m) -> std::optional<std::vector<int64_t>> {
+    auto ints = [&](const char* name) -> std::optional<std::vector<int64_t>> {
+      const Arg* a = m.arg(name);
+      if (!a || std::holds_alternative<std::monostate>(*a)) return std::vector<int64_t>{};
+      if (const auto* v = std::get_if<std::vector<int64_t>>(a)) return *v;
+      return std::nullopt;
+    };
+    auto k = ints("kernel_size"), s = ints("stride"), p = ints("padding"), d = ints("dilation");
+    if (!k || !s || !p || !d || k->empty()) return std::nullopt;
+    const Arg* ceil = m.arg("ceil_mode");
+    if (ceil && std::holds_alternative<bool>(*ceil) && std::get<bool>(*ceil)) return std::nullopt;
+    if (ceil && !std::holds_alternative<bool>(*ceil) && !std::holds_alternative<std::monostate>(*ceil)) return std::nullopt;
+    std::vector<int64_t> kk = two(*k, 1), ss = s->empty() ? kk : two(*s, 1), pp = two(*p, 0), dd = two(*d, 1), g;
+    for (const auto* v : {&kk, &ss, &pp, &dd}) {
+      if (v->size() != 2) return std::nullopt;
+      g.insert(g.end(), v->begin(), v->end());
+    }
+    return g;
+  };
+  auto a = geometry(n), b = geometry(pool);
+  return a && b && *a == *b;
+}
+
 }  // namespace
 
 std::vector<int64_t> two(std::vector<int64_t> v, int64_t dflt) {
@@ -328,6 +367,17 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       return one(im2col(L, a.tensor("self"), {k[0], k[1]}, {d[0], d[1]}, {p[0], p[1]}, {s[0], s[1]}, a.out_sizes(), a.out_dtype()));
     }
     case OpKind::MaxPool2dWithIndicesBackward: {
+      if (L.options.max_pool_grad_extern && indices_of_same_pool(n)) {
+        // The indices are max_pool2d_with_indices' of this very input and geometry: one extern
+        // finds each window's first maximum again and adds its gradient there (the indices and
+        // the maxima, unread, are not computed).
+        TensorRef x = a.tensor("self"), g = a.tensor("grad_output");
+        std::vector<int64_t> k = two(a.ints("kernel_size"), 1);
+        std::vector<int64_t> st = a.ints("stride").empty() ? k : two(a.ints("stride"), 1);
+        std::vector<int64_t> pd = two(a.ints("padding"), 0), dl = two(a.ints("dilation"), 1);
+        return one(emit_extern(L, ExternKind::MaxPoolGrad, a.out_dtype(), x.sizes, {L.as_view(x, L.origin()), L.as_view(g, L.origin())},
+                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], 1, 0, k[0], k[1]}));
+      }
       // dx[.., ih, iw] = sum of dy[.., oh, ow] over the windows whose index (the flat input
       // position of their first maximum, max_pool2d_with_indices') is ih W + iw. The windows
       // that can hold a row: oh = (ih + p) // s - a for a < (K - 1) d // s + 1.

@@ -135,8 +135,10 @@ bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Comput
   if (mode == Epilogues::None || e.kind != Computation::Kind::Pointwise) return false;
   if (mode == Epilogues::Library && !match_library_epilogue(p, gemm, e)) return false;
   // A convolution's epilogue runs over its [N, O, OH, OW] output rows: the same domain only
-  // (likewise a depthwise input gradient's, the CPU's direct kernel, over [N, C, H, W]).
-  const bool conv = gemm.extern_kind == loop::ExternKind::Convolution || gemm.extern_kind == loop::ExternKind::ConvInputGrad;
+  // (likewise a depthwise input gradient's, the CPU's direct kernel, and a max pooling's input
+  // gradient, over [N, C, H, W]).
+  const bool conv = gemm.extern_kind == loop::ExternKind::Convolution || gemm.extern_kind == loop::ExternKind::ConvInputGrad ||
+                    gemm.extern_kind == loop::ExternKind::MaxPoolGrad;
   if (conv ? !(e.domain == gemm.domain) : !same_flat_rows(e.domain, gemm.domain)) return false;
   if (p.buffers[gemm.out].dtype != DType::Float32 || p.buffers[e.out].dtype != DType::Float32) return false;
   // Read elsewhere too: a convolution still runs it (stored as well, Kernel::epilogue_keeps) on
@@ -268,13 +270,15 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
     if (c.kind == Computation::Kind::Extern) {
       k.kind = c.extern_kind == loop::ExternKind::Gemm          ? Kernel::Kind::Gemm
                : c.extern_kind == loop::ExternKind::Convolution ||
-                       c.extern_kind == loop::ExternKind::ConvWeightGrad || c.extern_kind == loop::ExternKind::ConvInputGrad
+                       c.extern_kind == loop::ExternKind::ConvWeightGrad || c.extern_kind == loop::ExternKind::ConvInputGrad ||
+                       c.extern_kind == loop::ExternKind::MaxPoolGrad
                    ? Kernel::Kind::Conv
                : c.extern_kind == loop::ExternKind::ScatterAdd  ? Kernel::Kind::Scatter
                                                                 : Kernel::Kind::Attention;
       size_t j = next_free(i + 1);
       const bool epilogue_kind = c.extern_kind == loop::ExternKind::Gemm || c.extern_kind == loop::ExternKind::Convolution ||
-                                 (c.extern_kind == loop::ExternKind::ConvInputGrad && opts.extern_epilogues == Epilogues::Any);
+                                 ((c.extern_kind == loop::ExternKind::ConvInputGrad || c.extern_kind == loop::ExternKind::MaxPoolGrad) &&
+                                  opts.extern_epilogues == Epilogues::Any);
       if (epilogue_kind && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers, opts.extern_epilogues)) {
         k.epilogue = static_cast<int>(j);
         take(j);

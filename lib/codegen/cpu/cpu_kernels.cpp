@@ -693,11 +693,36 @@ void emit_conv_input_grad(std::ostream& os, const loop::Program& p, const sched:
   os << indent << "  ptc_rt::conv2d_depthwise_input_grad_call(a);\n" << indent << "}\n";
 }
 
+// Max pooling's input gradient (ExternKind::MaxPoolGrad): ptc_pool.h's max_pool2d_backward over
+// x and dy [N, C, OH, OW] into dx [N, C, H, W], the epilogue on each final dx row.
+void emit_max_pool_grad(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
+  const Computation& c = p.comps[k.comps.front()];
+  const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
+  const bool keeps = ep && k.epilogue_keeps;
+  const loop::View &X = c.operands[0], &G = c.operands[1];
+  PTC_CHECK(X.sizes.size() == 4 && G.sizes.size() == 4 && c.params.size() == 10, "max_pool_grad: 4-d x and dy, 10 params");
+  if (p.buffers[c.out].dtype != DType::Float32 || p.buffers[X.buffer].dtype != DType::Float32 || p.buffers[G.buffer].dtype != DType::Float32)
+    user_error("the CPU max pooling gradient supports float32 only so far (", c.origin, ")");
+  os << indent << "{\n" << indent << "  ptc_rt::MaxPoolGradArgs a{};\n";
+  emit_conv_input(os, X, indent);
+  os << indent << "  a.dy = b" << G.buffer << " + " << cpp_index(G.offset) << "; { const int64_t s[4] = {" << index_list(G.strides)
+     << "}; std::memcpy(a.dys, s, sizeof s); }\n";
+  os << indent << "  a.y = b" << (ep && !keeps ? ep->out : c.out) << ";\n";
+  os << indent << "  a.N = " << cpp_index(c.domain[0]) << "; a.C = " << cpp_index(c.domain[1]) << "; a.H = " << cpp_index(c.domain[2])
+     << "; a.W = " << cpp_index(c.domain[3]) << ";\n";
+  os << indent << "  a.OH = " << cpp_index(G.sizes[2]) << "; a.OW = " << cpp_index(G.sizes[3]) << "; a.KH = " << c.params[8]
+     << "; a.KW = " << c.params[9] << ";\n";
+  emit_conv_params(os, c, indent);
+  if (ep) emit_conv_epilogue(os, p, k, c, *ep, keeps, indent);
+  os << indent << "  ptc_rt::max_pool2d_backward_call(a);\n" << indent << "}\n";
+}
+
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent,
                const std::string& prepared) {
   const Computation& c = p.comps[k.comps.front()];
   if (c.extern_kind == loop::ExternKind::ConvWeightGrad) return emit_conv_weight_grad(os, p, c, indent);
   if (c.extern_kind == loop::ExternKind::ConvInputGrad) return emit_conv_input_grad(os, p, k, indent);
+  if (c.extern_kind == loop::ExternKind::MaxPoolGrad) return emit_max_pool_grad(os, p, k, indent);
   PTC_CHECK(c.extern_kind == loop::ExternKind::Convolution, "a CPU convolution kernel of an unknown kind");
   const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
   const loop::View& X = c.operands[0];

@@ -669,7 +669,11 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Schedule
         emit_row_group(os, p, k, index, syms, sched::kernel_buffers(p, s, k));
       break;
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, index, syms); break;
-    case sched::Kernel::Kind::Conv: emit_conv(os, p, k, index, syms); break;
+    case sched::Kernel::Kind::Conv:
+      PTC_CHECK(p.comps[k.comps.front()].extern_kind != loop::ExternKind::MaxPoolGrad,
+                "max pooling's direct input gradient is a CPU kernel (LowerOptions::max_pool_grad_extern is off for CUDA)");
+      emit_conv(os, p, k, index, syms);
+      break;
     case sched::Kernel::Kind::Attention: emit_attention(os, p, k, index, syms); break;
     case sched::Kernel::Kind::Scatter: emit_scatter(os, p, k, index, syms); break;
   }

@@ -100,4 +100,18 @@ void conv2d_depthwise_input_grad_call(const Conv2dArgs& a);
 void conv2d_weight_grad_nchw_call(const Conv2dArgs& a, const float* dy, float* dw);
 inline void prepared_free(void* p) { std::free(p); }
 
+// Max pooling's input gradient (ptc_pool.h): dx y [N, C, H, W] (contiguous) gets each window's dy
+// [N, C, OH, OW] at the window's first maximum of x [N, C, H, W] (the first NaN, if any); x and
+// dy with element strides. Optional: ep on each final dx row (p0 = ih W, W elements), as
+// Conv2dArgs'. groups is unused.
+struct MaxPoolGradArgs {
+  const float* x; int64_t xs[4];
+  const float* dy; int64_t dys[4];
+  float* y;
+  int64_t N, C, H, W, OH, OW, KH, KW;
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+  GemmEpilogue ep;
+};
+void max_pool2d_backward_call(const MaxPoolGradArgs& a);
+
 }  // namespace ptc_rt

@@ -1,6 +1,8 @@
-// ptc_runtime_conv.cpp — convolutions (ptc_conv.h, ptc_winograd.h) behind ptc_rt.h's
-// conv2d_call / conv2d_prepare; part of a generated CPU library when it has a convolution.
+// ptc_runtime_conv.cpp — convolutions (ptc_conv.h, ptc_winograd.h) and max pooling's input
+// gradient (ptc_pool.h) behind ptc_rt.h's conv2d_call / conv2d_prepare / max_pool2d_backward_call;
+// part of a generated CPU library when it has one of them (a Kernel::Kind::Conv kernel).
 #include "ptc_conv.h"
+#include "ptc_pool.h"
 #include "ptc_rt.h"
 #include "ptc_winograd.h"
 
@@ -19,6 +21,7 @@ void conv2d_call(const Conv2dArgs& a) {
 void conv2d_weight_grad_call(const Conv2dArgs& a, const float* dyg, float* dw) { conv2d_weight_grad(a, dyg, dw); }
 void conv2d_depthwise_input_grad_call(const Conv2dArgs& a) { conv2d_depthwise_input_grad(a); }
 void conv2d_weight_grad_nchw_call(const Conv2dArgs& a, const float* dy, float* dw) { conv2d_weight_grad_nchw(a, dy, dw); }
+void max_pool2d_backward_call(const MaxPoolGradArgs& a) { max_pool2d_backward(a); }
 
 void* conv2d_prepare(const Conv2dArgs& a) {
   if (!winograd_detail::kernel_applies(a)) return nullptr;
