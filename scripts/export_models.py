@@ -80,6 +80,24 @@ class SmallCNN(nn.Module):
         return torch.softmax(self.fc(x), dim=-1)
 
 
+class CnnPool(nn.Module):
+    """ResNet-stem-like: conv3x3 -> batchnorm -> relu -> max pool 3x3/2 pad 1 -> conv3x3 -> relu ->
+    max pool 2x2/2 -> global avg pool -> linear (odd sizes: windows over the border)."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.c2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.fc = nn.Linear(16, num_classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(torch.relu(self.bn(self.c1(x))), 3, stride=2, padding=1)
+        x = F.max_pool2d(torch.relu(self.c2(x)), 2)
+        x = torch.flatten(F.adaptive_avg_pool2d(x, (1, 1)), 1)
+        return self.fc(x)
+
+
 class TinyTfm(nn.Module):
     """Pre-norm transformer block: causal SDPA (4 heads of 16) + SiLU feed-forward, d=64."""
 
@@ -248,6 +266,12 @@ def _small_cnn():
     return m
 
 
+def _cnn_pool():
+    m = CnnPool()
+    _randomize_bn(m, torch.Generator().manual_seed(SEED + 3))
+    return m
+
+
 def _mbv2():
     m = MBv2()
     _randomize_bn(m, torch.Generator().manual_seed(SEED + 2))
@@ -270,6 +294,9 @@ SMALL = collections.OrderedDict(
              desc="MLP with a dynamic batch dimension in [1, 1024]"),
         Spec("small_cnn", _small_cnn, _cases([(2, 3, 32, 32)]),
              desc="conv+batchnorm+relu, conv/s2+relu, global avg pool, linear, softmax"),
+        Spec("cnn_pool", _cnn_pool, _cases([(2, 3, 19, 19)], [(5, 3, 19, 19)]),
+             dynamic={"x": {0: Dim("batch", min=1, max=64)}},
+             desc="conv+batchnorm+relu, max pool 3x3/2 pad 1, conv+relu, max pool 2x2, avg pool, linear; dynamic batch [1, 64]"),
         Spec("mbv2_dyn", _mbv2, _cases([(2, 3, 32, 32)], [(5, 3, 32, 32)]),
              dynamic={"x": {0: Dim("batch", min=1, max=64)}},
              desc="MobileNetV2-style: 1x1 / depthwise 3x3 / 1x1 inverted residual blocks, ReLU6, dynamic batch [1, 64]"),

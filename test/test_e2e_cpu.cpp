@@ -132,7 +132,7 @@ void check_cases(Lib& lib, const std::string& name) {
 }  // namespace
 
 TEST_CASE("compiled fixtures match PyTorch eager (fp32, atol/rtol from each record)", "[e2e]") {
-  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "mbv2_dyn", "tiny_tfm", "tfm_dyn", "index_ops", "mha"})
+  for (const char* name : {"mlp", "mlp_dyn", "small_cnn", "mbv2_dyn", "tiny_tfm", "tfm_dyn", "index_ops", "mha", "cnn_pool"})
     for (const char* suffix : {".pt2", ".core.pt2"}) {
       std::string file = std::string(name) + suffix;
       INFO(file);

@@ -43,7 +43,7 @@ from train_device import trainer  # noqa: E402
 
 GRAD_TOL = 1e-4
 STEP_TOL = 2e-5
-DEFAULT_MODELS = ["mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops", "mha", "mbv2_dyn"]
+DEFAULT_MODELS = ["mlp", "mlp_dyn", "small_cnn", "tiny_tfm", "tfm_dyn", "index_ops", "mha", "mbv2_dyn", "cnn_pool"]
 
 
 F64_REF = False  # --f64-ref: judge gradients against float64 torch (ill-conditioned real models)
