@@ -81,6 +81,18 @@ double error(const Conv& v, bool relu = false) {
   return worst / std::max(scale, 1e-30);
 }
 
+// A per-row epilogue that doubles each row of W elements and counts its calls and the calls that
+// were not one whole row (atomics: Catch's macros are not for OpenMP threads).
+struct DoubleRows {
+  int64_t W;
+  mutable std::atomic<int64_t> calls{0}, bad{0};
+  void operator()(float* p, int64_t, int64_t, int64_t col0, int64_t n) const {
+    ++calls;
+    if (col0 % W != 0 || n != W) ++bad;
+    for (int64_t i = 0; i < n; ++i) p[i] *= 2.f;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("conv2d as an implicit GEMM matches a direct reference", "[conv]") {
@@ -294,17 +306,11 @@ TEST_CASE("the depthwise input gradient matches a direct sum", "[conv]") {
       a.x = dy.data();
       a.xs[3] = 1; a.xs[2] = pitch; a.xs[1] = a.OH * pitch; a.xs[0] = a.C * a.OH * pitch;
       a.y = dx.data();
-      const int64_t W = a.W;
-      std::atomic<int64_t> calls{0}, bad{0};  // (Catch's macros are not for OpenMP threads)
-      auto twice = [W, &calls, &bad](float* p, int64_t, int64_t, int64_t col0, int64_t n) {
-        ++calls;
-        if (col0 % W != 0 || n != W) ++bad;
-        for (int64_t i = 0; i < n; ++i) p[i] *= 2.f;
-      };
+      DoubleRows twice{a.W};
       if (ep) a.ep = ptc_rt::epilogue_ref(twice);
       ptc_rt::conv2d_depthwise_input_grad(a);
-      CHECK(calls == (ep ? a.N * a.C * a.H : 0));
-      CHECK(bad == 0);
+      CHECK(twice.calls == (ep ? a.N * a.C * a.H : 0));
+      CHECK(twice.bad == 0);
       double worst = 0, scale = 0;
       for (int64_t n = 0; n < a.N; ++n)
         for (int64_t ch = 0; ch < a.C; ++ch)
@@ -373,17 +379,11 @@ TEST_CASE("max pooling's input gradient adds dy at each window's first maximum",
         a.x = x.data();
         a.dy = dy.data();
         a.y = dx.data();
-        const int64_t W = g.W;
-        std::atomic<int64_t> calls{0}, bad{0};  // (Catch's macros are not for OpenMP threads)
-        auto twice = [W, &calls, &bad](float* p, int64_t, int64_t, int64_t col0, int64_t n) {
-          ++calls;
-          if (col0 % W != 0 || n != W) ++bad;
-          for (int64_t i = 0; i < n; ++i) p[i] *= 2.f;
-        };
+        DoubleRows twice{g.W};
         if (ep) a.ep = ptc_rt::epilogue_ref(twice);
         ptc_rt::max_pool2d_backward(a);
-        CHECK(calls == (ep ? g.N * g.C * g.H : 0));
-        CHECK(bad == 0);
+        CHECK(twice.calls == (ep ? g.N * g.C * g.H : 0));
+        CHECK(twice.bad == 0);
         std::vector<double> ref(dx.size(), 0.0);
         for (int64_t n = 0; n < g.N; ++n)
           for (int64_t c = 0; c < g.C; ++c)
