@@ -43,6 +43,8 @@ def parse_args():
                          "by default torch does too: torch.backends.cudnn.allow_tf32 = False)")
     ap.add_argument("--tf32", action="store_true",
                     help="GPU: TF32 on both sides: ptc compile --tf32, and torch with TF32 matmuls and cuDNN convolutions")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="GPU: compile ptc with --cuda-graphs (each part captured once per input shape, then replayed)")
     ap.add_argument("--gpu-profile", type=int, default=0, metavar="N",
                     help="GPU: also profile 3 steps of ptc and of torch.compile with torch.profiler and print their GPU "
                          "time per step and the N kernels that take most of it")
@@ -69,6 +71,7 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
         torch.backends.cudnn.allow_tf32 = args.torch_tf32 or args.tf32
     tf32_flag = ["--tf32"] if args.tf32 and dev == "cuda" else []
+    graphs_flag = ["--cuda-graphs"] if args.cuda_graphs and dev == "cuda" else []
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     rows = []
     for spec in args.models:
@@ -82,7 +85,7 @@ def main():
         lib = os.path.join(work, f"{name}.so")
         if args.build_only:
             t0 = time.perf_counter()
-            subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache", "--device", dev] + tf32_flag, check=True,
+            subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache", "--device", dev] + tf32_flag + graphs_flag, check=True,
                            capture_output=True)
             print(f"{lib}: compiled in {time.perf_counter() - t0:.1f} s", flush=True)
             continue
@@ -155,7 +158,7 @@ def main():
             row["ptc_compile_s"] = float("nan")  # compiled beforehand
         else:
             t0 = time.perf_counter()
-            subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache", "--device", dev] + tf32_flag, check=True,
+            subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache", "--device", dev] + tf32_flag + graphs_flag, check=True,
                            capture_output=True)
             row["ptc_compile_s"] = time.perf_counter() - t0
         t = ptc_ctypes.PtcTrainer(lib)

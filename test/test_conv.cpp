@@ -346,7 +346,8 @@ TEST_CASE("max pooling's input gradient adds dy at each window's first maximum",
   };
   const Geo geos[] = {{2, 3, 12, 12, 3, 3, 2, 2, 1, 1, 1, 1}, {2, 2, 9, 11, 3, 3, 2, 2, 1, 1, 1, 1}, {1, 3, 8, 8, 2, 2, 2, 2, 0, 0, 1, 1},
                       {2, 2, 7, 9, 3, 3, 1, 1, 1, 1, 1, 1}, {1, 2, 11, 10, 3, 3, 3, 3, 1, 1, 2, 2}, {2, 1, 10, 13, 2, 3, 1, 2, 1, 1, 2, 1},
-                      {1, 2, 3, 2, 3, 3, 1, 1, 1, 1, 1, 1}, {1, 1, 6, 20, 5, 5, 2, 3, 2, 2, 1, 1}};
+                      {1, 2, 3, 2, 3, 3, 1, 1, 1, 1, 1, 1}, {1, 1, 6, 20, 5, 5, 2, 3, 2, 2, 1, 1},
+                      {2, 2, 2, 6, 2, 1, 1, 1, 1, 0, 3, 1}};  // (the last: a window with no row inside)
   std::mt19937 rng(5);
   for (const int layout : {0, 1, 2})
     for (const bool ep : {false, true})
@@ -371,10 +372,12 @@ TEST_CASE("max pooling's input gradient adds dy at each window's first maximum",
                 const int o = odd(rng);
                 xat(n, c, h, w) = o == 0 ? std::nanf("") : o == 1 ? -INFINITY : static_cast<float>(val(rng));
               }
-        std::vector<float> dy(static_cast<size_t>(g.N * g.C * a.OH * a.OW));
+        const int64_t dpitch = layout == 1 ? a.OW + 2 : a.OW;  // layout 1: dy rows padded too
+        std::vector<float> dy(static_cast<size_t>(g.N * g.C * a.OH * dpitch), std::nanf(""));
         std::uniform_real_distribution<float> dist(-1.f, 1.f);
-        for (float& v : dy) v = dist(rng);
-        a.dys[3] = 1; a.dys[2] = a.OW; a.dys[1] = a.OH * a.OW; a.dys[0] = g.C * a.OH * a.OW;
+        for (int64_t r = 0; r < g.N * g.C * a.OH; ++r)
+          for (int64_t ow = 0; ow < a.OW; ++ow) dy[static_cast<size_t>(r * dpitch + ow)] = dist(rng);
+        a.dys[3] = 1; a.dys[2] = dpitch; a.dys[1] = a.OH * dpitch; a.dys[0] = g.C * a.OH * dpitch;
         std::vector<float> dx(static_cast<size_t>(g.N * g.C * g.H * g.W), std::nanf(""));
         a.x = x.data();
         a.dy = dy.data();
@@ -401,7 +404,7 @@ TEST_CASE("max pooling's input gradient adds dy at each window's first maximum",
                       bv = v;
                     }
                   }
-                if (best >= 0) ref[static_cast<size_t>((n * g.C + c) * g.H * g.W + best)] += dy[static_cast<size_t>(((n * g.C + c) * a.OH + oh) * a.OW + ow)];
+                if (best >= 0) ref[static_cast<size_t>((n * g.C + c) * g.H * g.W + best)] += dy[static_cast<size_t>(((n * g.C + c) * a.OH + oh) * dpitch + ow)];
               }
         double worst = 0;
         for (size_t i = 0; i < dx.size(); ++i) {

@@ -540,3 +540,33 @@ TEST_CASE("max pooling's gradient from its own indices is one MaxPoolGrad extern
       if (source != 2) same_outputs(gather, direct, *b.g, rng);
     }
 }
+
+TEST_CASE("max pooling's gradient keeps the gather when the indices' pool differs in geometry or uses ceil_mode", "[lower]") {
+  // 8x8 inputs: 3x3/2 pad 1 and 2x2/2 both give 4x4 windows, with or without ceil_mode.
+  std::mt19937 rng(4);
+  auto ints = [](int64_t a, int64_t b) { return std::vector<int64_t>{a, b}; };
+  for (int variant = 0; variant < 3; ++variant) {  // 0: another kernel; 1: another dilation; 2: ceil_mode
+    INFO("variant " << variant);
+    test::GraphBuilder b;
+    sym::Expr n = b.sym("n", 1, 4);
+    Value* x = b.input("x", DType::Float32, {n, sym::Expr(2), sym::Expr(8), sym::Expr(8)});
+    Value* dy = b.input("dy", DType::Float32, {n, sym::Expr(2), sym::Expr(4), sym::Expr(4)});
+    std::map<std::string, Arg> bw{{"kernel_size", ints(2, 2)}, {"stride", ints(2, 2)}, {"padding", ints(0, 0)}, {"dilation", ints(1, 1)}};
+    std::map<std::string, Arg> pool = bw;
+    if (variant == 0) pool = {{"kernel_size", ints(3, 3)}, {"stride", ints(2, 2)}, {"padding", ints(1, 1)}};
+    if (variant == 1) pool["dilation"] = ints(1, 2), pool["padding"] = ints(0, 1);  // W: (8 + 2 - 2 - 1) / 2 + 1 = 4
+    if (variant == 2) pool["ceil_mode"] = true, bw["ceil_mode"] = true;
+    pool["self"] = x;
+    Value* indices = b.node(OpKind::MaxPool2dWithIndices, "mp", pool)[1];
+    REQUIRE(indices->type.sizes[2] == sym::Expr(4));
+    REQUIRE(indices->type.sizes[3] == sym::Expr(4));
+    bw["grad_output"] = dy, bw["self"] = x, bw["indices"] = indices;
+    if (!bw.count("ceil_mode")) bw["ceil_mode"] = false;
+    b.g->outputs.push_back(b.op(OpKind::MaxPool2dWithIndicesBackward, "bw", bw));
+    LowerOptions on;
+    on.max_pool_grad_extern = true;
+    loop::Program gather = lower_to_loops(*b.g), direct = lower_to_loops(*b.g, on);
+    for (const auto& c : direct.comps) CHECK_FALSE((c.kind == loop::Computation::Kind::Extern && c.extern_kind == loop::ExternKind::MaxPoolGrad));
+    same_outputs(gather, direct, *b.g, rng);
+  }
+}

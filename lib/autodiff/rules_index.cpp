@@ -143,8 +143,8 @@ void max_pool2d(GradContext& c) {
       {"kernel_size", c.ints("kernel_size")}, {"stride", c.ints("stride")}, {"padding", c.ints("padding")},
       {"dilation", c.ints("dilation")}, {"ceil_mode", false}};
   // The backward's own max_pool2d_with_indices, also when the forward computed the indices (a
-  // core-ATen export): equal indices, and the partitioner then weighs saving them against finding
-  // them again from x, which a CPU MaxPoolGrad extern does without storing them.
+  // core-ATen export): the backward then finds them again from x (as for max_pool2d) instead of
+  // saving int64s, which the CPU's MaxPoolGrad extern does without storing them at all.
   auto with = args;
   with.emplace_back("self", x);
   Value* indices = b.emit(OpKind::MaxPool2dWithIndices, with).at(1);

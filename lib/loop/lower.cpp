@@ -263,7 +263,8 @@ namespace {
 
 // Removes the computations whose results nothing reads: a lowering's by-products, e.g. the
 // maxima max_pool2d_with_indices computes for its indices when a MaxPoolGrad extern finds the
-// windows' maxima itself. Computations that check indices stay (their errors are the run's).
+// windows' maxima itself. Computations that check indices stay (their errors are the run's), as
+// do scatter_adds (the CPU's fails the run on an index out of range).
 void drop_unread(Program& p) {
   std::vector<bool> read(p.buffers.size(), false);
   for (int o : p.outputs) read[static_cast<size_t>(o)] = true;
@@ -283,6 +284,7 @@ void drop_unread(Program& p) {
       checks = checks || e->op == Op::CheckIndex;
       for (const auto& a : e->args) todo.push_back(a.get());
     }
+    checks = checks || (c.kind == Computation::Kind::Extern && c.extern_kind == ExternKind::ScatterAdd);
     keep[i] = read[static_cast<size_t>(c.out)] || checks || p.buffers[static_cast<size_t>(c.out)].kind == Buffer::Kind::Output;
     if (!keep[i]) continue;
     for (int b : loads) read[static_cast<size_t>(b)] = true;

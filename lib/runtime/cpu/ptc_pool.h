@@ -52,24 +52,25 @@ I window_argmax(const MaxPoolGradArgs& a, const float* x, int64_t oh, int64_t ow
   return best;
 }
 
-// One kernel tap over output columns [lo, hi): v = src[ow step] (step: SW when SW > 0) at input
-// position at + ow sw; the first tap sets the running maximum b and its position p, later ones
-// take v where it is greater or the first NaN.
+// One kernel tap over output columns [lo, hi): v = row[ow step + base] (step: SW when SW > 0) at
+// input position at + ow sw; the first tap sets the running maximum b and its position p, later
+// ones take v where it is greater or the first NaN. (base may be negative: row stays the row's
+// start, every element read is inside it.)
 template <class I, int SW>
-inline void tap(const float* __restrict src, int64_t step, I at, int64_t lo, int64_t hi, float* __restrict b, I* __restrict p,
-                bool first, int64_t sw = SW) {
+inline void tap(const float* __restrict row, int64_t base, int64_t step, I at, int64_t lo, int64_t hi, float* __restrict b,
+                I* __restrict p, bool first, int64_t sw = SW) {
   if (SW > 0) step = SW;
   if (first) {
 #pragma omp simd
     for (int64_t ow = lo; ow < hi; ++ow) {
-      b[ow] = src[ow * step];
+      b[ow] = row[ow * step + base];
       p[ow] = at + static_cast<I>(ow * sw);
     }
     return;
   }
 #pragma omp simd
   for (int64_t ow = lo; ow < hi; ++ow) {
-    const float v = src[ow * step], bv = b[ow];
+    const float v = row[ow * step + base], bv = b[ow];
     const bool up = v > bv || (v != v && bv == bv);
     b[ow] = up ? v : bv;
     p[ow] = up ? at + static_cast<I>(ow * sw) : p[ow];
@@ -109,11 +110,11 @@ void max_pool2d_backward(const MaxPoolGradArgs& a) {
               const float* row = x + ih * a.xs[2];
               const I at = static_cast<I>(ih * W + off);
               if (a.xs[3] == 1 && a.sw == 2)  // constant strides: loads and permutes, not gathers
-                tap<I, 2>(row + off, 1, at, lo, hi, b, p, first);
+                tap<I, 2>(row, off, 1, at, lo, hi, b, p, first);
               else if (a.xs[3] == 1 && a.sw == 1)
-                tap<I, 1>(row + off, 1, at, lo, hi, b, p, first);
+                tap<I, 1>(row, off, 1, at, lo, hi, b, p, first);
               else
-                tap<I, 0>(row + off * a.xs[3], a.sw * a.xs[3], at, lo, hi, b, p, first, a.sw);
+                tap<I, 0>(row, off * a.xs[3], a.sw * a.xs[3], at, lo, hi, b, p, first, a.sw);
               first = false;
             }
           }
