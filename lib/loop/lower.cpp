@@ -273,16 +273,16 @@ void drop_unread(Program& p) {
     const Computation& c = p.comps[i];
     bool checks = false;
     std::set<const Expr*> seen;
-    std::vector<const Expr*> todo;
-    if (c.body) todo.push_back(c.body.get());
+    std::vector<const Expr*> pending;
+    if (c.body) pending.push_back(c.body.get());
     std::vector<int> loads;
-    while (!todo.empty()) {
-      const Expr* e = todo.back();
-      todo.pop_back();
+    while (!pending.empty()) {
+      const Expr* e = pending.back();
+      pending.pop_back();
       if (!seen.insert(e).second) continue;
       if (e->op == Op::Load || e->op == Op::LoadAt) loads.push_back(e->buffer);
       checks = checks || e->op == Op::CheckIndex;
-      for (const auto& a : e->args) todo.push_back(a.get());
+      for (const auto& a : e->args) pending.push_back(a.get());
     }
     checks = checks || (c.kind == Computation::Kind::Extern && c.extern_kind == ExternKind::ScatterAdd);
     keep[i] = read[static_cast<size_t>(c.out)] || checks || p.buffers[static_cast<size_t>(c.out)].kind == Buffer::Kind::Output;
