@@ -27,6 +27,26 @@ ExprRef clamp(ExprRef x, ExprRef lo, ExprRef hi) {
   return x;
 }
 
+// x ** e for a constant exponent: the forms torch's own pow kernels take for these exponents
+// (x * x, x * x * x, sqrt, 1 / sqrt, 1 / x, 1 / (x * x); Inductor's x^4 as a square of a
+// square), since std::pow neither vectorizes nor costs less than a division. nullptr: no
+// such form (std::pow, as torch).
+ExprRef pow_by_constant(ExprRef x, double e) {
+  DType dt = x->dtype;
+  const bool fl = dtype_is_float(dt);
+  auto sq = [](ExprRef v) { return binary(Op::Mul, v, v); };
+  if (e == 1) return x;
+  if (e == 2) return sq(x);
+  if (e == 3) return binary(Op::Mul, sq(x), x);
+  if (e == 4) return sq(sq(x));
+  if (!fl) return nullptr;
+  if (e == 0.5) return unary(Op::Sqrt, x);
+  if (e == -0.5) return unary(Op::Rsqrt, x);
+  if (e == -1) return unary(Op::Reciprocal, x);
+  if (e == -2) return unary(Op::Reciprocal, sq(x));
+  return nullptr;
+}
+
 DType promote(DType a, DType b) {
   auto rank = [](DType t) { return t == DType::Bool ? 0 : dtype_is_float(t) ? 2 : 1; };
   if (rank(a) != rank(b)) return rank(a) > rank(b) ? a : b;
@@ -187,6 +207,8 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
     return out(map2(L, x, y, dt, [=](ExprRef p, ExprRef q) {
       p = cast(p, dt);
       q = cast(q, dt);
+      if (op == Op::Pow && q->op == Op::Const)
+        if (ExprRef r = pow_by_constant(p, q->value)) return r;
       if (alpha) (rev ? p : q) = binary(Op::Mul, rev ? p : q, alpha);
       return rev ? binary(op, q, p) : binary(op, p, q);
     }));
