@@ -356,6 +356,49 @@ TEST_CASE("argmax and argmin take the first NaN, as torch", "[lower]") {
   CHECK(got == std::vector<int64_t>{1, 1, 0});
 }
 
+TEST_CASE("a GEMM operand that is a computed tensor transposed is stored in its own order", "[lower]") {
+  // dW = h^T dy with h = relu(x) computed for this GEMM alone (a weight gradient reading a
+  // recomputed activation): h is stored [8, 5] as computed and read through swapped strides, not
+  // stored as [5, 8] with reads along the columns of x.
+  test::GraphBuilder b;
+  Value* x = b.input("x", DType::Float32, {sym::Expr(8), sym::Expr(5)});
+  Value* dy = b.input("dy", DType::Float32, {sym::Expr(8), sym::Expr(3)});
+  Value* h = b.op(OpKind::Relu, "h", {{"self", x}});
+  Value* ht = b.op(OpKind::T, "ht", {{"self", h}});
+  b.g->outputs.push_back(b.op(OpKind::Mm, "dw", {{"self", ht}, {"mat2", dy}}));
+  REQUIRE(verify_graph(*b.g).empty());
+  loop::Program p = lower_to_loops(*b.g);
+  INFO(loop::print_program(p));
+  int pointwise = 0;
+  for (const auto& c : p.comps) {
+    if (c.kind == loop::Computation::Kind::Pointwise) {
+      ++pointwise;
+      CHECK(p.buffers[c.out].sizes == std::vector<sym::Expr>{sym::Expr(8), sym::Expr(5)});
+    }
+    if (c.kind == loop::Computation::Kind::Extern) {
+      REQUIRE(c.operands.size() == 2);
+      CHECK(c.operands[0].strides == std::vector<sym::Expr>{sym::Expr(1), sym::Expr(5)});
+    }
+  }
+  CHECK(pointwise == 1);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> U(-1.f, 1.f);
+  std::vector<float> xv(40), dv(24);
+  for (auto& v : xv) v = U(rng);
+  for (auto& v : dv) v = U(rng);
+  std::vector<std::byte> xb(160), db(96);
+  std::memcpy(xb.data(), xv.data(), 160);
+  std::memcpy(db.data(), dv.data(), 96);
+  auto out = floats(interpret(p, *b.g, {xb, db}, {})[0]);
+  REQUIRE(out.size() == 15);
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 3; ++j) {
+      double want = 0;
+      for (int k = 0; k < 8; ++k) want += std::max(xv[k * 5 + i], 0.f) * dv[k * 3 + j];
+      CHECK(out[i * 3 + j] == Approx(want).margin(1e-5));
+    }
+}
+
 TEST_CASE("pow by a constant exponent lowers to products and roots, other exponents to pow", "[lower]") {
   // GPT-2's tanh GELU computes x ** 3 (and its gradient x ** 2): as std::pow they neither vectorize
   // nor cost less than a division.

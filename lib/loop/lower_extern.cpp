@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "lower_internal.h"
 
@@ -133,6 +134,31 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
 
 }  // namespace
 
+namespace {
+
+// A GEMM operand's view. A computed tensor read with its last two dims swapped (x^T of a weight
+// gradient) is stored in its own order and read through swapped strides: the GEMM takes either
+// layout, and storing the transpose would read its producers with a stride along the row.
+View gemm_operand(Lowering& L, const TensorRef& t) {
+  const size_t r = t.rank();
+  if (!t.view && t.permuted_from && r >= 2 && t.perm.size() == r) {
+    bool swap_last = t.perm[r - 2] == static_cast<int64_t>(r - 1) && t.perm[r - 1] == static_cast<int64_t>(r - 2);
+    for (size_t d = 0; d + 2 < r; ++d) swap_last = swap_last && t.perm[d] == static_cast<int64_t>(d);
+    if (swap_last) {
+      TensorRef src = L.realize(*t.permuted_from, L.origin(), /*keep_layout=*/false);
+      if (src.view && src.view->sizes.size() == r) {
+        View v = *src.view;
+        std::swap(v.sizes[r - 2], v.sizes[r - 1]);
+        std::swap(v.strides[r - 2], v.strides[r - 1]);
+        if (v.sizes == t.sizes) return v;
+      }
+    }
+  }
+  return L.as_view(t, L.origin());
+}
+
+}  // namespace
+
 TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
   if (a.rank() < 2 || a.rank() != b.rank()) L.fail("GEMM operands must have equal rank >= 2");
   const sym::Expr& k1 = a.sizes.back();
@@ -142,7 +168,7 @@ TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
   TensorRef bc = b.dtype == dt ? b : map1(L, b, dt, [dt](ExprRef v) { return cast(v, dt); });
   Index out = a.sizes;
   out.back() = b.sizes.back();
-  return emit_extern(L, ExternKind::Gemm, dt, out, {L.as_view(ac, L.origin()), L.as_view(bc, L.origin())});
+  return emit_extern(L, ExternKind::Gemm, dt, out, {gemm_operand(L, ac), gemm_operand(L, bc)});
 }
 
 namespace {

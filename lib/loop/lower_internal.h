@@ -33,6 +33,12 @@ struct TensorRef {
   // computation keeps its producers' domain (a layer norm's rows stay in the norm's row kernel
   // when GPT-2 views them as [B*T, C] for addmm).
   std::shared_ptr<const TensorRef> reshaped_from;
+  // Set for a permutation of a computed tensor: that tensor, output dim d being its dim perm[d].
+  // A GEMM operand stores the tensor in its own order and reads it through the permuted strides
+  // (gemm_operand) instead of storing the permutation with strided reads (the GELU output that
+  // a weight gradient reads transposed, recomputed in the backward).
+  std::shared_ptr<const TensorRef> permuted_from;
+  std::vector<int64_t> perm;
   ExprRef at(const Index& idx) const { return fn(idx); }
   size_t rank() const { return sizes.size(); }
 };

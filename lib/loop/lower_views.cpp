@@ -185,7 +185,7 @@ TensorRef reshape(Lowering& L, const TensorRef& x, const Index& sizes) {
 TensorRef permute(Lowering& L, const TensorRef& x, const std::vector<int64_t>& perm) {
   Index sizes;
   for (int64_t p : perm) sizes.push_back(x.sizes[p]);
-  return remap(L, x, sizes,
+  TensorRef r = remap(L, x, sizes,
                [perm](const Index& idx) {
                  Index in(idx.size());
                  for (size_t d = 0; d < perm.size(); ++d) in[perm[d]] = idx[d];
@@ -197,6 +197,11 @@ TensorRef permute(Lowering& L, const TensorRef& x, const std::vector<int64_t>& p
                  for (size_t d = 0; d < perm.size(); ++d) o.strides[d] = v.strides[perm[d]];
                  return std::optional<View>(o);
                });
+  if (!x.view) {
+    r.permuted_from = std::make_shared<const TensorRef>(x);
+    r.perm = perm;
+  }
+  return r;
 }
 
 Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
