@@ -47,7 +47,7 @@ std::function<int()> add_compile(CLI::App& app) {
                   "Also write a package: a folder or a .tar.gz holding the library, its header, external weights and manifest.json");
   cmd->add_flag("--no-cache", opts->no_cache,
                 "Neither read nor write the compile cache ($PTC_CACHE_DIR, default ~/.cache/ptc; size cap $PTC_CACHE_MAX_MB)");
-  cmd->add_flag("--profile", opts->build.profile, "Time each kernel; the library prints a table to stderr at ptc_close");
+  cmd->add_flag("--profile", opts->build.profile, "Time each kernel; the library prints a table to stderr at ptc_close (the mean over the calls after the first, which pays page faults and cold caches)");
   cmd->add_option("-j,--jobs", opts->build.jobs, "Translation units the host compiler builds at once (default: one per hardware thread)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--cpu-arch", opts->build.cpu_arch, "The -march of the generated code (default: native)");
