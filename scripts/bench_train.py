@@ -10,6 +10,8 @@ seconds (ptc: the cold compile, no cache; torch.compile: its first step minus an
 MODEL:DIMS: the fixture or real model (models/NAME.pt2, else --models-dir/NAME.pt2) and its
 dynamic input sizes (batch, or batch,seq for token-id models; images keep their recorded size).
 The loss is sum(output * w) for a fixed random w of unit norm, so its gradient input is w.
+ptc's outputs go into tensors allocated once (a C++ loop's buffers; --fresh-outputs: new ones
+each step, as torch's).
 """
 import argparse
 import json
@@ -48,6 +50,8 @@ def parse_args():
     ap.add_argument("--gpu-profile", type=int, default=0, metavar="N",
                     help="GPU: also profile 3 steps of ptc and of torch.compile with torch.profiler and print their GPU "
                          "time per step and the N kernels that take most of it")
+    ap.add_argument("--fresh-outputs", action="store_true",
+                    help="ptc: new output tensors every step (by default it writes into ones allocated once, as a C++ caller would)")
     ap.add_argument("--build-only", action="store_true", help="only compile the ptc libraries (into --libs)")
     ap.add_argument("--libs", help="where the libraries are (NAME.so; with --build-only: where to write them); "
                                    "without it they are compiled into a temporary directory")
@@ -162,10 +166,16 @@ def main():
                            capture_output=True)
             row["ptc_compile_s"] = time.perf_counter() - t0
         t = ptc_ctypes.PtcTrainer(lib)
+        # ptc writes its outputs into buffers allocated once, as a C++ loop over the ABI does
+        # (torch allocates its outputs every step, as it must); --fresh-outputs allocates them per
+        # step too. On a machine where fresh memory costs a page fault per 4 KiB (a VM whose freed
+        # pages go back to the host: GPT-2's 103 MB of logits cost up to ~0.5 s a step here), the
+        # difference is that cost.
+        ptc_outs = None if args.fresh_outputs else [o.detach().clone(memory_format=torch.contiguous_format) for o in outs0]
 
         def ptc_step():
             t.zero_grad()
-            _, saved = t.forward_train(*xs)
+            _, saved = t.forward_train(*xs, out=ptc_outs)
             t.backward(saved, ws)
             saved.free()
             t.sgd_step(1e-4, 0.9)
@@ -178,7 +188,7 @@ def main():
                 t0 = time.perf_counter()
                 t.zero_grad()
                 t1 = time.perf_counter()
-                _, saved = t.forward_train(*xs)
+                _, saved = t.forward_train(*xs, out=ptc_outs)
                 sync()
                 t2 = time.perf_counter()
                 t.backward(saved, ws)

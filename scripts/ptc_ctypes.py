@@ -414,12 +414,18 @@ class PtcTrainer(PtcModel):
                 table[info.name] = _library_tensor(fn(self._m, i), info.sizes, torch.float32, self.device)
         self.input_grads = [lib.ptc_input_grad_index(self._m, i) for i in range(lib.ptc_num_input_grads(self._m))]
 
-    def forward_train(self, *tensors):
-        """(outputs, saved): runs the forward and keeps what backward needs."""
+    def forward_train(self, *tensors, out=None):
+        """(outputs, saved): runs the forward and keeps what backward needs. out: tensors of the
+        outputs' shapes to write into (a C++ loop's buffers, allocated once) instead of new ones."""
         self._require_open()
         arr, keep = self._prepare_inputs(tensors)
         shapes = self._output_shapes(arr, len(tensors))
-        outs = [torch.empty(shape, dtype=info.dtype, device=self.device) for info, shape in zip(self.outputs, shapes)]
+        if out is not None:
+            outs = list(out)
+            if len(outs) != len(shapes) or any(tuple(o.shape) != tuple(s) for o, s in zip(outs, shapes)):
+                raise ValueError(f"forward_train: out must be {len(shapes)} tensors of the output shapes {shapes}")
+        else:
+            outs = [torch.empty(shape, dtype=info.dtype, device=self.device) for info, shape in zip(self.outputs, shapes)]
         out_arr = (_Tensor * max(len(outs), 1))()
         for j, t in enumerate(outs):
             out_arr[j] = self._c_tensor(t, f"output {j}", keep)

@@ -235,6 +235,36 @@ def check_bad_calls(lib):
     return msgs[0]
 
 
+def check_out_buffers(lib):
+    """forward_train(out=...) writes the outputs into the caller's tensors (bench_train.py's reused
+    buffers) and gives the same results and gradients as new ones; wrong shapes are refused."""
+    t = trainer(lib, DEVICE)
+    x = torch.randn(4, 64)
+    t.zero_grad()
+    (y0,), s0 = t.forward_train(x)
+    w = torch.randn(y0.shape)
+    t.backward(s0, [w])
+    s0.free()
+    g0 = {n: g.clone() for n, g in t.grads.items()}
+    buf = torch.full(tuple(y0.shape), float("nan"))
+    t.zero_grad()
+    (y1,), s1 = t.forward_train(x, out=[buf])
+    t.backward(s1, [w])
+    s1.free()
+    if y1.data_ptr() != buf.data_ptr() or not torch.equal(y1.cpu(), y0.cpu()):
+        raise AssertionError("forward_train(out=) did not write the same outputs into the given tensor")
+    if any(not torch.equal(g0[n], t.grads[n]) for n in g0):
+        raise AssertionError("the gradients after forward_train(out=) differ")
+    try:
+        t.forward_train(x, out=[torch.empty(3, 2)])
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("forward_train(out=) took a tensor of the wrong shape")
+    t.close()
+    return "same outputs and gradients"
+
+
 def check_optimizer(lib, pt2, shapes, kind, **hp):
     ref = load_ref(pt2)
     gen = torch.Generator().manual_seed(7)
@@ -368,6 +398,8 @@ def main():
                 r.check(f"{tag}: min-cut saves no more than --save-all", saved_less)
             if name == "mlp":
                 r.check(f"{tag}: bad training calls raise errors with a message", lambda: check_bad_calls(libs["min_cut"][0]))
+                if DEVICE == "cpu":  # (the CUDA side's wrapper hands back CPU copies)
+                    r.check(f"{tag}: forward_train into the caller's output tensors", lambda: check_out_buffers(libs["min_cut"][0]))
             lib = libs[args.modes[0]][0]
             shapes = shapes_list[0]
             r.check(f"{tag}: SGD momentum+wd vs torch.optim.SGD",
