@@ -72,21 +72,33 @@ inline void im2col_row(const Conv2dArgs& a, const float* x, int64_t ci, int64_t 
   }
 }
 
-// The implicit GEMM's B packer: g.B is the image's (and group's) first input channel.
+// The implicit GEMM's B packer: g.B is the image's (and group's) first input channel. With
+// images > 0 the columns run over the positions of every image (column n OH OW + p), g.B being
+// image 0's first channel (conv2d_merged).
 struct ConvPackB {
   static constexpr bool kStrided = false;
+  static constexpr double kCost = 64.0;  // a gather with bounds per element (choose_split)
   const Conv2dArgs* a;
   const int64_t* lo;
   const int64_t* hi;
+  bool images = false;
   void operator()(const GemmArgs& g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
                   float* dst) const {
     using namespace gemm_detail;
     alignas(64) float row[NC];
-    const int64_t KHW = a->KH * a->KW;
+    const int64_t KHW = a->KH * a->KW, P = a->OH * a->OW;
     int64_t ci = k0 / KHW, kh = (k0 % KHW) / a->KW, kw = k0 % a->KW;
     const int64_t full = nc / NR, rem = nc - full * NR;
     for (int64_t k = 0; k < kc; ++k) {
-      im2col_row(*a, g.B, ci, kh, kw, lo, hi, n0, nc, row);
+      if (images) {
+        for (int64_t c = 0; c < nc;) {
+          const int64_t j = n0 + c, n = j / P, p = j % P, seg = std::min(P - p, nc - c);
+          im2col_row(*a, g.B + n * a->xs[0], ci, kh, kw, lo, hi, p, seg, row + c);
+          c += seg;
+        }
+      } else {
+        im2col_row(*a, g.B, ci, kh, kw, lo, hi, n0, nc, row);
+      }
       float* d = dst + k * NR;
       for (int64_t t = 0; t < full; ++t)
 #pragma GCC unroll 8
@@ -112,6 +124,7 @@ struct ConvPackB {
 // column-major scratch panel, which pack_b transposes into the sliver in vector blocks.
 struct ConvColsPackB {
   static constexpr bool kStrided = false;
+  static constexpr double kCost = 64.0;
   const Conv2dArgs* a;
   const int64_t* lo;
   const int64_t* hi;
@@ -764,6 +777,41 @@ inline void conv2d(const Conv2dArgs& a) {
   }
   std::vector<int64_t> lo(static_cast<size_t>(a.KW)), hi(static_cast<size_t>(a.KW));
   for (int64_t kw = 0; kw < a.KW; ++kw) conv_detail::valid_cols(a, kw, &lo[kw], &hi[kw]);
+  // Small planes whose positions would leave over 1/8 of the register tiles' columns empty per
+  // image (7x7: 49 of 64; 14x14: 196 of 224) run as one GEMM over the positions of all images:
+  // full tiles, the weight packed once per thread instead of once per image, and the threads
+  // split the columns. The result rows go to each image's planes through a scratch C.
+  const int64_t NR = gemm_detail::NR;
+  if (groups == 1 && a.N > 1 && P > 0 && (gemm_detail::round_up(P, NR) - P) * 8 > P) {
+    // Images per GEMM: the scratch C stays within ~8 MB.
+    const int64_t per = std::max<int64_t>(1, std::min<int64_t>(a.N, (int64_t{2} << 20) / std::max<int64_t>(1, a.O * P)));
+    static thread_local std::vector<float> scratch;
+    if (scratch.size() < static_cast<size_t>(a.O * per * P)) scratch.resize(static_cast<size_t>(a.O * per * P));
+    Conv2dArgs part = a;
+    for (int64_t n0 = 0; n0 < a.N; n0 += per) {
+      part.N = std::min(per, a.N - n0);
+      part.x = a.x + n0 * a.xs[0];
+      const int64_t NP = part.N * P;
+      GemmArgs gm = ga;
+      gm.N = NP;
+      gm.B = part.x;
+      gm.C = scratch.data();
+      gm.ldc_m = NP;
+      auto no_off = [](int64_t, int64_t* oa, int64_t* ob, int64_t* oc) { *oa = *ob = *oc = 0; };
+      auto to_planes = [&](float* c, int64_t, int64_t o, int64_t col0, int64_t ncols) {
+        for (int64_t j = col0; j < col0 + ncols;) {
+          const int64_t n = n0 + j / P, p = j % P, seg = std::min(P - p, col0 + ncols - j);
+          float* y = a.y + (n * a.O + o) * P + p;
+          std::memcpy(y, c + (j - col0), static_cast<size_t>(seg) * sizeof(float));
+          ep(y, n, o, p, seg);
+          j += seg;
+        }
+      };
+      const conv_detail::ConvPackB pack{&part, lo.data(), hi.data(), true};
+      gemm_detail::gemm_run(gm, 1, no_off, to_planes, nullptr, 0, pack);
+    }
+    return;
+  }
   const conv_detail::ConvPackB pack{&a, lo.data(), hi.data()};
   gemm_detail::gemm_run(ga, a.N * groups, off, ep, nullptr, 0, pack);
 }

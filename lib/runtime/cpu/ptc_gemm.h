@@ -165,6 +165,7 @@ inline int thread_id() {
 // (a convolution gathers its im2col columns straight into the panel, ptc_conv.h).
 struct StridedPackB {
   static constexpr bool kStrided = true;
+  static constexpr double kCost = 8.0;  // per packed element, in multiply-adds (choose_split)
   void operator()(const GemmArgs& g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
                   float* dst) const {
     pack_b(g.B + k0 * g.ldb_k + n0 * g.ldb_n, g.ldb_k, g.ldb_n, kc, nc, dst);
@@ -375,7 +376,7 @@ inline bool use_direct(const GemmArgs& g) {
 // Split one problem into tm x tn parts so that batch * tm * tn spreads evenly over P threads,
 // minimising the per-part cost (padded compute + packing).
 inline void choose_split(int64_t P, int64_t batch, int64_t M, int64_t N, int64_t K, int64_t mr,
-                         int64_t nr, bool packs, int64_t* tm_out, int64_t* tn_out) {
+                         int64_t nr, bool packs, int64_t* tm_out, int64_t* tn_out, double pack_b_cost = 8.0) {
   *tm_out = *tn_out = 1;
   if (P <= 1) return;
   int64_t t = 1;
@@ -394,8 +395,8 @@ inline void choose_split(int64_t P, int64_t batch, int64_t M, int64_t N, int64_t
       const double mt = static_cast<double>(round_up(ceil_div(M, tm), mr));
       const double nt = static_cast<double>(round_up(ceil_div(N, tn), nr));
       double cost = mt * nt * static_cast<double>(K);
-      if (packs)  // packing B once, A once per NC panel
-        cost += 8.0 * static_cast<double>(K) * (nt + mt * std::ceil(nt / NC));
+      if (packs)  // packing B once (pack_b_cost per element: a gather costs more), A once per NC panel
+        cost += static_cast<double>(K) * (pack_b_cost * nt + 8.0 * mt * std::ceil(nt / NC));
       else  // direct path: B streamed once per group of 4 rows
         cost += static_cast<double>(K) * nt * std::ceil(mt / 4);
       if (best < 0 || cost < best) { best = cost; *tm_out = tm; *tn_out = tn; }
@@ -457,7 +458,7 @@ bool gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void*
   if (direct)
     choose_split(P, batch, M, N, K, 1, kDirectCols, false, &tm, &tn);
   else
-    choose_split(P, batch, M, N, K, MR, NR, true, &tm, &tn);
+    choose_split(P, batch, M, N, K, MR, NR, true, &tm, &tn, PackB::kCost);
   const int64_t cm = direct ? ceil_div(M, tm) : round_up(ceil_div(M, tm), MR);
   const int64_t cn = round_up(ceil_div(N, tn), direct ? kDirectCols : NR);
   const int64_t items = batch * tm * tn;
