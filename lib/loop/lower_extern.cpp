@@ -132,10 +132,6 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
                     bool bool_mask_keeps, bool causal, double scale, DType compute, bool masked_rows_zero,
                     bool need_probs = false);
 
-}  // namespace
-
-namespace {
-
 // A GEMM operand's view. A computed tensor read with its last two dims swapped (x^T of a weight
 // gradient) is stored in its own order and read through swapped strides: the GEMM takes either
 // layout, and storing the transpose would read its producers with a stride along the row.

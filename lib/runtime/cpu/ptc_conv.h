@@ -73,8 +73,8 @@ inline void im2col_row(const Conv2dArgs& a, const float* x, int64_t ci, int64_t 
 }
 
 // The implicit GEMM's B packer: g.B is the image's (and group's) first input channel. With
-// images > 0 the columns run over the positions of every image (column n OH OW + p), g.B being
-// image 0's first channel (conv2d_merged).
+// `images` set the columns run over the positions of every image (column n OH OW + p), g.B being
+// image 0's first channel (conv2d's one GEMM over small planes).
 struct ConvPackB {
   static constexpr bool kStrided = false;
   static constexpr double kCost = 64.0;  // a gather with bounds per element (choose_split)
