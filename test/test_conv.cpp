@@ -1,8 +1,8 @@
 // Tests for the generated code's fp32 convolutions (lib/runtime/cpu/ptc_conv.h and
 // ptc_winograd.h) against a naive double-precision direct convolution: the implicit GEMM
 // (strides, padding, dilation, groups, 1x1), the depthwise padded-plane loop, Winograd F(2x2, 3x3)
-// (odd and even output sizes, padding 0..2, prepared and per-call weights), bias and the
-// per-row epilogue. Passes with and without -fopenmp.
+// (odd and even output sizes, padding 0..2, prepared and per-call weights) and its weight
+// gradient F(3x3, 2x2), bias and the per-row epilogue. Passes with and without -fopenmp.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -290,6 +290,72 @@ TEST_CASE("the weight gradient's implicit GEMM matches a direct sum", "[conv]") 
                                   << c.p << " " << c.d << " " << c.g);
     CHECK(worst <= 1e-5 * std::max(1.0, scale));
   }
+}
+
+TEST_CASE("the weight gradient by Winograd F(3x3, 2x2) matches a direct sum", "[conv]") {
+  // Odd and even output sizes (dy's ragged tiles are zeros), padding 0..2, several images per
+  // block of tile rows, O and C not multiples of the GEMM tiles; dy as the forward wrote it
+  // ([N, O, OH, OW]) and regrouped ([O, N, OH, OW]), directly and through the runtime's entry
+  // points (which take it where wgrad_applies).
+  std::mt19937 rng(12);
+  const Case cases[] = {
+      {2, 16, 14, 14, 24, 3, 1, 1, 1, 1}, {3, 17, 9, 11, 16, 3, 1, 1, 1, 1}, {2, 32, 12, 13, 20, 3, 1, 0, 1, 1},
+      {1, 16, 20, 18, 33, 3, 1, 2, 1, 1}, {8, 20, 7, 7, 18, 3, 1, 1, 1, 1},  {4, 16, 32, 32, 16, 3, 1, 1, 1, 1},
+  };
+  for (const Case& c : cases) {
+    Conv v = make(c, rng, false);
+    const ptc_rt::Conv2dArgs& a = v.a;
+    REQUIRE(ptc_rt::winograd_detail::kernel_applies(a));
+    const int64_t P = a.OH * a.OW;
+    std::uniform_real_distribution<float> dist(-1.f, 1.f);
+    std::vector<float> dy(static_cast<size_t>(a.N * a.O * P)), dyg(dy.size());
+    for (auto& e : dy) e = dist(rng);
+    for (int64_t n = 0; n < a.N; ++n)
+      for (int64_t o = 0; o < a.O; ++o)
+        for (int64_t p = 0; p < P; ++p) dyg[static_cast<size_t>((o * a.N + n) * P + p)] = dy[static_cast<size_t>((n * a.O + o) * P + p)];
+    std::vector<double> ref(static_cast<size_t>(a.O * a.C * 9), 0.0);
+    double scale = 0;
+    for (int64_t o = 0; o < a.O; ++o)
+      for (int64_t ci = 0; ci < a.C; ++ci)
+        for (int64_t kh = 0; kh < 3; ++kh)
+          for (int64_t kw = 0; kw < 3; ++kw) {
+            double r = 0;
+            for (int64_t n = 0; n < a.N; ++n)
+              for (int64_t oh = 0; oh < a.OH; ++oh)
+                for (int64_t ow = 0; ow < a.OW; ++ow) {
+                  const int64_t ih = oh - a.ph + kh, iw = ow - a.pw + kw;
+                  if (ih < 0 || ih >= a.H || iw < 0 || iw >= a.W) continue;
+                  r += static_cast<double>(dy[static_cast<size_t>(((n * a.O + o) * a.OH + oh) * a.OW + ow)]) *
+                       v.x[static_cast<size_t>(((n * a.C + ci) * a.H + ih) * a.W + iw)];
+                }
+            ref[static_cast<size_t>(((o * a.C + ci) * 3 + kh) * 3 + kw)] = r;
+            scale = std::max(scale, std::fabs(r));
+          }
+    auto err = [&](const std::vector<float>& dw) {
+      double worst = 0;
+      for (size_t i = 0; i < dw.size(); ++i) worst = std::max(worst, std::isnan(dw[i]) ? INFINITY : std::fabs(dw[i] - ref[i]));
+      return worst / std::max(1.0, scale);
+    };
+    INFO("N C H W O p = " << c.N << " " << c.C << " " << c.H << " " << c.W << " " << c.O << " " << c.p);
+    std::vector<float> dw(ref.size(), std::nanf(""));
+    REQUIRE(ptc_rt::conv2d_weight_grad_winograd(a, dy.data(), a.O * P, P, dw.data()));
+    CHECK(err(dw) < 1e-5);
+    std::fill(dw.begin(), dw.end(), std::nanf(""));
+    REQUIRE(ptc_rt::conv2d_weight_grad_winograd(a, dyg.data(), P, a.N * P, dw.data()));
+    CHECK(err(dw) < 1e-5);
+    std::fill(dw.begin(), dw.end(), std::nanf(""));
+    ptc_rt::conv2d_weight_grad_nchw_call(a, dy.data(), dw.data());
+    CHECK(err(dw) < 1e-5);
+    std::fill(dw.begin(), dw.end(), std::nanf(""));
+    ptc_rt::conv2d_weight_grad_call(a, dyg.data(), dw.data());
+    CHECK(err(dw) < 1e-5);
+  }
+  // where it applies: enough tiles, at most 128 x 128 channels, the forward's 3x3 stride-1 kernels
+  CHECK(ptc_rt::winograd_detail::wgrad_applies(make({4, 16, 32, 32, 16, 3, 1, 1, 1, 1}, rng).a));     // 1024 tiles
+  CHECK(ptc_rt::winograd_detail::wgrad_applies(make({8, 128, 28, 28, 128, 3, 1, 1, 1, 1}, rng).a));
+  CHECK_FALSE(ptc_rt::winograd_detail::wgrad_applies(make({8, 16, 7, 7, 16, 3, 1, 1, 1, 1}, rng).a));  // 128 tiles
+  CHECK_FALSE(ptc_rt::winograd_detail::wgrad_applies(make({8, 256, 14, 14, 256, 3, 1, 1, 1, 1}, rng).a));
+  CHECK_FALSE(ptc_rt::winograd_detail::wgrad_applies(make({4, 16, 32, 32, 16, 3, 2, 1, 1, 1}, rng).a));  // stride 2
 }
 
 TEST_CASE("a depthwise weight gradient reads no input column a tap does not reach", "[conv]") {

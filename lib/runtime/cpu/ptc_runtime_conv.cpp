@@ -18,9 +18,17 @@ void conv2d_call(const Conv2dArgs& a) {
     conv2d_direct(a);
 }
 
-void conv2d_weight_grad_call(const Conv2dArgs& a, const float* dyg, float* dw) { conv2d_weight_grad(a, dyg, dw); }
+void conv2d_weight_grad_call(const Conv2dArgs& a, const float* dyg, float* dw) {
+  const int64_t P = a.OH * a.OW;  // dyg: [O, N, OH, OW] (ungrouped)
+  if (winograd_detail::wgrad_applies(a) && conv2d_weight_grad_winograd(a, dyg, P, a.N * P, dw)) return;
+  conv2d_weight_grad(a, dyg, dw);
+}
 void conv2d_depthwise_input_grad_call(const Conv2dArgs& a) { conv2d_depthwise_input_grad(a); }
-void conv2d_weight_grad_nchw_call(const Conv2dArgs& a, const float* dy, float* dw) { conv2d_weight_grad_nchw(a, dy, dw); }
+void conv2d_weight_grad_nchw_call(const Conv2dArgs& a, const float* dy, float* dw) {
+  const int64_t P = a.OH * a.OW;  // dy: [N, O, OH, OW]
+  if (winograd_detail::wgrad_applies(a) && conv2d_weight_grad_winograd(a, dy, a.O * P, P, dw)) return;
+  conv2d_weight_grad_nchw(a, dy, dw);
+}
 void max_pool2d_backward_call(const MaxPoolGradArgs& a) { max_pool2d_backward(a); }
 
 void* conv2d_prepare(const Conv2dArgs& a) {

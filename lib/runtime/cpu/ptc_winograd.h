@@ -12,12 +12,19 @@
 // output rows, adds the bias and runs the user's epilogue on each finished output row. The
 // transformed weights (U, 16 x O x C, in the GEMMs' packed layout) are prepared once when the
 // model is opened (conv2d_prepare, for constant weights) or else per call.
+//
+// The weight gradient of such a convolution by the transposed algorithm, F(3x3, 2x2): per 2x2
+// tile of dy, dw (3x3) += G^T [ (A g A^T) ⊙ (B^T d B) ] G with g the tile of dy and d the same
+// 4x4 input patch as the forward's; the sum over tiles is taken before the output transform, so
+// it is 16 GEMMs  M_e[O, C] += D_e[O, tiles] x V_e[C, tiles]^T  (4 multiply-adds per (o, c, dy
+// element) instead of 9; conv2d_weight_grad_winograd).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstdint>
+#include <vector>
 
 #include "ptc_gemm.h"
 #include "ptc_rt.h"  // Conv2dArgs
@@ -198,7 +205,152 @@ inline float* prepare_weights(const Conv2dArgs& a) {
   return U;
 }
 
+// Whether the weight gradient by F(3x3, 2x2) applies and pays off: the forward's conditions, at
+// least 256 tiles of dy, and at most 128 x 128 channels (the per-thread accumulators, 16 O C
+// floats, within 1 MiB). Measured on 2 threads (Zen 4) against the implicit GEMM at batch 8:
+// 64@56x56 11.5 -> 7.6-8.4 ms, 128@28x28 11.1 -> 7.3-8.5 ms, but 256@14x14 10.6 -> 9.8-12.5 ms
+// (the GEMMs' depth per block shrinks as the channels grow, and the accumulators leave L2).
+inline bool wgrad_applies(const Conv2dArgs& a) {
+  if (!kernel_applies(a) || a.OH < 2 || a.OW < 2) return false;
+  const int64_t tiles = a.N * ((a.OH + 1) / 2) * ((a.OW + 1) / 2);
+  return tiles >= 256 && a.O * a.C <= 128 * 128;
+}
+
+// D[e][o][j] for dy's tiles of tile rows [r0, r1) (j counts tiles from r0): A g A^T with
+// A = [1 0; 1 1; 1 -1; 0 -1], dy's rows and columns past OH / OW taken as zeros. dy element
+// (n, o, oh, ow) is at dy[n sn + o so + oh OW + ow].
+inline void transform_dy(const Conv2dArgs& a, const Geometry& G, int64_t r0, int64_t r1, int64_t Tb,
+                         const float* dy, int64_t sn, int64_t so, float* D, float* rowbuf) {
+  const int64_t TW = G.TW, O = a.O, OW = a.OW, es = O * Tb;
+  float* g0 = rowbuf;           // the tile row's two dy rows, 2 TW wide, zero-padded
+  float* g1 = rowbuf + 2 * TW;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t n = r / G.TH, th = r % G.TH;
+    const int64_t jb = (r - r0) * TW;
+    for (int64_t o = 0; o < O; ++o) {
+      const float* src = dy + n * sn + o * so + 2 * th * OW;
+      std::copy(src, src + OW, g0);
+      if (2 * th + 1 < a.OH)
+        std::copy(src + OW, src + 2 * OW, g1);
+      else
+        std::fill(g1, g1 + OW, 0.f);
+      if (OW % 2) g0[OW] = g1[OW] = 0.f;
+      float* d = D + o * Tb + jb;
+#pragma omp simd
+      for (int64_t tw = 0; tw < TW; ++tw) {
+        const float a00 = g0[2 * tw], a01 = g0[2 * tw + 1], a10 = g1[2 * tw], a11 = g1[2 * tw + 1];
+        const float t[4][2] = {{a00, a01}, {a00 + a10, a01 + a11}, {a00 - a10, a01 - a11}, {-a10, -a11}};  // A g
+        for (int i = 0; i < 4; ++i) {  // (A g) A^T
+          d[(i * 4 + 0) * es + tw] = t[i][0];
+          d[(i * 4 + 1) * es + tw] = t[i][0] + t[i][1];
+          d[(i * 4 + 2) * es + tw] = t[i][0] - t[i][1];
+          d[(i * 4 + 3) * es + tw] = -t[i][1];
+        }
+      }
+    }
+  }
+}
+
 }  // namespace winograd_detail
+
+// The weight gradient dw [O, C, 3, 3] (contiguous, overwritten) of a convolution that
+// winograd_detail::wgrad_applies to, by F(3x3, 2x2) (see the top of the file). dy element
+// (n, o, oh, ow) is at dy[n sn + o so + oh OW + ow]: [N, O, OH, OW] as the forward wrote it
+// (sn = O OH OW, so = OH OW) or regrouped [O, N, OH, OW] (sn = OH OW, so = N OH OW). The threads
+// take blocks of tile rows (across images), each summing into its own accumulators M (16 x O x
+// C), which are added up and transformed back at the end. False (dw incomplete) only when memory
+// could not be allocated.
+inline bool conv2d_weight_grad_winograd(const Conv2dArgs& a, const float* dy, int64_t sn, int64_t so, float* dw) {
+  using namespace winograd_detail;
+  const int64_t O = a.O, C = a.C, OC = O * C;
+  Geometry G{};
+  G.TH = (a.OH + 1) / 2;
+  G.TW = (a.OW + 1) / 2;
+  G.rows = a.N * G.TH;
+  G.RW = 2 * G.TW + 2;
+  // Tile rows per block: as many tiles (the GEMMs' depth) as keep V and D within ~1.5 MiB, in
+  // L2 with the GEMMs' panels (larger blocks measured slower, 2 threads: 64 channels 8.3 ms at
+  // 1.5 MiB, 12.9 at 8 MiB).
+  const int64_t target_tiles = std::max<int64_t>(32, (3 << 19) / (16 * 4 * (C + O)));
+  int64_t rpb = std::max<int64_t>(1, (target_tiles + G.TW - 1) / G.TW);
+  int64_t blocks = (G.rows + rpb - 1) / rpb;
+  const int P = gemm_detail::max_threads();
+  if (P > 1 && blocks < 4 * P) blocks = (blocks + P - 1) / P * P;
+  rpb = (G.rows + blocks - 1) / blocks;
+  blocks = (G.rows + rpb - 1) / rpb;
+  G.rpb = rpb;
+  const int64_t Tb = rpb * G.TW;
+  const int64_t acc_floats = 16 * OC;
+  const int64_t vd_floats = 16 * (C + O) * Tb + 4 * G.RW;
+  const int64_t gemm_floats = gemm_detail::per_thread_floats(O, C, Tb);
+  std::vector<float*> acc(static_cast<size_t>(P), nullptr);
+  std::atomic<bool> failed{false};
+#pragma omp parallel num_threads(P)
+  {
+    const int t = gemm_detail::thread_id();
+    static thread_local gemm_detail::TlsBuffer buf;
+    float* base = buf.get(acc_floats + vd_floats + gemm_floats + 32);
+    float* M = base ? gemm_detail::align64(base) : nullptr;
+    if (!M) failed.store(true, std::memory_order_relaxed);
+    else std::fill(M, M + acc_floats, 0.f);
+    acc[static_cast<size_t>(t)] = M;
+    float* ws = M ? gemm_detail::align64(M + acc_floats) : nullptr;
+    float* V = ws ? ws + gemm_floats : nullptr;
+    float* D = V ? V + 16 * C * Tb : nullptr;
+    float* rowbuf = D ? D + 16 * O * Tb : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      if (!M) continue;
+      const int64_t r0 = blk * rpb, r1 = std::min(G.rows, r0 + rpb);
+      const int64_t tiles = (r1 - r0) * G.TW;
+      transform_input(a, G, r0, r1, Tb, V, rowbuf);
+      transform_dy(a, G, r0, r1, Tb, dy, sn, so, D, rowbuf);
+      for (int e = 0; e < 16; ++e) {
+        GemmArgs g{};
+        g.M = O;
+        g.N = C;
+        g.K = tiles;
+        g.A = D + e * O * Tb;  // D_e[o, j]
+        g.lda_m = Tb;
+        g.lda_k = 1;
+        g.B = V + e * C * Tb;  // B[j, c] = V_e[c, j]
+        g.ldb_k = 1;
+        g.ldb_n = Tb;
+        g.C = M + e * OC;
+        g.ldc_m = C;
+        g.beta = 1.f;
+        NoEpilogue none;
+        gemm_detail::gemm_block(g, 0, O, 0, C, ws, none);
+      }
+    }
+    // (the implicit barrier: every thread's sums are complete)
+    if (!failed.load(std::memory_order_relaxed)) {
+#pragma omp for schedule(static)
+      for (int64_t oc = 0; oc < OC; ++oc) {
+        float m[16];
+        for (int e = 0; e < 16; ++e) {
+          float v = 0.f;
+          for (int q = 0; q < P; ++q)
+            if (const float* A = acc[static_cast<size_t>(q)]) v += A[e * OC + oc];  // (fewer threads may have run)
+          m[e] = v;
+        }
+        float s[3][4];  // s = G^T m, G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1]
+        for (int k = 0; k < 4; ++k) {
+          s[0][k] = m[k] + 0.5f * (m[4 + k] + m[8 + k]);
+          s[1][k] = 0.5f * (m[4 + k] - m[8 + k]);
+          s[2][k] = 0.5f * (m[4 + k] + m[8 + k]) + m[12 + k];
+        }
+        float* out = dw + oc * 9;
+        for (int i = 0; i < 3; ++i) {  // s G
+          out[i * 3 + 0] = s[i][0] + 0.5f * (s[i][1] + s[i][2]);
+          out[i * 3 + 1] = 0.5f * (s[i][1] - s[i][2]);
+          out[i * 3 + 2] = 0.5f * (s[i][1] + s[i][2]) + s[i][3];
+        }
+      }
+    }
+  }
+  return !failed.load();
+}
 
 // The convolution by F(2x2, 3x3); requires winograd_detail::applies(a). U: prepare_weights'
 // result for these weights, or nullptr (then they are transformed here). False (and the output
@@ -225,11 +377,14 @@ inline bool conv2d_winograd(const Conv2dArgs& a, const float* U = nullptr) {
   const int64_t Tb = rpb * G.TW;
 
   const int64_t ustride = weights_stride(a);
-  float* own = nullptr;
   if (!U) {
-    own = prepare_weights(a);
-    if (!own) return false;
-    U = own;
+    // Transformed per call (a training step's weights) into a buffer the calling thread keeps:
+    // fresh pages for it (16.8 MB for 512 x 512 channels) cost more than the transform itself.
+    static thread_local gemm_detail::TlsBuffer own;
+    float* p = own.get(16 * ustride);
+    if (!p) return false;
+    transform_weights(a, p, ustride);  // every float, padding rows included
+    U = p;
   }
   const float* Up = U;
 
@@ -267,7 +422,6 @@ inline bool conv2d_winograd(const Conv2dArgs& a, const float* U = nullptr) {
     }
     transform_output(a, G, r0, r1, Tb, M, rowbuf);
   }
-  std::free(own);
   return !failed.load();
 }
 
