@@ -5,7 +5,7 @@ inputs, same threads. Prints a markdown table of median step times and ratios, a
 seconds (ptc: the cold compile, no cache; torch.compile: its first step minus an eager step).
 
     .venv/bin/python scripts/bench_train.py --models tfm_dyn:8,64 small_cnn:8 resnet18:8 bert:4,128 \
-        [--threads 2] [--steps 10] [--no-inductor] [--models-dir models/cache]
+        [--threads 2] [--steps 10] [--rounds 3] [--no-inductor] [--models-dir models/cache]
 
 MODEL:DIMS: the fixture or real model (models/NAME.pt2, else --models-dir/NAME.pt2) and its
 dynamic input sizes (batch, or batch,seq for token-id models; images keep their recorded size).
@@ -35,6 +35,10 @@ def parse_args():
     ap.add_argument("--models-dir", default=str(ROOT / "models" / "cache"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time eager, torch.compile and ptc in this many rounds of --steps steps each, one after the other "
+                         "within a round, so that a machine whose speed drifts slows all three alike (the medians are over "
+                         "every round's steps; the row also lists each round's ptc / torch.compile ratio)")
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
     ap.add_argument("--json", help="also write the results here")
@@ -131,20 +135,26 @@ def main():
             sum((o * w).sum() for o, w in zip(out, ws)).backward()
             opt.step()
 
-        def timed(fn, steps):
-            fn()
-            sync()
-            ts = []
+        samples = {}  # runner -> every timed step (seconds), over all rounds
+
+        def run_steps(key, fn, steps):
+            ts = samples.setdefault(key, [])
             for _ in range(steps):
                 t0 = time.perf_counter()
                 fn()
                 sync()
                 ts.append(time.perf_counter() - t0)
-            return statistics.median(ts)
+            return ts[-steps:]
+
+        def timed(fn, steps, key=None):
+            fn()
+            sync()
+            return statistics.median(run_steps(key or object(), fn, steps))
 
         row = {"model": name, "dims": dims}
         opt = torch.optim.SGD(ref.parameters(), lr=1e-4, momentum=0.9)
-        row["eager_ms"] = timed(lambda: torch_step(ref, opt), args.steps) * 1e3
+        runners = {"eager": lambda: torch_step(ref, opt)}
+        row["eager_ms"] = timed(runners["eager"], args.steps, "eager") * 1e3
         if not args.no_inductor:
             try:
                 cmod = torch.compile(ref)
@@ -153,7 +163,8 @@ def main():
                 torch_step(cmod, copt)
                 sync()
                 row["inductor_compile_s"] = time.perf_counter() - t0 - row["eager_ms"] / 1e3
-                row["inductor_ms"] = timed(lambda: torch_step(cmod, copt), args.steps) * 1e3
+                runners["inductor"] = lambda: torch_step(cmod, copt)
+                row["inductor_ms"] = timed(runners["inductor"], args.steps, "inductor") * 1e3
                 if args.gpu_profile and dev == "cuda":
                     gpu_profile(f"{name} {dims} torch.compile", lambda: torch_step(cmod, copt), sync, args.gpu_profile)
             except Exception as e:  # noqa: BLE001
@@ -180,7 +191,24 @@ def main():
             saved.free()
             t.sgd_step(1e-4, 0.9)
 
-        row["ptc_ms"] = timed(ptc_step, args.steps)
+        row["ptc_ms"] = timed(ptc_step, args.steps, "ptc")
+        runners["ptc"] = ptc_step
+        if args.rounds > 1:
+            first = {k: statistics.median(v) for k, v in samples.items()}
+            per_round = {k: [v] for k, v in first.items()}
+            ratios = [first["inductor"] / first["ptc"]] if "inductor" in first else []
+            for _ in range(args.rounds - 1):
+                this = {k: statistics.median(run_steps(k, fn, args.steps)) for k, fn in runners.items()}
+                for k, v in this.items():
+                    per_round[k].append(v)
+                if "inductor" in this:
+                    ratios.append(this["inductor"] / this["ptc"])
+            row["rounds_ms"] = {k: [round(x * 1e3, 1) for x in v] for k, v in per_round.items()}
+            row["eager_ms"] = statistics.median(samples["eager"]) * 1e3
+            if "inductor" in samples:
+                row["inductor_ms"] = statistics.median(samples["inductor"]) * 1e3
+                row["ptc_vs_inductor_rounds"] = [round(r, 3) for r in ratios]
+            row["ptc_ms"] = statistics.median(samples["ptc"])
         if args.gpu_profile:
             # Where ptc's step spends its wall time, call by call (each call waits for its work).
             phases = {"zero_grad": [], "forward_train": [], "backward": [], "sgd_step": []}
@@ -215,12 +243,15 @@ def main():
         return
     where = (f"the GPU (TF32 on both sides)" if args.tf32 else
              f"the GPU (torch: TF32 convolutions {'on' if args.torch_tf32 else 'off'}; ptc: exact fp32)") if dev == "cuda" else f"{args.threads} threads"
-    print(f"\n{where}, median of {args.steps} steps (forward + backward + SGD momentum step)\n")
+    rounds = f" in {args.rounds} interleaved rounds" if args.rounds > 1 else ""
+    print(f"\n{where}, median of {args.steps} steps{rounds} (forward + backward + SGD momentum step)\n")
     print("| model | sizes | eager ms | torch.compile ms | ptc ms | ptc vs eager | ptc vs torch.compile | ptc compile s | torch.compile compile s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ind = f"{r['inductor_ms']:.1f}" if "inductor_ms" in r else r.get("inductor_error", "-")
         pvi = f"{r['ptc_vs_inductor']:.2f}x" if "ptc_vs_inductor" in r else "-"
+        if "ptc_vs_inductor_rounds" in r:
+            pvi += " (rounds " + " ".join(f"{x:.2f}" for x in r["ptc_vs_inductor_rounds"]) + ")"
         ics = f"{r['inductor_compile_s']:.1f}" if "inductor_compile_s" in r else "-"
         print(f"| {r['model']} | {r['dims']} | {r['eager_ms']:.1f} | {ind} | {r['ptc_ms']:.1f} | {r['ptc_vs_eager']:.2f}x | {pvi} | "
               f"{r['ptc_compile_s']:.1f} | {ics} |")
