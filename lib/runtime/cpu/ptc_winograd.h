@@ -99,7 +99,26 @@ struct Geometry {
   int64_t rows;      // tile rows over all images (N * TH)
   int64_t rpb;       // tile rows per block
   int64_t RW;        // floats of a padded input row: 2 * TW + 2
+  int64_t blocks;    // blocks of rpb tile rows
 };
+
+// The 2x2 tiles of a's output, in blocks of about target_tiles tiles (whole tile rows, across
+// images), as many blocks as spread evenly over the threads.
+inline Geometry tile_geometry(const Conv2dArgs& a, int64_t target_tiles) {
+  Geometry G{};
+  G.TH = (a.OH + 1) / 2;
+  G.TW = (a.OW + 1) / 2;
+  G.rows = a.N * G.TH;
+  G.RW = 2 * G.TW + 2;
+  int64_t rpb = std::max<int64_t>(1, (target_tiles + G.TW - 1) / G.TW);
+  int64_t blocks = (G.rows + rpb - 1) / rpb;
+  const int64_t P = gemm_detail::max_threads();
+  if (P > 1 && blocks < 4 * P) blocks = (blocks + P - 1) / P * P;
+  rpb = (G.rows + blocks - 1) / blocks;
+  G.blocks = (G.rows + rpb - 1) / rpb;
+  G.rpb = rpb;
+  return G;
+}
 
 // V[e][c][j] for the tiles of tile rows [r0, r1) (j counts tiles from r0): B^T d B with
 // B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
@@ -263,23 +282,12 @@ inline void transform_dy(const Conv2dArgs& a, const Geometry& G, int64_t r0, int
 inline bool conv2d_weight_grad_winograd(const Conv2dArgs& a, const float* dy, int64_t sn, int64_t so, float* dw) {
   using namespace winograd_detail;
   const int64_t O = a.O, C = a.C, OC = O * C;
-  Geometry G{};
-  G.TH = (a.OH + 1) / 2;
-  G.TW = (a.OW + 1) / 2;
-  G.rows = a.N * G.TH;
-  G.RW = 2 * G.TW + 2;
-  // Tile rows per block: as many tiles (the GEMMs' depth) as keep V and D within ~1.5 MiB, in
-  // L2 with the GEMMs' panels (larger blocks measured slower, 2 threads: 64 channels 8.3 ms at
-  // 1.5 MiB, 12.9 at 8 MiB).
-  const int64_t target_tiles = std::max<int64_t>(32, (3 << 19) / (16 * 4 * (C + O)));
-  int64_t rpb = std::max<int64_t>(1, (target_tiles + G.TW - 1) / G.TW);
-  int64_t blocks = (G.rows + rpb - 1) / rpb;
+  // Blocks of as many tiles (the GEMMs' depth) as keep V and D within ~1.5 MiB, in L2 with the
+  // GEMMs' panels (larger blocks measured slower, 2 threads: 64 channels 8.3 ms at 1.5 MiB, 12.9
+  // at 8 MiB).
+  const Geometry G = tile_geometry(a, std::max<int64_t>(32, (3 << 19) / (16 * 4 * (C + O))));
+  const int64_t rpb = G.rpb, blocks = G.blocks, Tb = rpb * G.TW;
   const int P = gemm_detail::max_threads();
-  if (P > 1 && blocks < 4 * P) blocks = (blocks + P - 1) / P * P;
-  rpb = (G.rows + blocks - 1) / blocks;
-  blocks = (G.rows + rpb - 1) / rpb;
-  G.rpb = rpb;
-  const int64_t Tb = rpb * G.TW;
   const int64_t acc_floats = 16 * OC;
   const int64_t vd_floats = 16 * (C + O) * Tb + 4 * G.RW;
   const int64_t gemm_floats = gemm_detail::per_thread_floats(O, C, Tb);
@@ -358,23 +366,9 @@ inline bool conv2d_weight_grad_winograd(const Conv2dArgs& a, const float* dy, in
 inline bool conv2d_winograd(const Conv2dArgs& a, const float* U = nullptr) {
   using namespace winograd_detail;
   const int64_t O = a.O, C = a.C;
-  Geometry G{};
-  G.TH = (a.OH + 1) / 2;
-  G.TW = (a.OW + 1) / 2;
-  G.rows = a.N * G.TH;
-  G.RW = 2 * G.TW + 2;
-  // Tile rows per block: ~128 tiles (the GEMMs' columns), fewer when V and M would outgrow
-  // ~2 MiB; then as many blocks as spread evenly over the threads.
-  const int64_t target_tiles = std::max<int64_t>(
-      64, std::min<int64_t>(128, (2 << 20) / (16 * 4 * (C + O))));
-  int64_t rpb = std::max<int64_t>(1, (target_tiles + G.TW - 1) / G.TW);
-  int64_t blocks = (G.rows + rpb - 1) / rpb;
-  const int64_t P = gemm_detail::max_threads();
-  if (P > 1 && blocks < 4 * P) blocks = (blocks + P - 1) / P * P;
-  rpb = (G.rows + blocks - 1) / blocks;
-  blocks = (G.rows + rpb - 1) / rpb;
-  G.rpb = rpb;
-  const int64_t Tb = rpb * G.TW;
+  // Blocks of ~128 tiles (the GEMMs' columns), fewer when V and M would outgrow ~2 MiB.
+  const Geometry G = tile_geometry(a, std::max<int64_t>(64, std::min<int64_t>(128, (2 << 20) / (16 * 4 * (C + O)))));
+  const int64_t rpb = G.rpb, blocks = G.blocks, Tb = rpb * G.TW;
 
   const int64_t ustride = weights_stride(a);
   if (!U) {
