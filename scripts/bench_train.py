@@ -146,10 +146,10 @@ def main():
                 ts.append(time.perf_counter() - t0)
             return ts[-steps:]
 
-        def timed(fn, steps, key=None):
+        def timed(fn, steps, key):  # one untimed warm-up step, then the first round's steps
             fn()
             sync()
-            return statistics.median(run_steps(key or object(), fn, steps))
+            return statistics.median(run_steps(key, fn, steps))
 
         row = {"model": name, "dims": dims}
         opt = torch.optim.SGD(ref.parameters(), lr=1e-4, momentum=0.9)
