@@ -19,6 +19,9 @@ eager, torch.compile (default and mode="reduce-overhead") and ptc, with ratios.
 torch.backends.cudnn.allow_tf32 = True, in eager and torch.compile alike), for libraries compiled
 with `ptc compile --tf32`. A library whose manifest says tf32 is checked with TF32_TOL whatever
 the flag.
+--tf32-conv: torch's own defaults, TF32 for cuDNN convolutions only (torch.backends.cudnn.allow_tf32
+= True, torch.backends.cuda.matmul.allow_tf32 = False), for libraries compiled with
+`ptc compile --tf32-conv`; their manifests say tf32_conv, and they are checked as --tf32 ones are.
 --sizes MODEL:D0[,D1] ...: bench these models at these leading input dimensions instead (batch, or
 batch and sequence length; random inputs), e.g. --sizes resnet50:32 bert:8,128; the geomean of
 eager/ptc and of best-torch.compile/ptc over them is printed.
@@ -126,7 +129,8 @@ def check(libs, only=None, ref_only=False, models=MODELS):
                 # The Core ATen flavour's module keeps CPU constants: the export flavour is its reference.
                 eager = None if ref_only else load_eager(name, "pt2" if flavour == "core_pt2" else flavour, models)
                 with ptc_ctypes.PtcModel(str(lib)) as m, torch.inference_mode():
-                    tf32 = bool(m.manifest.get("flags", {}).get("tf32"))
+                    flags = m.manifest.get("flags", {})
+                    tf32 = bool(flags.get("tf32") or flags.get("tf32_conv"))
                     row["tf32"] = tf32
                     for case in expect["cases"]:
                         ins = [recorded(models, f).cuda() for f in case["inputs"]]
@@ -181,7 +185,7 @@ def check(libs, only=None, ref_only=False, models=MODELS):
     print("|---|---|---|---|---|---|")
     for r in rows:
         res = ("pass" if r["ok"] else f"FAIL {r['error'] or ''}") + (f" ({r['eager_note']})" if r.get("eager_note") else "")
-        res += " (--tf32 library: TF32 tolerance" + (f"; torch TF32 vs record {r['err_eager_ref']:.1e}" if "err_eager_ref" in r else "") + ")" if r.get("tf32") else ""
+        res += " (TF32 library: TF32 tolerance" + (f"; torch TF32 vs record {r['err_eager_ref']:.1e}" if "err_eager_ref" in r else "") + ")" if r.get("tf32") else ""
         print(f"| {r['model']} | {r['flavour']} | {r['cases']} | {r['err_gpu']:.1e} | {r['err_ref']:.1e} | {res} |")
     return rows
 
@@ -327,12 +331,17 @@ def main():
                     help="where NAME.expect.json and ref/ are (models/cache for the real models)")
     ap.add_argument("--tf32", action="store_true",
                     help="TF32 on in torch too (for libraries built with ptc compile --tf32)")
+    ap.add_argument("--tf32-conv", action="store_true",
+                    help="TF32 for torch's convolutions only, torch's defaults (for libraries built with ptc compile --tf32-conv)")
     ap.add_argument("--ref-only", action="store_true",
                     help="compare with the recorded outputs only (no eager run: for compute-sanitizer)")
     args = ap.parse_args()
+    defaults = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
-    torch.backends.cudnn.allow_tf32 = args.tf32
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, TF32 {'on' if args.tf32 else 'off'}")
+    torch.backends.cudnn.allow_tf32 = args.tf32 or args.tf32_conv
+    mode = "on" if args.tf32 else "convolutions only" if args.tf32_conv else "off"
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, TF32 {mode} "
+          f"(torch's defaults: matmul.allow_tf32 {defaults[0]}, cudnn.allow_tf32 {defaults[1]})")
     global INDUCTOR_MODES, PROFILE_TOP
     PROFILE_TOP = args.gpu_profile
     if args.no_inductor:

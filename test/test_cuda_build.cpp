@@ -118,7 +118,7 @@ TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missin
                          " -o " + dir + "/cuda_tf32_cnn.so");
   INFO(t.output);
   REQUIRE(t.exit_code == 0);
-  CHECK(test::read_file(tf32_dir + "/model.cu").find("model->pool, true};") != std::string::npos);
+  CHECK(test::read_file(tf32_dir + "/model.cu").find("model->pool, true, false};") != std::string::npos);
   const std::string tf32_manifest = test::run_ptc("inspect --json " + dir + "/cuda_tf32_cnn.so").output;
   CHECK(tf32_manifest.find("\"tf32\": true") != std::string::npos);
   // ... and lays its (ungrouped) convolutions out NHWC, unless told not to
@@ -153,6 +153,9 @@ TEST_CASE("CUDA builds: a bad nvcc path or --profile gets one clear error", "[cu
   auto t = test::run_ptc("compile -q " + test::fixture("mlp.pt2") + " -o " + so + " --tf32");
   CHECK(t.exit_code == 1);
   CHECK(t.output.find("--tf32 needs --device cuda") != std::string::npos);
+  auto tc = test::run_ptc("compile -q " + test::fixture("small_cnn.pt2") + " -o " + so + " --tf32-conv");
+  CHECK(tc.exit_code == 1);
+  CHECK(tc.output.find("--tf32-conv needs --device cuda") != std::string::npos);
   auto c = test::run_ptc("compile -q " + test::fixture("small_cnn.pt2") + " -o " + so + " --channels-last");
   CHECK(c.exit_code == 1);
   CHECK(c.output.find("--channels-last needs --device cuda") != std::string::npos);
@@ -187,4 +190,20 @@ TEST_CASE("CUDA --channels-last: NHWC convolutions with KRSC filters compile, an
   };
   CHECK(count("a.w_nhwc = 1;") == 1);
   CHECK(count("ptc_cuda::gemm(") == 6);
+  // --tf32-conv (torch's defaults): TF32 for the convolutions only. The context says so, the five
+  // GEMMs that are 1x1 convolutions are marked as a convolution's (the classifier's is not), and
+  // the model is channels-last as with --tf32.
+  const std::string csrc = dir + "/cuda_tf32_conv_mbv2_src", cso = dir + "/cuda_tf32_conv_mbv2.so";
+  auto c = test::run_ptc("compile -q --no-cache --device cuda --tf32-conv --emit-dir " + csrc + " " + test::fixture("mbv2_dyn.pt2") + " -o " + cso);
+  INFO(c.output);
+  REQUIRE(c.exit_code == 0);
+  const std::string cm = test::run_ptc("inspect --json " + cso).output;
+  CHECK(cm.find("\"tf32_conv\": true") != std::string::npos);
+  CHECK(cm.find("\"tf32\": false") != std::string::npos);
+  CHECK(cm.find("\"channels_last\": true") != std::string::npos);
+  const std::string ck = test::read_file(csrc + "/model.cu");
+  size_t marked = 0;
+  for (size_t at = ck.find("g.conv = true;"); at != std::string::npos; at = ck.find("g.conv = true;", at + 1)) ++marked;
+  CHECK(marked == 5);
+  CHECK(ck.find("model->pool, false, true};") != std::string::npos);
 }

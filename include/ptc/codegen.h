@@ -66,6 +66,7 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
 struct CudaOptions {
   bool graphs = false;  // runs replay a CUDA graph captured per (sizes, data pointers)
   bool tf32 = false;    // cuBLASLt GEMMs and cuDNN convolutions may use TF32 tensor cores
+  bool tf32_conv = false;  // convolutions only (cuDNN's, and the GEMMs of 1x1 / patchify ones)
 };
 struct TrainProgram {
   const loop::Program* program;

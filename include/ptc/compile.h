@@ -30,8 +30,12 @@ struct CompileOptions {
   std::string weights = "embedded";  // or "external": a side file, memory-mapped and checksummed
   bool cuda_graphs = false;  // cuda: capture each (sizes, data pointers) once, then replay
   bool tf32 = false;         // cuda: GEMMs and convolutions may use TF32 tensor cores
+  // cuda: convolutions (cuDNN's, and the GEMMs 1x1 / patchify convolutions become) may use TF32
+  // tensor cores, GEMMs and attention stay exact fp32: torch's defaults
+  // (torch.backends.cudnn.allow_tf32 = True, torch.backends.cuda.matmul.allow_tf32 = False).
+  bool tf32_conv = false;
   // cuda: convolutions in NHWC with KRSC weights (LowerOptions::channels_last): 1 on, 0 off, -1
-  // auto: on with --tf32 for inference libraries (cuDNN's TF32 tensor-core kernels are NHWC ones;
+  // auto: on with --tf32 / --tf32-conv for inference libraries (cuDNN's TF32 tensor-core kernels are NHWC ones;
   // its exact-fp32 NHWC kernels are slower than its NCHW ones).
   int channels_last = -1;
   bool train = false;        // a training library: forward_train, backward, optimizer steps (ptc/autodiff.h)

@@ -114,7 +114,8 @@ enum class ReduceOp : uint8_t { Sum, Max, Min, Prod, ArgMax, ArgMin, Any, All };
 const char* reduce_name(ReduceOp r);
 
 enum class ExternKind : uint8_t {
-  Gemm,         // out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands {a, b}, views in params
+  Gemm,         // out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands {a, b}; params {} for a
+                // matmul, {kGemmOfConvolution} for a convolution run as a GEMM (CUDA channels-last)
   Convolution,  // NCHW direct convolution; operands {input, weight, bias?}
   Attention,    // softmax(scale * q k^T + mask) v over the last two dims, leading dims (<= 2) equal;
                 // operands {q, k, v, mask?} (mask broadcast to [..., Tq, Tk]); params
@@ -135,6 +136,8 @@ enum class ExternKind : uint8_t {
                    // params as Convolution's, then 0 and the kernel size (params[8], params[9]).
                    // The CPU's direct kernel (LowerOptions::max_pool_grad_extern)
 };
+// ExternKind::Gemm's params[0] for a convolution's GEMM (1x1, patchify): TF32 under --tf32-conv.
+constexpr int64_t kGemmOfConvolution = 1;
 const char* extern_name(ExternKind k);
 
 // Strided view of a buffer as an extern operand: element (i0..in) is at

@@ -161,7 +161,7 @@ std::unique_ptr<Graph> library_ops_f32(const Graph& g);
 // Pre:  verify_graph(g) is empty.
 // Post: verify_graph is empty; the convolutions keep names, sources and output values' names.
 std::unique_ptr<Graph> channels_last_weights(const Graph& g);
-// Whether channels-last convolutions pay for `g` (`--tf32` turns them on when they do): it has
+// Whether channels-last convolutions pay for `g` (`--tf32` and `--tf32-conv` turn them on when they do): it has
 // 2-d forward convolutions and each is ungrouped or depthwise. Under channels-last, 1x1 ones
 // run as cuBLASLt GEMMs and depthwise ones as ptc's own kernels; other grouped ones would run
 // cuDNN's grouped NHWC kernels, slower than its NCHW ones (mobilenet_v2 at batch 8 on an H200

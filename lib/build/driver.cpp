@@ -110,7 +110,7 @@ std::string compile_key(const CompileOptions& o, const std::string& model_sha, c
   h.field("ptc-model-v1").field(ptc_identity()).field(tool_identity(o.build.cxx)).field(model_sha);
   if (cuda) h.field(tool_identity(find_nvcc(o.build.nvcc)));
   if (!cuda && o.build.cpu_arch == "native") h.field(host_cpu_identity());
-  h.field(o.device).field(o.weights).field(o.cuda_graphs ? "graphs" : "-").field(o.tf32 ? "tf32" : "-").field(o.build.profile ? "profile" : "-");
+  h.field(o.device).field(o.weights).field(o.cuda_graphs ? "graphs" : "-").field(o.tf32 ? "tf32" : o.tf32_conv ? "tf32-conv" : "-").field(o.build.profile ? "profile" : "-");
   h.field("channels-last").field(std::to_string(o.channels_last));  // -1: auto, decided by the graph (in the model's hash)
   h.field(o.train ? (o.save_all ? "train-save-all" : "train") : "-");
   h.field("sanitize").field(o.build.sanitize);
@@ -161,10 +161,12 @@ void compile_model(const CompileOptions& in) {
   if (opts.device != "cpu" && !cuda) user_error("--device ", opts.device, ": expected cpu or cuda");
   if (!cuda && opts.cuda_graphs) user_error("--cuda-graphs needs --device cuda");
   if (!cuda && opts.tf32) user_error("--tf32 needs --device cuda (the CPU's GEMMs and convolutions are exact fp32)");
+  if (!cuda && opts.tf32_conv) user_error("--tf32-conv needs --device cuda (the CPU's convolutions are exact fp32)");
+  if (opts.tf32) opts.tf32_conv = false;  // --tf32 covers convolutions too
   if (!cuda && opts.channels_last == 1) user_error("--channels-last needs --device cuda (cuDNN's NHWC convolutions)");
   if (opts.train && opts.channels_last == 1) user_error("--channels-last is for inference libraries so far (not with --train)");
-  if (!(cuda && opts.tf32 && !opts.train) && opts.channels_last < 0) opts.channels_last = 0;  // auto: decided on the graph below
-  const CudaOptions cuda_opts{opts.cuda_graphs, opts.tf32};
+  if (!(cuda && (opts.tf32 || opts.tf32_conv) && !opts.train) && opts.channels_last < 0) opts.channels_last = 0;  // auto: decided on the graph below
+  const CudaOptions cuda_opts{opts.cuda_graphs, opts.tf32, opts.tf32_conv};
   if (cuda && opts.build.profile) user_error("--profile is not supported for --device cuda yet (use Nsight Compute)");
   if (cuda && !opts.build.sanitize.empty())
     user_error("--sanitize is for --device cpu; check CUDA libraries with compute-sanitizer instead");
@@ -248,7 +250,7 @@ void compile_model(const CompileOptions& in) {
   mo.library = library_name;
   mo.model_file = fs::path(opts.model).filename().string();
   mo.model_sha256 = model_sha;
-  mo.flags = {{"cuda_graphs", opts.cuda_graphs}, {"tf32", opts.tf32}, {"channels_last", opts.channels_last == 1}, {"profile", opts.build.profile}};
+  mo.flags = {{"cuda_graphs", opts.cuda_graphs}, {"tf32", opts.tf32}, {"tf32_conv", opts.tf32_conv}, {"channels_last", opts.channels_last == 1}, {"profile", opts.build.profile}};
   if (opts.train) mo.flags["train"] = opts.save_all ? "save_all" : "min_cut";
   if (!opts.build.sanitize.empty()) mo.flags["sanitize"] = opts.build.sanitize;
   if (!cuda && opts.build.cpu_arch == "native") {

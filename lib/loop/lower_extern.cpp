@@ -293,7 +293,8 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         // A convolution run as the GEMM [N OH OW, K] x [K, O]: its row-major result is the NHWC
         // output, read back as [N, O, OH, OW].
         auto nhwc_gemm = [&](View lhs, View rhs) {
-          TensorRef y = emit_extern(L, ExternKind::Gemm, dt, {out[0] * out[2] * out[3], out[1]}, {std::move(lhs), std::move(rhs)});
+          TensorRef y = emit_extern(L, ExternKind::Gemm, dt, {out[0] * out[2] * out[3], out[1]}, {std::move(lhs), std::move(rhs)},
+                                    {kGemmOfConvolution});
           PTC_CHECK(y.view, "a GEMM result is no buffer");
           L.nhwc_buffers.insert(y.view->buffer);
           L.nhwc_shapes[y.view->buffer] = {out[0], out[2], out[3], out[1]};

@@ -23,12 +23,16 @@ std::function<int()> add_compile(CLI::App& app) {
                 "cuda: let GEMMs, convolutions and attention use TF32 tensor cores (inputs rounded to a 10-bit mantissa, "
                 "fp32 accumulation), as torch with torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32; "
                 "results differ from exact fp32 by about 1e-3 relative (default: exact fp32)");
+  cmd->add_flag("--tf32-conv", opts->tf32_conv,
+                "cuda: TF32 for convolutions only (cuDNN's, and the GEMMs of 1x1 and patchify convolutions), exact fp32 for "
+                "GEMMs and attention: torch's defaults (torch.backends.cudnn.allow_tf32 = True, "
+                "torch.backends.cuda.matmul.allow_tf32 = False)");
   cmd->add_flag_callback(
       "--channels-last", [opts] { opts->channels_last = 1; },
       "cuda: convolutions in NHWC with KRSC weights (made at compile time), as torch.compile lays them out: cuDNN's "
       "tensor-core kernels are NHWC ones, so no per-call layout transforms; the pointwise kernels between convolutions run "
-      "in NHWC order (inference libraries; default: on with --tf32, where it pays)");
-  cmd->add_flag_callback("--no-channels-last", [opts] { opts->channels_last = 0; }, "cuda: keep convolutions NCHW even with --tf32");
+      "in NHWC order (inference libraries; default: on with --tf32 or --tf32-conv, where it pays)");
+  cmd->add_flag_callback("--no-channels-last", [opts] { opts->channels_last = 0; }, "cuda: keep convolutions NCHW even with --tf32 / --tf32-conv");
   cmd->add_flag("--train", opts->train,
                 "Build a training library (CPU or --device cuda): ptc_forward_train, ptc_backward (gradients of the "
                 "parameters and of inputs that require grad) and fused SGD/AdamW steps over parameters the library holds; "

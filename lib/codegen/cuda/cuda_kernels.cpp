@@ -453,6 +453,7 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   } else {
     os << "  g.C = static_cast<float*>(buf[" << c.out << "]);\n";
   }
+  if (!c.params.empty() && c.params[0] == loop::kGemmOfConvolution) os << "  g.conv = true;\n";
   os << "  g.nbatch = " << r - 2 << ";\n";
   for (size_t d = 0; d + 2 < r; ++d)
     os << "  g.bsize[" << d << "] = " << cpp_index(c.domain[d]) << "; g.bsa[" << d << "] = " << cpp_index(A.strides[d]) << "; g.bsb[" << d

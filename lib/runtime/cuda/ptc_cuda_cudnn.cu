@@ -45,7 +45,7 @@ struct ConvPlan {
 // fp32 and from float64: FFT ones (errors ~1e-4 relative; resnet18's 5 Nesterov / AdamW steps
 // drifted) and the non-fused Winograd (F(4x4, 3x3): a layer4 weight gradient of resnet18 was
 // 3e-3 from float64, where torch fp32 is 1e-7). They are not taken, except in libraries compiled
-// with --tf32.
+// with --tf32 or --tf32-conv.
 bool inexact(cudnnConvolutionFwdAlgo_t a) {
   return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
          a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
@@ -169,7 +169,7 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
       s = cudnnSetConvolution2dDescriptor(p.conv, i32(a.ph), i32(a.pw), i32(a.sh), i32(a.sw), i32(a.dh), i32(a.dw),
                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionGroupCount(p.conv, i32(a.groups));
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionMathType(p.conv, ctx.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionMathType(p.conv, ctx.conv_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
     if (s == CUDNN_STATUS_SUCCESS && a.bias) {
       s = cudnnCreateTensorDescriptor(&p.bias);
       if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i32(a.O), 1, 1);
@@ -215,19 +215,19 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       s = timed ? cudnnFindConvolutionForwardAlgorithmEx(h, p.x, a.x, p.w, a.w, p.conv, p.y, a.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, ws, wsb)
                 : cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf);
-      if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "forward", ctx.tf32, p);
+      if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "forward", ctx.conv_tf32(), p);
     } else if (a.direction == kConvBackwardData) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
       s = timed ? cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, a.w, p.y, a.y, p.conv, p.x, a.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
                                                               perf, ws, wsb)
                 : cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv, p.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf);
-      if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "backward-data", ctx.tf32, p);
+      if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "backward-data", ctx.conv_tf32(), p);
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
       s = timed ? cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, a.x, p.y, a.y, p.conv, p.w, a.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
                                                                 &n, perf, ws, wsb)
                 : cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf);
-      if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "backward-filter", ctx.tf32, p);
+      if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "backward-filter", ctx.conv_tf32(), p);
     }
     if (find_ws) {
       // The pool keeps what is freed into it: once the free is done, the timing workspace's

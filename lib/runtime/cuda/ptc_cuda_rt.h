@@ -1,5 +1,5 @@
 // ptc_cuda_rt.h — the compiled-once runtime of a generated CUDA library (ptc_cuda_runtime.cu):
-// fp32 GEMM through cuBLASLt (exact fp32; TF32 with Ctx::tf32) with any-stride operands and batches, a
+// fp32 GEMM through cuBLASLt (exact fp32; TF32 with Ctx::tf32, or Ctx::tf32_conv for a convolution's) with any-stride operands and batches, a
 // direct 2-D convolution, fused attention; and (ptc_cuda_cudnn.cu, linked only into libraries
 // with convolutions) 2-D convolutions and their gradients through cuDNN. Host functions; they
 // queue work on the given stream and return an error text (nullptr on success).
@@ -54,6 +54,10 @@ struct Ctx {
   // ptc compile --tf32: GEMMs in CUBLAS_COMPUTE_32F_FAST_TF32 and convolutions with
   // CUDNN_DEFAULT_MATH (TF32 tensor cores; fp32 storage and accumulation).
   bool tf32 = false;
+  // ptc compile --tf32-conv (torch's defaults): convolutions (cuDNN's, and the GEMMs of 1x1 and
+  // patchify convolutions: Gemm::conv) as with tf32; other GEMMs and attention exact fp32.
+  bool tf32_conv = false;
+  bool conv_tf32() const { return tf32 || tf32_conv; }
 };
 
 constexpr int kMaxBatchDims = 6;
@@ -79,6 +83,7 @@ struct Gemm {
   const float* bias = nullptr;      // [N], contiguous; the same for every batch
   const float* residual = nullptr;  // laid out as C (cuBLASLt's C with beta = 1)
   int act = kActNone;
+  bool conv = false;  // a convolution's GEMM (1x1, patchify): TF32 with Ctx::conv_tf32
 };
 const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream);
 // Workspace bytes gemm may use (cuBLASLt's), per call.
@@ -95,7 +100,7 @@ struct Conv2d {
 const char* conv2d(const Conv2d& a, cudaStream_t stream);
 
 // A 2-D convolution or one of its gradients through cuDNN (legacy convolution API), exact fp32
-// (CUDNN_FMA_MATH: no TF32, as torch with allow_tf32 off; CUDNN_DEFAULT_MATH, which permits TF32, with Ctx::tf32). The algorithm is chosen on a shape's
+// (CUDNN_FMA_MATH: no TF32, as torch with allow_tf32 off; CUDNN_DEFAULT_MATH, which permits TF32, with Ctx::conv_tf32()). The algorithm is chosen on a shape's
 // first call: the fastest whose workspace fits kConvMaxWorkspace and half the free device
 // memory, timed by cuDNN on that call's buffers (as torch with cudnn.benchmark on), or cuDNN's
 // heuristic first while a CUDA graph is captured. An algorithm that needs more than the run's

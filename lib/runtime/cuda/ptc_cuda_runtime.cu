@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ptc_cuda_rt.h"
@@ -107,7 +108,7 @@ constexpr int kGemmCandidates = 8;
 
 struct GemmPlans {
   std::mutex mu;
-  std::map<std::array<int64_t, 13>, Plan> plans;
+  std::map<std::array<int64_t, 14>, Plan> plans;
   ~GemmPlans() {
     for (auto& [key, p] : plans) {
       if (p.lc) cublasLtMatrixLayoutDestroy(p.lc);
@@ -138,7 +139,8 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
       check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride), "batch stride");
     }
   };
-  // Exact fp32 (CUBLAS_COMPUTE_32F) unless the library was compiled with --tf32.
+  // Exact fp32 (CUBLAS_COMPUTE_32F) unless the library was compiled with --tf32 (or --tf32-conv, for
+  // a convolution's GEMM).
   if (check(cublasLtMatmulDescCreate(&plan.desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
             "cublasLtMatmulDescCreate")) {
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op, sizeof ob.op), "transa");
@@ -258,9 +260,10 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   cublasLtEpilogue_t epi = lt_bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                    : (relu && !g.bias ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   const int32_t batch = static_cast<int32_t>(inner);
+  const bool tf32 = ctx.tf32 || (g.conv && ctx.tf32_conv);
   auto key_for = [&](cublasLtEpilogue_t ep) {
-    return std::array<int64_t, 13>{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
-                                   batch > 1 ? sc : 0, static_cast<int64_t>(ctx.gemm_ws_bytes), static_cast<int64_t>(ep)};
+    return std::array<int64_t, 14>{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
+                                   batch > 1 ? sc : 0, static_cast<int64_t>(ctx.gemm_ws_bytes), static_cast<int64_t>(ep), tf32};
   };
   std::lock_guard<std::mutex> lock(ctx.plans->mu);  // also guards the descriptor's bias pointer
   // The plan for `ep`, made on first use; end() with *err set when none could be made. A failed
@@ -269,7 +272,7 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     auto at = ctx.plans->plans.find(key_for(ep));
     if (at != ctx.plans->plans.end()) return at;
     Plan fresh;
-    *err = make_plan(ctx.lt, ob, oa, g.M, g.N, batch, sa, sb, sc, ctx.gemm_ws_bytes, ep, ctx.tf32, fresh);
+    *err = make_plan(ctx.lt, ob, oa, g.M, g.N, batch, sa, sb, sc, ctx.gemm_ws_bytes, ep, tf32, fresh);
     if (*err) {
       GemmPlans tmp;  // frees what was made
       tmp.plans[key_for(ep)] = fresh;
