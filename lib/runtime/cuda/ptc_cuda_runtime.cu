@@ -380,25 +380,54 @@ __device__ inline float masked_score(const Attention& a, float s, int64_t b, int
   return (static_cast<const unsigned char*>(a.mask)[at] != 0) != (a.mask_kind == kMaskKeep) ? -INFINITY : v;
 }
 
+// Stages rows [r0, r0 + n) of a [T, len] operand (row stride rs, element stride es) into smem
+// [rows][ld] as cvt(x), zeros elsewhere up to `width` (a multiple of 4); vec: 16-byte loads and
+// stores (rows_vec4). T is float (cvt the identity) or uint32_t (TF32 bits).
+template <typename T, typename Cvt>
+__device__ inline void stage_rows(T* smem, int rows, int ld, int width, const float* base, int64_t r0, int n, int len, int64_t rs,
+                                  int64_t es, bool vec, Cvt cvt) {
+  using T4 = typename std::conditional<std::is_same<T, float>::value, float4, uint4>::type;
+  if (vec) {
+    const int w4 = width / 4;
+    for (int idx = threadIdx.x; idx < rows * w4; idx += blockDim.x) {
+      const int r = idx / w4, d = 4 * (idx - r * w4);
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (r < n && d < len) x = *reinterpret_cast<const float4*>(base + (r0 + r) * rs + d);
+      *reinterpret_cast<T4*>(smem + r * ld + d) = T4{cvt(x.x), cvt(x.y), cvt(x.z), cvt(x.w)};
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < rows * width; idx += blockDim.x) {
+      const int r = idx / width, d = idx - r * width;
+      smem[r * ld + d] = r < n && d < len ? cvt(base[(r0 + r) * rs + d * es]) : T{0};
+    }
+  }
+}
+struct AsF32 {
+  __device__ float operator()(float x) const { return x; }
+};
+
 // A register-tiled flash-style kernel for head sizes up to kAttentionMaxHead. One block of 128
-// threads per (b, h, tile of 32 query rows), key tiles of 64. Q (transposed), each K tile
-// (transposed) and V tile are staged in shared memory. Thread (ty, tx) of the 8 x 16 grid computes
-// the 4 x 4 scores of rows 4ty.. and keys 4tx.. as an outer product over d (two 16-byte shared
-// loads per 16 FMAs); the 16 threads of a row group, one half-warp, reduce the row max and sum with
-// shuffles (online softmax: running max m and sum l, earlier output rescaled by
-// exp(m_old - m_new)); the probabilities go through shared memory, and the thread accumulates
-// output rows 4ty.. and columns 64c + 4tx.. (c < DVT) the same way from the V tile. (16-row
-// tiles, for more blocks where B x H is small, measured slower on the H200 in every case:
-// ViT-S b8 81 vs 59 us, BERT b8 75 vs 34.)
-constexpr int kTBQ = 32, kTThreads = 128, kTLdq = kTBQ + 4, kTBK = 64, kTLdk = kTBK + 4;
+// threads per (b, h, tile of 32 query rows), key tiles of 64. Q, each K tile and each V tile are
+// staged in shared memory row by row as they lie in memory (16-byte loads and stores where the
+// strides allow: no transposes, no bank conflicts), head sizes padded with zeros to a multiple of
+// 4. Thread (ty, tx) of the 8 x 16 grid computes the scores of rows 4ty.. and keys tx + 16jj
+// (jj < 4: rows 68 words apart, so a quarter-warp's 16-byte loads of K hit distinct banks) from
+// 16-byte loads along d (8 loads per 64 FMAs); the 16 threads of a row group, one half-warp, reduce
+// the row max and sum with shuffles (online softmax: running max m and sum l, earlier output
+// rescaled by exp(m_old - m_new)); the probabilities go through shared memory, and the thread
+// accumulates output rows 4ty.. and columns 64c + 4tx.. (c < DVT) from the V tile. (16-row tiles,
+// for more blocks where B x H is small, measured slower on the H200 in every case: ViT-S b8 81
+// vs 59 us, BERT b8 75 vs 34, with the staging this kernel had then.)
+constexpr int kTBQ = 32, kTThreads = 128, kTBK = 64, kTLdp = kTBQ + 4;
 template <int DVT>  // Dv <= 64 * DVT
-__global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a) {
+__global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a, bool qvec, bool kvec, bool vvec) {
   extern __shared__ __align__(16) float tsm[];
   const int D = static_cast<int>(a.D), Dv = static_cast<int>(a.Dv), ldv = 64 * DVT;
-  float* sq = tsm;                 // [D][kTLdq]  Q transposed
-  float* sk = sq + D * kTLdq;      // [D][kTLdk]  K tile transposed
-  float* sv = sk + D * kTLdk;      // [kTBK][ldv] V tile
-  float* sp = sv + kTBK * ldv;     // [kTBK][kTLdq] probabilities, transposed
+  const int Dp = (D + 3) / 4 * 4, ldqk = Dp + 4;  // padded head size; rows 4 words apart mod 32
+  float* sq = tsm;                   // [kTBQ][ldqk]  Q
+  float* sk = sq + kTBQ * ldqk;      // [kTBK][ldqk]  K tile
+  float* sv = sk + kTBK * ldqk;      // [kTBK][ldv]   V tile
+  float* sp = sv + kTBK * ldv;       // [kTBK][kTLdp] probabilities, transposed
   const float ninf = -INFINITY;
   const int64_t nqb = (a.Tq + kTBQ - 1) / kTBQ;
   int64_t blk = blockIdx.x;
@@ -411,10 +440,7 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a)
   const float* qbase = a.q + b * a.qs[0] + h * a.qs[1];
   const float* kbase = a.k + b * a.ks[0] + h * a.ks[1];
   const float* vbase = a.v + b * a.vs[0] + h * a.vs[1];
-  for (int idx = tid; idx < kTBQ * D; idx += kTThreads) {
-    const int r = idx / D, d = idx % D;
-    sq[d * kTLdq + r] = r < nq ? qbase[(i0 + r) * a.qs[2] + d * a.qs[3]] : 0.f;
-  }
+  stage_rows(sq, kTBQ, ldqk, Dp, qbase, i0, nq, D, a.qs[2], a.qs[3], qvec, AsF32{});
   float m[4], l[4], acc[4][DVT][4];
 #pragma unroll
   for (int ii = 0; ii < 4; ++ii) {
@@ -428,25 +454,26 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a)
   for (int64_t j0 = 0; j0 < kend; j0 += kTBK) {
     const int nk = static_cast<int>(std::min<int64_t>(kTBK, kend - j0));
     __syncthreads();  // the previous tile is consumed (and Q is staged)
-    for (int idx = tid; idx < kTBK * D; idx += kTThreads) {
-      const int c = idx / D, d = idx % D;
-      sk[d * kTLdk + c] = c < nk ? kbase[(j0 + c) * a.ks[2] + d * a.ks[3]] : 0.f;
-    }
-    for (int idx = tid; idx < kTBK * ldv; idx += kTThreads) {
-      const int c = idx / ldv, d = idx % ldv;
-      sv[idx] = c < nk && d < Dv ? vbase[(j0 + c) * a.vs[2] + d * a.vs[3]] : 0.f;
-    }
+    stage_rows(sk, kTBK, ldqk, Dp, kbase, j0, nk, D, a.ks[2], a.ks[3], kvec, AsF32{});
+    stage_rows(sv, kTBK, ldv, ldv, vbase, j0, nk, Dv, a.vs[2], a.vs[3], vvec, AsF32{});
     __syncthreads();
     float s[4][4] = {};
-#pragma unroll 4  // shared loads issued ahead of the FMAs they feed
-    for (int d = 0; d < D; ++d) {
-      const float4 qv = *reinterpret_cast<const float4*>(sq + d * kTLdq + 4 * ty);
-      const float4 kv = *reinterpret_cast<const float4*>(sk + d * kTLdk + 4 * tx);
-      const float qa[4] = {qv.x, qv.y, qv.z, qv.w}, ka[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll 2
+    for (int d = 0; d < Dp; d += 4) {
+      float4 qv[4], kv[4];
+#pragma unroll
+      for (int ii = 0; ii < 4; ++ii) qv[ii] = *reinterpret_cast<const float4*>(sq + (4 * ty + ii) * ldqk + d);
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) kv[jj] = *reinterpret_cast<const float4*>(sk + (tx + 16 * jj) * ldqk + d);
 #pragma unroll
       for (int ii = 0; ii < 4; ++ii)
 #pragma unroll
-        for (int jj = 0; jj < 4; ++jj) s[ii][jj] = fmaf(qa[ii], ka[jj], s[ii][jj]);
+        for (int jj = 0; jj < 4; ++jj) {
+          float t = fmaf(qv[ii].x, kv[jj].x, s[ii][jj]);
+          t = fmaf(qv[ii].y, kv[jj].y, t);
+          t = fmaf(qv[ii].z, kv[jj].z, t);
+          s[ii][jj] = fmaf(qv[ii].w, kv[jj].w, t);
+        }
     }
 #pragma unroll
     for (int ii = 0; ii < 4; ++ii) {
@@ -454,7 +481,7 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a)
       float best = ninf;
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
-        const int c = 4 * tx + jj;
+        const int c = tx + 16 * jj;
         const float v = masked_score(a, s[ii][jj], b, h, i, j0 + c, c >= nk || i >= a.Tq);
         s[ii][jj] = v;
         best = maxnan_f(best, v);
@@ -468,7 +495,7 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a)
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
         const float p = expf(s[ii][jj] - base);
-        sp[(4 * tx + jj) * kTLdq + 4 * ty + ii] = p;
+        sp[(tx + 16 * jj) * kTLdp + 4 * ty + ii] = p;
         sum += p;
       }
 #pragma unroll
@@ -484,7 +511,7 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a)
     __syncthreads();  // the probabilities are in shared memory
 #pragma unroll 4
     for (int kk = 0; kk < nk; ++kk) {
-      const float4 pv = *reinterpret_cast<const float4*>(sp + kk * kTLdq + 4 * ty);
+      const float4 pv = *reinterpret_cast<const float4*>(sp + kk * kTLdp + 4 * ty);
       const float pa[4] = {pv.x, pv.y, pv.z, pv.w};
 #pragma unroll
       for (int c = 0; c < DVT; ++c) {
@@ -514,17 +541,25 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a)
   }
 }
 
+// 16-byte loads of an operand's rows: unit element stride, 4-aligned row, batch and head
+// strides and length, a 16-byte aligned base.
+bool rows_vec4(const float* p, const int64_t (&s)[4], int64_t len) {
+  return s[3] == 1 && len % 4 == 0 && s[0] % 4 == 0 && s[1] % 4 == 0 && s[2] % 4 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 template <int DVT>
 const char* attention_tiled_launch(const Attention& a, cudaStream_t stream) {
   const int64_t blocks = a.B * a.H * ((a.Tq + kTBQ - 1) / kTBQ);
   if (blocks > 0x7fffffff) return "attention over too many (batch, head, query tile) blocks";
-  const size_t smem = sizeof(float) * static_cast<size_t>(a.D * (kTLdq + kTLdk) + kTBK * 64 * DVT + kTBK * kTLdq);
-  if (smem > 48 * 1024) {  // above the default: opt in (up to 227 KiB on Hopper; 177 KiB at D = Dv = 256)
+  const int64_t ldqk = (a.D + 3) / 4 * 4 + 4;
+  const size_t smem = sizeof(float) * static_cast<size_t>((kTBQ + kTBK) * ldqk + kTBK * 64 * DVT + kTBK * kTLdp);
+  if (smem > 48 * 1024) {  // above the default: opt in (up to 227 KiB on Hopper; 171 KiB at D = Dv = 256)
     cudaError_t e = cudaFuncSetAttribute(attention_tiled_kernel<DVT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return cuda_error("the attention kernel's shared memory", e);
   }
-  attention_tiled_kernel<DVT><<<static_cast<unsigned>(blocks), kTThreads, smem, stream>>>(a);
+  attention_tiled_kernel<DVT><<<static_cast<unsigned>(blocks), kTThreads, smem, stream>>>(
+      a, rows_vec4(a.q, a.qs, a.D), rows_vec4(a.k, a.ks, a.D), rows_vec4(a.v, a.vs, a.Dv));
   cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? nullptr : cuda_error("the attention kernel", e);
 }
@@ -566,24 +601,9 @@ __device__ inline void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_
 #endif
 }
 
-// Stages rows [j0, j0 + n) of a [T, len] operand (row stride rs, element stride es) as TF32 bits
-// into smem [kMBK][ld], zeros elsewhere (up to width, a multiple of 8); vec: 16-byte loads.
-__device__ inline void stage_tf32(uint32_t* smem, int ld, int width, const float* base, int64_t j0, int n, int len, int64_t rs, int64_t es,
-                                  bool vec) {
-  if (vec) {
-    for (int idx = threadIdx.x; idx < kMBK * (width / 4); idx += blockDim.x) {
-      const int r = idx / (width / 4), d = 4 * (idx % (width / 4));
-      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (r < n && d < len) x = *reinterpret_cast<const float4*>(base + (j0 + r) * rs + d);
-      *reinterpret_cast<uint4*>(smem + r * ld + d) = make_uint4(tf32_bits(x.x), tf32_bits(x.y), tf32_bits(x.z), tf32_bits(x.w));
-    }
-  } else {
-    for (int idx = threadIdx.x; idx < kMBK * width; idx += blockDim.x) {
-      const int r = idx / width, d = idx % width;
-      smem[r * ld + d] = r < n && d < len ? tf32_bits(base[(j0 + r) * rs + d * es]) : 0u;
-    }
-  }
-}
+struct AsTf32 {
+  __device__ uint32_t operator()(float x) const { return tf32_bits(x); }
+};
 
 template <int KD, int KV, int WARPS>  // D <= 8 KD, Dv <= 8 KV
 __global__ void __launch_bounds__(32 * WARPS) attention_mma_kernel(Attention a, bool kvec, bool vvec) {
@@ -622,8 +642,8 @@ __global__ void __launch_bounds__(32 * WARPS) attention_mma_kernel(Attention a, 
   for (int64_t j0 = 0; j0 < kend; j0 += kMBK) {
     const int nk = static_cast<int>(std::min<int64_t>(kMBK, kend - j0));
     __syncthreads();  // the previous tiles are consumed
-    stage_tf32(sk, LDK, 8 * KD, kbase, j0, nk, D, a.ks[2], a.ks[3], kvec);
-    stage_tf32(sv, LDV, 8 * KV, vbase, j0, nk, Dv, a.vs[2], a.vs[3], vvec);
+    stage_rows(sk, kMBK, LDK, 8 * KD, kbase, j0, nk, D, a.ks[2], a.ks[3], kvec, AsTf32{});
+    stage_rows(sv, kMBK, LDV, 8 * KV, vbase, j0, nk, Dv, a.vs[2], a.vs[3], vvec, AsTf32{});
     __syncthreads();
     float s[NT][4];
 #pragma unroll
@@ -694,12 +714,6 @@ __global__ void __launch_bounds__(32 * WARPS) attention_mma_kernel(Attention a, 
         if (d < Dv) orow[d] = (a.Tk == 0 || l[r] == 0.f) ? fill : o[nv][2 * r + e] / l[r];
       }
   }
-}
-
-// 16-byte loads of an operand's rows: unit element stride, 4-aligned row, batch and head
-// strides and length, a 16-byte aligned base.
-bool rows_vec4(const float* p, const int64_t (&s)[4], int64_t len) {
-  return s[3] == 1 && len % 4 == 0 && s[0] % 4 == 0 && s[1] % 4 == 0 && s[2] % 4 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 template <int KD, int KV, int WARPS>
