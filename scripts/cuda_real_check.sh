@@ -5,11 +5,20 @@
 # GPU and against the recorded CPU eager outputs (scripts/cuda_check.py).
 #
 #   bash scripts/cuda_real_check.sh PTC_BINARY OUT_DIR MODEL...      (e.g. bert gpt2 resnet18)
+#
+# PRECISION=tf32 or tf32-conv compiles with --tf32 / --tf32-conv and runs torch in the same
+# precision (cuda_check.py --tf32 / --tf32-conv); default: exact fp32 on both sides.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ptc=$(readlink -f "$1")
 out=$2
 shift 2
+precision=()
+case "${PRECISION:-exact}" in
+  exact) ;;
+  tf32 | tf32-conv) precision=("--$PRECISION") ;;
+  *) echo "PRECISION=$PRECISION: expected exact, tf32 or tf32-conv" >&2; exit 2 ;;
+esac
 mkdir -p "$out/models" "$out/libs"
 # Convolutions link cuDNN: where the system has none, use the one torch's pip packages carry
 # (they ship libcudnn.so.9 but no libcudnn.so for the linker, hence the link).
@@ -24,5 +33,5 @@ fi
 python3 scripts/export_models.py --real "$@" --out "$out/models" --no-trace --no-verify
 # Several models at a time (nvcc is single-threaded per translation unit).
 printf '%s\n' "$@" | xargs -P 4 -I{} sh -c \
-  "'$ptc' compile -q '$out/models/{}.pt2' -o '$out/libs/cuda_{}_pt2.so' --device cuda --no-cache && echo compiled {} || echo FAILED to compile {}"
-python3 scripts/cuda_check.py --libs "$out/libs" --models-dir "$out/models" --only "$@"
+  "'$ptc' compile -q '$out/models/{}.pt2' -o '$out/libs/cuda_{}_pt2.so' --device cuda --no-cache ${precision[*]} && echo compiled {} || echo FAILED to compile {}"
+python3 scripts/cuda_check.py --libs "$out/libs" --models-dir "$out/models" "${precision[@]}" --only "$@"
