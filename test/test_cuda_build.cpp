@@ -74,11 +74,17 @@ TEST_CASE("CUDA training libraries (--train --device cuda) compile and export th
     CHECK(deps.find("torch") == std::string::npos);
     CHECK((deps.find("libcudnn") != std::string::npos) == (name == "small_cnn.pt2"));
   }
-  // Training parts that replay CUDA graphs compile too.
-  auto g = test::run_ptc("compile -q --no-cache --device cuda --train --cuda-graphs " + test::fixture("small_cnn.pt2") + " -o " +
-                         test::temp_dir() + "/cuda_train_graphs.so");
+  // Training parts that replay CUDA graphs compile too. Their contexts keep cuDNN's transform
+  // algorithms (FFT, non-fused Winograd) out: exact fp32 and not an inference library.
+  const std::string src = test::temp_dir() + "/cuda_train_graphs_src";
+  auto g = test::run_ptc("compile -q --no-cache --device cuda --train --cuda-graphs --emit-dir " + src + " " + test::fixture("small_cnn.pt2") +
+                         " -o " + test::temp_dir() + "/cuda_train_graphs.so");
   INFO(g.output);
   CHECK(g.exit_code == 0);
+  for (const char* part : {"/fwd_model.cu", "/bwd_model.cu"}) {
+    INFO(part);
+    CHECK(test::read_file(src + part).find("model->pool, false, false, false};") != std::string::npos);
+  }
 }
 
 TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missing", "[cuda]") {
@@ -118,7 +124,7 @@ TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missin
                          " -o " + dir + "/cuda_tf32_cnn.so");
   INFO(t.output);
   REQUIRE(t.exit_code == 0);
-  CHECK(test::read_file(tf32_dir + "/model.cu").find("model->pool, true, false};") != std::string::npos);
+  CHECK(test::read_file(tf32_dir + "/model.cu").find("model->pool, true, false, true};") != std::string::npos);
   const std::string tf32_manifest = test::run_ptc("inspect --json " + dir + "/cuda_tf32_cnn.so").output;
   CHECK(tf32_manifest.find("\"tf32\": true") != std::string::npos);
   // ... and lays its (ungrouped) convolutions out NHWC, unless told not to
@@ -205,5 +211,6 @@ TEST_CASE("CUDA --channels-last: NHWC convolutions with KRSC filters compile, an
   size_t marked = 0;
   for (size_t at = ck.find("g.conv = true;"); at != std::string::npos; at = ck.find("g.conv = true;", at + 1)) ++marked;
   CHECK(marked == 5);
-  CHECK(ck.find("model->pool, false, true};") != std::string::npos);
+  // (tf32 false, tf32_conv true, an inference library: forward convolutions may take transforms)
+  CHECK(ck.find("model->pool, false, true, true};") != std::string::npos);
 }

@@ -97,7 +97,8 @@ int finish(void* stream) {
   os << "  if (need) {\n    *need = arena_bytes + gemm_ws_bytes;\n    return nullptr;\n  }\n";
   wrapper::emit_buffer_table(os, p, s, weights, "weights", "ws");
   os << "  const ptc_cuda::Ctx ctx{model->lt, model->plans, ws + arena_bytes, gemm_ws_bytes, model->conv, model->pool, "
-     << (cuda_opts.tf32 ? "true" : "false") << ", " << (cuda_opts.tf32_conv ? "true" : "false") << "};\n";
+     << (cuda_opts.tf32 ? "true" : "false") << ", " << (cuda_opts.tf32_conv ? "true" : "false") << ", "
+     << (part.empty() ? "true" : "false") << "};\n";
   os << "  const char* err = nullptr;\n";
   for (size_t ki = 0; ki < s.kernels.size(); ++ki) os << "  if (!err) err = ptc_gen::ptc_launch_" << ki << "(sym, bufs, stream, ctx);\n";
   os << "  if (!err) {\n    cudaError_t e = cudaGetLastError();\n    if (e != cudaSuccess) err = cudaGetErrorString(e);\n  }\n";

@@ -44,8 +44,10 @@ struct ConvPlan {
 // Transform-based algorithms round differently enough that optimizer steps drift from torch's
 // fp32 and from float64: FFT ones (errors ~1e-4 relative; resnet18's 5 Nesterov / AdamW steps
 // drifted) and the non-fused Winograd (F(4x4, 3x3): a layer4 weight gradient of resnet18 was
-// 3e-3 from float64, where torch fp32 is 1e-7). They are not taken, except in libraries compiled
-// with --tf32 or --tf32-conv.
+// 3e-3 from float64, where torch fp32 is 1e-7). Training libraries take them only when compiled
+// with --tf32 or --tf32-conv; an inference library's forward convolutions take them where they
+// time fastest, as torch's own fp32 convolutions do (its heuristics and cudnn.benchmark both
+// choose among every algorithm), since one forward pass stays within fp32 tolerances.
 bool inexact(cudnnConvolutionFwdAlgo_t a) {
   return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
          a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
@@ -59,13 +61,14 @@ bool inexact(cudnnConvolutionBwdFilterAlgo_t a) {
          a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
 }
 
-// The first of cuDNN's ranked algorithms that ran its checks, is exact (unless `tf32`: the user
-// accepted TF32's rounding, and torch takes FFT and Winograd algorithms there too) and fits the
-// workspace. The descriptor gets the math type that algorithm was ranked with.
+// The first of cuDNN's ranked algorithms that ran its checks, is exact (unless `transforms`: the
+// user accepted TF32's rounding, or an inference library's forward convolution; torch takes FFT
+// and Winograd algorithms there too) and fits the workspace. The descriptor gets the math type
+// that algorithm was ranked with.
 template <typename Perf>
-const char* pick(const Perf* perf, int n, size_t limit, const char* what, bool tf32, ConvPlan& plan) {
+const char* pick(const Perf* perf, int n, size_t limit, const char* what, bool transforms, ConvPlan& plan) {
   for (int i = 0; i < n; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit && (tf32 || !inexact(perf[i].algo))) {
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit && (transforms || !inexact(perf[i].algo))) {
       cudnnStatus_t s = cudnnSetConvolutionMathType(plan.conv, perf[i].mathType);
       if (s != CUDNN_STATUS_SUCCESS) return dnn_error("cudnnSetConvolutionMathType", s);
       plan.algo = static_cast<int>(perf[i].algo);
@@ -215,7 +218,7 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       s = timed ? cudnnFindConvolutionForwardAlgorithmEx(h, p.x, a.x, p.w, a.w, p.conv, p.y, a.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, ws, wsb)
                 : cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf);
-      if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "forward", ctx.conv_tf32(), p);
+      if (s == CUDNN_STATUS_SUCCESS) err = pick(perf, n, wsb, "forward", ctx.conv_tf32() || ctx.inference, p);
     } else if (a.direction == kConvBackwardData) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
       s = timed ? cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, a.w, p.y, a.y, p.conv, p.x, a.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,

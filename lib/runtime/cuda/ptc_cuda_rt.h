@@ -57,6 +57,10 @@ struct Ctx {
   // ptc compile --tf32-conv (torch's defaults): convolutions (cuDNN's, and the GEMMs of 1x1 and
   // patchify convolutions: Gemm::conv) as with tf32; other GEMMs and attention exact fp32.
   bool tf32_conv = false;
+  // An inference library (not a training library's part): its forward convolutions may also take
+  // cuDNN's FFT and non-fused Winograd algorithms where they time fastest, as torch's fp32
+  // convolutions do (see ptc_cuda_cudnn.cu: transform_ok).
+  bool inference = false;
   bool conv_tf32() const { return tf32 || tf32_conv; }
 };
 
