@@ -52,6 +52,10 @@ TEST_CASE("every fixture compiles for CUDA, and the library exports the C ABI an
     CHECK(deps.find("torch") == std::string::npos);
     CHECK(deps.find("libc10") == std::string::npos);
     CHECK(deps.find("python") == std::string::npos);
+    // Exact fp32 lays out channels-last only the MobileNet-style net (depthwise and 1x1 layers):
+    // cuDNN's exact NHWC kernels are slower than its NCHW ones for the rest.
+    const bool cl = test::run_ptc("inspect --json " + so).output.find("\"channels_last\": true") != std::string::npos;
+    CHECK(cl == (name == "mbv2_dyn.pt2"));
   }
 }
 

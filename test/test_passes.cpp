@@ -552,21 +552,41 @@ TEST_CASE("library_ops_f32: GEMMs of a bfloat16 model read float32 weights folde
 
 TEST_CASE("channels_last_weights: convolution weights become KRSC constants; channels_last_pays", "[passes]") {
   auto g = load_pt2(test::fixture("small_cnn.pt2"));
-  CHECK(channels_last_pays(*g));
-  CHECK_FALSE(channels_last_pays(*load_pt2(test::fixture("mlp.pt2"))));  // no convolutions
-  CHECK(channels_last_pays(*load_pt2(test::fixture("mbv2_dyn.pt2"))));    // 1x1 and depthwise ones
+  CHECK(channels_last_pays(*g, false));
+  CHECK_FALSE(channels_last_pays(*g, true));  // exact fp32: no depthwise layers, its 3x3 ones would run cuDNN's NHWC kernels
+  auto mlp = load_pt2(test::fixture("mlp.pt2"));
+  CHECK_FALSE(channels_last_pays(*mlp, false));  // no convolutions
+  CHECK_FALSE(channels_last_pays(*mlp, true));
+  auto mbv2 = load_pt2(test::fixture("mbv2_dyn.pt2"));
+  CHECK(channels_last_pays(*mbv2, false));  // 1x1 and depthwise ones
+  CHECK(channels_last_pays(*mbv2, true));   // and only the stem left to cuDNN
   // grouped: depthwise (one input channel per group) pays, other groupings do not
-  auto grouped = [](int64_t groups, int64_t out = 16) {
+  auto grouped = [](int64_t groups, int64_t out, bool exact, int plain_3x3 = 0, int plain_1x1 = 0) {
     Builder b;
     Value* x = b.input("x", DType::Float32, {Expr(1), Expr(16), Expr(8), Expr(8)});
     Value* w = b.weight("p_w", "w", DType::Float32, {out, 16 / groups, 3, 3}, std::vector<double>(out * (16 / groups) * 9, 0.5));
-    b.g->outputs = {b.op(OpKind::Conv2d, "conv", {{"input", x}, {"weight", w}, {"groups", Expr(groups)}})};
-    return channels_last_pays(*b.g);
+    Value* y = b.op(OpKind::Conv2d, "conv", {{"input", x}, {"weight", w}, {"groups", Expr(groups)}});
+    // ungrouped out -> out convolutions after it: 3x3 (cuDNN's under channels-last) or 1x1 (GEMMs)
+    for (int i = 0; i < plain_3x3 + plain_1x1; ++i) {
+      const int64_t k = i < plain_3x3 ? 3 : 1;
+      Value* wi = b.weight("p_w" + std::to_string(i), "w" + std::to_string(i), DType::Float32, {out, out, k, k},
+                           std::vector<double>(out * out * k * k, 0.5));
+      y = b.op(OpKind::Conv2d, "conv" + std::to_string(i), {{"input", y}, {"weight", wi}, {"padding", std::vector<int64_t>{k / 2, k / 2}}});
+    }
+    b.g->outputs = {y};
+    return channels_last_pays(*b.g, exact);
   };
-  CHECK(grouped(16));
-  CHECK(grouped(16, 32));  // depthwise with a channel multiplier of 2
-  CHECK_FALSE(grouped(4));
-  CHECK(grouped(1));
+  CHECK(grouped(16, 16, false));
+  CHECK(grouped(16, 32, false));  // depthwise with a channel multiplier of 2
+  CHECK_FALSE(grouped(4, 16, false));
+  CHECK(grouped(1, 16, false));
+  CHECK(grouped(16, 16, true));
+  CHECK_FALSE(grouped(4, 16, true));
+  CHECK_FALSE(grouped(1, 16, true));       // no depthwise layer
+  CHECK(grouped(16, 16, true, 0, 9));      // depthwise + 1x1 GEMMs
+  CHECK(grouped(16, 16, true, 1, 6));      // one of eight left to cuDNN
+  CHECK_FALSE(grouped(16, 16, true, 1, 5));  // one of seven
+  CHECK_FALSE(grouped(16, 16, true, 3, 0));
   auto out = run_graph_passes(*g, {}, GraphPassOptions{true});
   INFO(print_graph(*out));
   int convs = 0;

@@ -161,12 +161,15 @@ std::unique_ptr<Graph> library_ops_f32(const Graph& g);
 // Pre:  verify_graph(g) is empty.
 // Post: verify_graph is empty; the convolutions keep names, sources and output values' names.
 std::unique_ptr<Graph> channels_last_weights(const Graph& g);
-// Whether channels-last convolutions pay for `g` (`--tf32` and `--tf32-conv` turn them on when they do): it has
-// 2-d forward convolutions and each is ungrouped or depthwise. Under channels-last, 1x1 ones
-// run as cuBLASLt GEMMs and depthwise ones as ptc's own kernels; other grouped ones would run
-// cuDNN's grouped NHWC kernels, slower than its NCHW ones (mobilenet_v2 at batch 8 on an H200
-// with TF32: 1.9 ms in NHWC against 1.2 ms in NCHW, when cuDNN ran its depthwise layers).
-bool channels_last_pays(const Graph& g);
+// Whether channels-last convolutions pay for `g` (CUDA inference libraries turn them on when they
+// do): it has 2-d forward convolutions and each is ungrouped or depthwise. Under channels-last,
+// 1x1 ones run as cuBLASLt GEMMs and depthwise ones as ptc's own kernels; other grouped ones
+// would run cuDNN's grouped NHWC kernels, slower than its NCHW ones (mobilenet_v2 at batch 8 on
+// an H200 with TF32: 1.9 ms in NHWC against 1.2 ms in NCHW, when cuDNN ran its depthwise layers).
+// `exact` (no --tf32 / --tf32-conv): cuDNN's exact NHWC kernels are slower than its NCHW ones, so
+// also at least one depthwise convolution, and at most an eighth of the convolutions left to
+// cuDNN (neither depthwise nor 1x1 stride 1 unpadded): MobileNet / EfficientNet-style nets.
+bool channels_last_pays(const Graph& g, bool exact);
 
 }  // namespace ptc
 

@@ -165,7 +165,7 @@ void compile_model(const CompileOptions& in) {
   if (opts.tf32) opts.tf32_conv = false;  // --tf32 covers convolutions too
   if (!cuda && opts.channels_last == 1) user_error("--channels-last needs --device cuda (cuDNN's NHWC convolutions)");
   if (opts.train && opts.channels_last == 1) user_error("--channels-last is for inference libraries so far (not with --train)");
-  if (!(cuda && (opts.tf32 || opts.tf32_conv) && !opts.train) && opts.channels_last < 0) opts.channels_last = 0;  // auto: decided on the graph below
+  if (!(cuda && !opts.train) && opts.channels_last < 0) opts.channels_last = 0;  // auto: decided on the graph below
   const CudaOptions cuda_opts{opts.cuda_graphs, opts.tf32, opts.tf32_conv};
   if (cuda && opts.build.profile) user_error("--profile is not supported for --device cuda yet (use Nsight Compute)");
   if (cuda && !opts.build.sanitize.empty())
@@ -239,7 +239,7 @@ void compile_model(const CompileOptions& in) {
     Stage s("shapes");
     g = propagate_shapes(*g, ShapePropMode::Fill);
   }
-  if (opts.channels_last < 0) opts.channels_last = channels_last_pays(*g) ? 1 : 0;
+  if (opts.channels_last < 0) opts.channels_last = channels_last_pays(*g, !(opts.tf32 || opts.tf32_conv)) ? 1 : 0;
   auto dump = [&](const char* name, const Graph& after) {
     if (opts.dump_after == name || opts.dump_after == "all") std::cout << "# after " << name << "\n" << print_graph(after);
   };

@@ -31,8 +31,10 @@ std::function<int()> add_compile(CLI::App& app) {
       "--channels-last", [opts] { opts->channels_last = 1; },
       "cuda: convolutions in NHWC with KRSC weights (made at compile time), as torch.compile lays them out: cuDNN's "
       "tensor-core kernels are NHWC ones, so no per-call layout transforms; the pointwise kernels between convolutions run "
-      "in NHWC order (inference libraries; default: on with --tf32 or --tf32-conv, where it pays)");
-  cmd->add_flag_callback("--no-channels-last", [opts] { opts->channels_last = 0; }, "cuda: keep convolutions NCHW even with --tf32 / --tf32-conv");
+      "in NHWC order (inference libraries; default: on where it pays: with --tf32 or --tf32-conv when every convolution is "
+      "ungrouped or depthwise, in exact fp32 for MobileNet-style nets, whose depthwise and 1x1 layers become ptc's own "
+      "kernels and GEMMs)");
+  cmd->add_flag_callback("--no-channels-last", [opts] { opts->channels_last = 0; }, "cuda: keep convolutions NCHW where the default would lay them out NHWC");
   cmd->add_flag("--train", opts->train,
                 "Build a training library (CPU or --device cuda): ptc_forward_train, ptc_backward (gradients of the "
                 "parameters and of inputs that require grad) and fused SGD/AdamW steps over parameters the library holds; "
