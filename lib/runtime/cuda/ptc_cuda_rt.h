@@ -59,7 +59,7 @@ struct Ctx {
   bool tf32_conv = false;
   // An inference library (not a training library's part): its forward convolutions may also take
   // cuDNN's FFT and non-fused Winograd algorithms where they time fastest, as torch's fp32
-  // convolutions do (see ptc_cuda_cudnn.cu: transform_ok).
+  // convolutions do (ptc_cuda_cudnn.cu: pick).
   bool inference = false;
   bool conv_tf32() const { return tf32 || tf32_conv; }
 };
