@@ -152,6 +152,43 @@ TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missin
   CHECK(m.exit_code == 0);
 }
 
+TEST_CASE("CUDA libraries build the 3xTF32 GEMM unit with an sm_90a image (wgmma) for sm_90 only", "[cuda]") {
+  const std::string so = test::temp_dir() + "/cuda_tc_mlp.so";
+  auto building = [](const std::string& log, const std::string& unit) {  // the nvcc command of `unit`
+    for (size_t at = log.find("building: "); at != std::string::npos; at = log.find("building: ", at + 1)) {
+      const std::string line = log.substr(at, log.find('\n', at) - at);
+      if (line.find(" -c " + unit) != std::string::npos) return line;
+    }
+    return std::string();
+  };
+  auto r = test::run_ptc_env("PTC_PREBUILT_DIR= ", "compile -v --no-cache --device cuda " + test::fixture("mlp.pt2") + " -o " + so);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::string tc = building(r.output, "ptc_cuda_gemm_tc.cu"), rt = building(r.output, "ptc_cuda_runtime.cu");
+  REQUIRE(!tc.empty());
+  REQUIRE(!rt.empty());
+  CHECK(tc.find("code=sm_90a") != std::string::npos);
+  CHECK(tc.find("code=compute_90") != std::string::npos);  // PTX for newer GPUs
+  CHECK(rt.find("sm_90a") == std::string::npos);
+  auto a = test::run_ptc_env("PTC_PREBUILT_DIR= ", "compile -v --no-cache --device cuda --cuda-arch sm_80 " + test::fixture("mlp.pt2") + " -o " + so);
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+  const std::string tc80 = building(a.output, "ptc_cuda_gemm_tc.cu");
+  REQUIRE(!tc80.empty());
+  CHECK(tc80.find("sm_90a") == std::string::npos);
+  CHECK(tc80.find("code=[sm_80,compute_80]") != std::string::npos);
+  // The kernels' benchmark against cuBLAS (run on a GPU machine) builds as docs/cuda.md says.
+  std::string nvcc = shell("command -v nvcc");
+  while (!nvcc.empty() && (nvcc.back() == '\n' || nvcc.back() == ' ')) nvcc.pop_back();
+  if (nvcc.empty()) nvcc = "/usr/local/cuda/bin/nvcc";
+  const std::string root = test::source_dir(), bench = test::temp_dir() + "/cuda_gemm_bench";
+  const std::string out = shell(nvcc + " -O1 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I" + root +
+                                "/lib/runtime/cuda " + root + "/scripts/cuda_gemm_bench.cu " + root +
+                                "/lib/runtime/cuda/ptc_cuda_gemm_tc.cu -lcublas -o " + bench + " && echo BUILT");
+  INFO(out);
+  CHECK(out.find("BUILT") != std::string::npos);
+}
+
 TEST_CASE("CUDA builds: a bad nvcc path or --profile gets one clear error", "[cuda]") {
   std::string so = test::temp_dir() + "/cuda_bad.so";
   auto r = test::run_ptc("compile -q --device cuda --nvcc /nonexistent/nvcc " + test::fixture("mlp.pt2") + " -o " + so);

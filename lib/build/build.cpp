@@ -98,8 +98,14 @@ std::string unit_compiler(const std::string& u, const BuildOptions& opts, const 
   if (is_cuda_unit(u)) {
     // SASS for the chosen GPU plus its PTX, which newer GPUs' drivers compile at load.
     std::string arch = opts.cuda_arch.rfind("sm_", 0) == 0 ? opts.cuda_arch.substr(3) : opts.cuda_arch;
-    return nvcc + " -std=c++17 -gencode arch=compute_" + arch + ",code=[sm_" + arch + ",compute_" + arch +
-           "] --expt-relaxed-constexpr -Xcompiler -fPIC,-fvisibility=hidden -w" + (glue ? " -O1" : " -O3");
+    // The 3xTF32 GEMM's wgmma kernels exist only in an sm_90a image (Hopper's arch-specific
+    // instructions): for sm_90 that unit's SASS is sm_90a (which H100 / H200 load), with
+    // compute_90 PTX for newer GPUs, whose image leaves them out (ptc_cuda_gemm_tc.cu probes).
+    const std::string sass = arch == "90" && stem == "ptc_cuda_gemm_tc" ? "90a" : arch;
+    const std::string gencode = sass == arch ? " -gencode arch=compute_" + arch + ",code=[sm_" + arch + ",compute_" + arch + "]"
+                                             : " -gencode arch=compute_" + sass + ",code=sm_" + sass + " -gencode arch=compute_" + arch +
+                                                   ",code=compute_" + arch;
+    return nvcc + " -std=c++17" + gencode + " --expt-relaxed-constexpr -Xcompiler -fPIC,-fvisibility=hidden -w" + (glue ? " -O1" : " -O3");
   }
   return opts.cxx + " -std=c++17 -O3 -march=" + opts.cpu_arch +
          " -fopenmp -fno-trapping-math -fno-math-errno -fPIC -fvisibility=hidden -Wno-unused" +

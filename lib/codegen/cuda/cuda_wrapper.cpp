@@ -258,7 +258,7 @@ void ptc_close(ptc_model* model) {
   if (!part.empty()) os << "}  // namespace " << part_ns << "\n";
   LibrarySource src;
   src.files.emplace_back(part.empty() ? "model.cu" : part + "_model.cu", os.str());
-  src.runtime_units = {"ptc_cuda_runtime.cu"};
+  src.runtime_units = {"ptc_cuda_runtime.cu", "ptc_cuda_gemm_tc.cu"};
   if (cudnn) src.runtime_units.push_back("ptc_cuda_cudnn.cu");
   return src;
 }

@@ -1,5 +1,6 @@
 // ptc_cuda_rt.h — the compiled-once runtime of a generated CUDA library (ptc_cuda_runtime.cu):
-// fp32 GEMM through cuBLASLt (exact fp32; TF32 with Ctx::tf32, or Ctx::tf32_conv for a convolution's) with any-stride operands and batches, a
+// fp32 GEMM through cuBLASLt (exact fp32; TF32 with Ctx::tf32, or Ctx::tf32_conv for a convolution's) with any-stride operands and batches
+// (in exact fp32 also ptc's 3xTF32 tensor-core kernels, ptc_cuda_gemm_tc.cu, where they time faster), a
 // direct 2-D convolution, fused attention; and (ptc_cuda_cudnn.cu, linked only into libraries
 // with convolutions) 2-D convolutions and their gradients through cuDNN. Host functions; they
 // queue work on the given stream and return an error text (nullptr on success).
@@ -90,6 +91,31 @@ struct Gemm {
   bool conv = false;  // a convolution's GEMM (1x1, patchify): TF32 with Ctx::conv_tf32
 };
 const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream);
+
+// ptc's own exact-fp32 GEMM on TF32 tensor cores (ptc_cuda_gemm_tc.cu): each operand split into
+// two TF32 parts, three tensor-core products per pair (3xTF32), fp32 accumulation, so that the
+// result keeps fp32's accuracy. gemm() times it against cuBLASLt's fp32 algorithms on a shape's
+// first call (exact fp32 only) and keeps the faster.
+//   C[z][m, n] = act(sum_k A[z][m, k] B[z][k, n] + bias[n] + residual[z][m, n])
+struct TcGemm {
+  int64_t M, N, K;
+  const float* A; int64_t lda;  // A[m, k] = A[m * lda + k]
+  const float* B; int64_t ldb;  // B[k, n] = B[n * ldb + k] (b_kmajor) or B[k * ldb + n]
+  bool b_kmajor;
+  float* C;                     // [M, N] contiguous per problem
+  int64_t batch, sa, sb, sc;    // problems z < batch at A + z sa, B + z sb, C (and residual) + z sc
+  const float* bias;            // [N] or null
+  const float* residual;        // laid out as C, or null
+  int act;
+};
+// Whether tc_gemm takes these operands: 16-byte aligned, k-contiguous A, K and the leading
+// dimensions multiples of 4 (and N too for an n-contiguous B).
+bool tc_gemm_fits(const TcGemm& g);
+// Configurations (the tile shapes that won somewhere in an H200 sweep): 0-1 mma.sync, 64 x 64 (4
+// warps) and 128 x 64 (8 warps); 2-4 Hopper's wgmma (an sm_90a image; an error text elsewhere),
+// 64 x 64 (2 stages), 128 x 64 and 128 x 128 (3 stages).
+constexpr int kTcGemmMmaConfigs = 2, kTcGemmConfigs = 5;
+const char* tc_gemm(const TcGemm& g, int config, cudaStream_t stream);
 // Workspace bytes gemm may use (cuBLASLt's), per call.
 constexpr size_t kGemmWorkspace = size_t{32} << 20;
 

@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -43,6 +44,15 @@ const char* cuda_error(const char* what, cudaError_t e) {
 const char* lt_error(const char* what, cublasStatus_t s) {
   g_error = std::string(what) + " failed (cuBLASLt status " + std::to_string(static_cast<int>(s)) + ")";
   return g_error.c_str();
+}
+
+// ptc's 3xTF32 GEMM (tc_gemm) competes for exact-fp32 GEMMs unless PTC_CUDA_GEMM=cublas.
+bool tc_gemm_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("PTC_CUDA_GEMM");
+    return !(v && std::string(v) == "cublas");
+  }();
+  return on;
 }
 
 // Any strides: one thread per output element (used only when cuBLASLt cannot take the layout).
@@ -98,6 +108,7 @@ struct Plan {
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};                     // the heuristic's first, then the fastest timed
   std::vector<cublasLtMatmulAlgo_t> candidates;     // the heuristic's top ones, timed on first use
+  int tc = -1;  // exact fp32: tc_gemm's configuration when it timed fastest (and the call's operands fit it)
   bool tuned = false;
   bool failed = false;  // no algorithm takes this epilogue
 };
@@ -308,8 +319,35 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     }
     return CUBLAS_STATUS_SUCCESS;
   };
+  // ptc's 3xTF32 kernel (exact fp32 only: with TF32 allowed cuBLASLt's tensor-core GEMMs win): a
+  // k-contiguous A and a k- or n-contiguous B, the whole epilogue in the kernel.
+  TcGemm tg{};
+  bool tc_fits = false;
+  if (!tf32 && tc_gemm_enabled() && g.lda_k == 1 && (g.ldb_k == 1 || g.ldb_n == 1)) {
+    const bool kmajor = g.ldb_k == 1 && (g.ldb_n != 1 || g.K > 1);
+    tg = TcGemm{g.M, g.N, g.K, g.A, g.lda_m, g.B, kmajor ? g.ldb_n : g.ldb_k, kmajor, g.C, inner, sa, sb, sc, g.bias, g.residual, g.act};
+    tc_fits = tc_gemm_fits(tg);
+    for (int64_t o = 0; tc_fits && o < outer; ++o) {  // every outer problem's pointers aligned as well
+      int64_t a, b, c;
+      offset(o, &a, &b, &c);
+      TcGemm t = tg;
+      t.A += a, t.B += b, t.C += c;
+      tc_fits = tc_gemm_fits(t);
+    }
+  }
+  auto run_tc = [&](int config) -> const char* {
+    for (int64_t o = 0; o < outer; ++o) {
+      int64_t a, b, c;
+      offset(o, &a, &b, &c);
+      TcGemm t = tg;
+      t.A += a, t.B += b, t.C += c;
+      if (t.residual) t.residual += c;
+      if (const char* e = tc_gemm(t, config, stream)) return e;
+    }
+    return nullptr;
+  };
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (!plan.tuned && plan.candidates.size() > 1 && cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+  if (!plan.tuned && (plan.candidates.size() > 1 || tc_fits) && cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
       capture == cudaStreamCaptureStatusNone) {
     cudaEvent_t e0 = nullptr, e1 = nullptr;
     if (cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
@@ -325,12 +363,24 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
           plan.algo = algo;
         }
       }
+      for (int config = 0; tc_fits && config < kTcGemmConfigs; ++config) {
+        if (run_tc(config)) continue;  // warm-up; a configuration this GPU has no image for
+        cudaEventRecord(e0, stream);
+        bool ok = !run_tc(config) && !run_tc(config);
+        cudaEventRecord(e1, stream);
+        float ms = 0.f;
+        if (ok && cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best) {
+          best = ms;
+          plan.tc = config;
+        }
+      }
     }
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     cudaGetLastError();
     plan.tuned = true;
   }
+  if (plan.tc >= 0 && tc_fits) return run_tc(plan.tc);
   if (cublasStatus_t st = run(plan.algo); st != CUBLAS_STATUS_SUCCESS) return lt_error("cublasLtMatmul", st);
   if (epi != CUBLASLT_EPILOGUE_DEFAULT) return nullptr;
   return bias_act(g.C, total * mn, 1, g.N, g.bias, nullptr, g.act, stream);  // cuBLASLt added the residual as C
