@@ -53,6 +53,20 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// Rows r0.. (below `rows`) of a k-contiguous operand, k0.. (below K), into a ROWS x KW tile of
+// shared memory with row stride LD: 16-byte cp.async chunks, zeros outside the matrix.
+template <int ROWS, int KW, int LD, int THREADS>
+__device__ __forceinline__ void load_k_rows(float* dst, const float* src, int64_t ld, int64_t r0, int64_t rows, int64_t k0, int64_t K,
+                                            int tid) {
+#pragma unroll
+  for (int c = tid; c < ROWS * KW / 4; c += THREADS) {
+    const int r = c / (KW / 4), kc = (c % (KW / 4)) * 4;
+    const int64_t row = r0 + r, k = k0 + kc;
+    const bool ok = row < rows && k < K;
+    cp_async16(dst + r * LD + kc, ok ? src + row * ld + k : src, ok);
+  }
+}
+
 // A[m, :] . B[:, n] in plain fp32, for an output the split products made NaN: an Inf operand
 // times the other's small part 0 (or Inf - Inf among the parts) is NaN where fp32 gives Inf.
 __device__ __noinline__ float plain_dot(const TcGemm& g, const float* A, const float* B, int64_t m, int64_t n) {
@@ -123,21 +137,9 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, WM * WN <= 1024 ? 
     const int64_t k0 = kt * kBK;
     float* as = As + stage * S::a_stage;
     float* bs = Bs + stage * S::b_stage;
-#pragma unroll
-    for (int c = tid; c < BM * kBK / 4; c += kThreads) {
-      const int r = c / (kBK / 4), kc = (c % (kBK / 4)) * 4;
-      const int64_t m = m0 + r, k = k0 + kc;
-      const bool ok = m < g.M && k < g.K;
-      cp_async16(as + r * kBK + kc, ok ? A + m * g.lda + k : A, ok);
-    }
+    load_k_rows<BM, kBK, kBK, kThreads>(as, A, g.lda, m0, g.M, k0, g.K, tid);
     if (BKMajor) {
-#pragma unroll
-      for (int c = tid; c < BN * kBK / 4; c += kThreads) {
-        const int r = c / (kBK / 4), kc = (c % (kBK / 4)) * 4;
-        const int64_t n = n0 + r, k = k0 + kc;
-        const bool ok = n < g.N && k < g.K;
-        cp_async16(bs + r * kBK + kc, ok ? B + n * g.ldb + k : B, ok);
-      }
+      load_k_rows<BN, kBK, kBK, kThreads>(bs, B, g.ldb, n0, g.N, k0, g.K, tid);
     } else {
 #pragma unroll
       for (int c = tid; c < BN * kBK / 4; c += kThreads) {
@@ -349,13 +351,7 @@ __global__ void __launch_bounds__(WGS * 128) gemm_3xtf32_wgmma(TcGemm g) {
     const int64_t k0 = kt * kWK;
     float* as = As + stage * S::a_stage;
     float* bs = Bs + stage * S::b_stage;
-#pragma unroll
-    for (int c = tid; c < BM * kWK / 4; c += kThreads) {
-      const int r = c / (kWK / 4), kc = (c % (kWK / 4)) * 4;
-      const int64_t m = m0 + r, k = k0 + kc;
-      const bool ok = m < g.M && k < g.K;
-      cp_async16(as + r * kLdA + kc, ok ? A + m * g.lda + k : A, ok);
-    }
+    load_k_rows<BM, kWK, kLdA, kThreads>(as, A, g.lda, m0, g.M, k0, g.K, tid);
 #pragma unroll
     for (int c = tid; c < BN * kWK / 4; c += kThreads) {
       if (BKMajor) {  // straight into the core layout: chunk c is 16 bytes at c * 16
