@@ -113,9 +113,9 @@ __device__ __forceinline__ int swz(int k, int n) { return n ^ (((k >> 2) & 3) <<
 // owns a WM x WN sub-tile: (WM / 16) x (WN / 8) mma tiles.
 // Within a 16-deep k tile, mma step s (of 2) takes k = 4 tq + 2 s as its k = tq and 4 tq + 2 s + 1 as
 // its k = tq + 4, so that a thread's A and k-contiguous B fragments are one 16-byte load per row.
-// Warps of 32 x 32 keep to 128 registers (16 warps per SM); 64 x 32 ones take up to 255.
+// 16 warps per SM (warps of 32 x 32 keep to 128 registers).
 template <int BM, int BN, int WM, int WN, bool BKMajor>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, WM * WN <= 1024 ? 512 / ((BM / WM) * (BN / WN) * 32) : 1)
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 512 / ((BM / WM) * (BN / WN) * 32))
     gemm_3xtf32(TcGemm g) {
   constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
   constexpr int MT = WM / 16, NT = WN / 8;
@@ -471,17 +471,6 @@ __global__ void __launch_bounds__(WGS * 128) gemm_3xtf32_wgmma(TcGemm g) {
 #endif
 }
 
-template <int WGS, int BN, int NSt, bool BKMajor>
-cudaError_t launch_wgmma(const TcGemm& g, cudaStream_t stream) {
-  constexpr int bytes = WgSmem<WGS, BN, NSt>::bytes, BM = WGS * 64;
-  auto kernel = gemm_3xtf32_wgmma<WGS, BN, NSt, BKMajor>;
-  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (attr != cudaSuccess) return attr;
-  const dim3 grid(static_cast<unsigned>((g.N + BN - 1) / BN), static_cast<unsigned>((g.M + BM - 1) / BM), static_cast<unsigned>(g.batch));
-  kernel<<<grid, WGS * 128, bytes, stream>>>(g);
-  return cudaGetLastError();
-}
-
 // Whether this GPU runs the sm_90a image (wgmma): probed once.
 bool wgmma_available() {
   static const bool ok = [] {
@@ -497,23 +486,30 @@ bool wgmma_available() {
   return ok;
 }
 
-template <int BM, int BN, int WM, int WN, bool BKMajor>
-cudaError_t launch(const TcGemm& g, cudaStream_t stream) {
-  constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
-  constexpr int bytes = Smem<BM, BN>::bytes;
-  auto kernel = gemm_3xtf32<BM, BN, WM, WN, BKMajor>;
-  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+// One launch of Kernel (BM x BN tiles of `threads` threads, `bytes` of shared memory, opted into
+// on its first launch: once per kernel, hence the kernel as a template argument) over g's problems.
+template <auto Kernel, int BM, int BN>
+cudaError_t launch(int threads, int bytes, const TcGemm& g, cudaStream_t stream) {
+  static const cudaError_t attr = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>((g.N + BN - 1) / BN), static_cast<unsigned>((g.M + BM - 1) / BM), static_cast<unsigned>(g.batch));
-  kernel<<<grid, kThreads, bytes, stream>>>(g);
+  Kernel<<<grid, threads, bytes, stream>>>(g);
   return cudaGetLastError();
+}
+template <int BM, int BN, int WM, int WN, bool BKMajor>
+cudaError_t launch_mma(const TcGemm& g, cudaStream_t stream) {
+  return launch<gemm_3xtf32<BM, BN, WM, WN, BKMajor>, BM, BN>((BM / WM) * (BN / WN) * 32, Smem<BM, BN>::bytes, g, stream);
+}
+template <int WGS, int BN, int NSt, bool BKMajor>
+cudaError_t launch_wgmma(const TcGemm& g, cudaStream_t stream) {
+  return launch<gemm_3xtf32_wgmma<WGS, BN, NSt, BKMajor>, WGS * 64, BN>(WGS * 128, WgSmem<WGS, BN, NSt>::bytes, g, stream);
 }
 
 template <bool BKMajor>
 cudaError_t launch_config(const TcGemm& g, int config, cudaStream_t stream) {
   switch (config) {
-    case 0: return launch<64, 64, 32, 32, BKMajor>(g, stream);
-    case 1: return launch<128, 64, 32, 32, BKMajor>(g, stream);
+    case 0: return launch_mma<64, 64, 32, 32, BKMajor>(g, stream);
+    case 1: return launch_mma<128, 64, 32, 32, BKMajor>(g, stream);
     case 2: return launch_wgmma<1, 64, 2, BKMajor>(g, stream);
     case 3: return launch_wgmma<2, 64, 3, BKMajor>(g, stream);
     default: return launch_wgmma<2, 128, 3, BKMajor>(g, stream);

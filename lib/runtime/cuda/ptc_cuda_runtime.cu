@@ -322,28 +322,24 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   // ptc's 3xTF32 kernel (exact fp32 only: with TF32 allowed cuBLASLt's tensor-core GEMMs win): a
   // k-contiguous A and a k- or n-contiguous B, the whole epilogue in the kernel.
   TcGemm tg{};
+  auto tc_problem = [&](int64_t o) {  // outer problem o
+    int64_t a, b, c;
+    offset(o, &a, &b, &c);
+    TcGemm t = tg;
+    t.A += a, t.B += b, t.C += c;
+    if (t.residual) t.residual += c;
+    return t;
+  };
   bool tc_fits = false;
   if (!tf32 && tc_gemm_enabled() && g.lda_k == 1 && (g.ldb_k == 1 || g.ldb_n == 1)) {
     const bool kmajor = g.ldb_k == 1 && (g.ldb_n != 1 || g.K > 1);
     tg = TcGemm{g.M, g.N, g.K, g.A, g.lda_m, g.B, kmajor ? g.ldb_n : g.ldb_k, kmajor, g.C, inner, sa, sb, sc, g.bias, g.residual, g.act};
-    tc_fits = tc_gemm_fits(tg);
-    for (int64_t o = 0; tc_fits && o < outer; ++o) {  // every outer problem's pointers aligned as well
-      int64_t a, b, c;
-      offset(o, &a, &b, &c);
-      TcGemm t = tg;
-      t.A += a, t.B += b, t.C += c;
-      tc_fits = tc_gemm_fits(t);
-    }
+    tc_fits = true;
+    for (int64_t o = 0; tc_fits && o < outer; ++o) tc_fits = tc_gemm_fits(tc_problem(o));  // every problem's pointers aligned
   }
   auto run_tc = [&](int config) -> const char* {
-    for (int64_t o = 0; o < outer; ++o) {
-      int64_t a, b, c;
-      offset(o, &a, &b, &c);
-      TcGemm t = tg;
-      t.A += a, t.B += b, t.C += c;
-      if (t.residual) t.residual += c;
-      if (const char* e = tc_gemm(t, config, stream)) return e;
-    }
+    for (int64_t o = 0; o < outer; ++o)
+      if (const char* e = tc_gemm(tc_problem(o), config, stream)) return e;
     return nullptr;
   };
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
