@@ -11,10 +11,12 @@
 // kernels have 3.5e-7 (K = 768), 3.2e-7 against 1.2e-6 (K = 4096).
 //
 // Two kernel families: mma.sync (m16n8k8; any sm_80+), A and B staged by cp.async; and Hopper's
-// wgmma (m64nNk8, A's parts in registers, B's split into big / small copies in shared memory by
-// the block, an sm_90a image only). A is k-contiguous (A[m, k] = A[m * lda + k]); B is
-// k-contiguous (B[k, n] = B[n * ldb + k], a Linear weight) or n-contiguous (B[k * ldb + n]).
-// Inf stays Inf (its small part is 0); |x| within 2^-11 of FLT_MAX rounds to Inf.
+// wgmma (m64nNk8, A's parts in registers, B's in shared memory), warp-specialized: a producer
+// warpgroup copies the tiles in and splits B, consumer warpgroups split A and run the wgmmas (an
+// sm_90a image only). A is k-contiguous (A[m, k] = A[m * lda + k]); B is k-contiguous
+// (B[k, n] = B[n * ldb + k], a Linear weight) or n-contiguous (B[k * ldb + n]). An output the
+// split made NaN (an Inf operand: its small part is Inf - Inf) is recomputed in plain fp32, so
+// Inf stays Inf; |x| within 2^-11 of FLT_MAX rounds to Inf.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -28,11 +30,12 @@ constexpr int kBK = 16, kStages = 3;
 
 // big: x rounded to TF32 (half an ulp added, the low 13 bits cleared: two integer operations,
 // where cvt.rna.tf32.f32 takes four plus an Inf check); small: the exact rest x - big, whose low
-// bits the tensor core ignores (truncation of a term of either sign: unbiased); 0 for an Inf
-// (Inf - Inf would be NaN).
+// bits the tensor core ignores (truncation of a term of either sign: unbiased). For an Inf, small
+// is NaN, and so is every output it reaches: store_pair recomputes those in plain fp32 (an
+// Inf check here cost 5-12% of the kernels' time).
 __device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
   big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-  small = (big & 0x7f800000u) == 0x7f800000u ? 0u : __float_as_uint(x - __uint_as_float(big));
+  small = __float_as_uint(x - __uint_as_float(big));
 }
 
 __device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, const uint32_t* b) {
@@ -260,12 +263,10 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 512 / ((BM / WM) *
 
 // ---- Hopper: wgmma (sm_90a) -------------------------------------------------------------------
 // A warpgroup (4 warps) takes 64 rows of C and BN columns: per 8-deep k step three
-// wgmma.m64nBNk8 (tf32) with A's split parts in registers and B's in shared memory. B's tile
-// comes in raw by cp.async; a pass of the whole block splits it into big and small copies laid
-// out as wgmma reads them without swizzling: 8 x 4 "core matrices" of 8 n-rows by 4 k (16 bytes
-// per row, 128 contiguous bytes), k-adjacent ones 128 bytes apart (LBO), n-adjacent ones 512
-// (SBO). An n-contiguous B is transposed on the way. Compiled for sm_90a only: wgmma_probe
-// tells the host whether this image has it.
+// wgmma.m64nBNk8 (tf32) with A's split parts in registers and B's in shared memory, laid out as
+// wgmma reads them without swizzling: 8 x 4 "core matrices" of 8 n-rows by 4 k (16 bytes per row,
+// 128 contiguous bytes), k-adjacent ones 128 bytes apart (LBO), n-adjacent ones 1024 (SBO).
+// Compiled for sm_90a only: wgmma_probe tells the host whether this image has it.
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define PTC_WGMMA 1
 #endif
@@ -279,11 +280,17 @@ __global__ void wgmma_probe(int* out) {
 }
 
 #ifdef PTC_WGMMA
+// The accumulator operands of an m64n64 / m64n128 wgmma: 32 / 64 fp32 registers per thread.
+#define PTC_D16(o) "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
+    "+f"(d[o + 7]), "+f"(d[o + 8]), "+f"(d[o + 9]), "+f"(d[o + 10]), "+f"(d[o + 11]), "+f"(d[o + 12]), "+f"(d[o + 13]), "+f"(d[o + 14]), \
+    "+f"(d[o + 15])
+#define PTC_D32 PTC_D16(0), PTC_D16(16)
+#define PTC_D64 PTC_D16(0), PTC_D16(16), PTC_D16(32), PTC_D16(48)
 __device__ __forceinline__ void wgmma_n64(float* d, const uint32_t* a, uint64_t desc, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : PTC_D32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
 }
 
@@ -291,7 +298,7 @@ __device__ __forceinline__ void wgmma_n128(float* d, const uint32_t* a, uint64_t
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : PTC_D64
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
 }
 
@@ -305,6 +312,23 @@ __device__ __forceinline__ void wgmma_bn(float* d, const uint32_t* a, uint64_t d
   if constexpr (BN == 128) wgmma_n128(d, a, desc, scale_d);
   else wgmma_n64(d, a, desc, scale_d);
 }
+// mbarriers (shared-memory addresses): init by one thread, arrive by each counted thread, wait
+// for the completion of the phase with parity `parity`.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
 #endif
 
 constexpr int kWK = 32;           // k per tile of the wgmma kernels
@@ -314,109 +338,141 @@ constexpr int kLdA = kWK + 4;     // raw A rows padded: the fragment loads (8 ro
 __device__ constexpr int core_at(int n, int k) { return (((n >> 3) * (kWK / 4) + (k >> 2)) * 8 + (n & 7)) * 4 + (k & 3); }
 #endif
 
-template <int WGS, int BN, int NSt>
-struct WgSmem {
-  static constexpr int BM = WGS * 64;
-  static constexpr int a_stage = BM * kLdA, b_stage = BN * kWK;
-  static constexpr int bytes = (NSt * (a_stage + b_stage) + 4 * b_stage) * 4;  // + big and small, twice
-};
-
 #ifdef PTC_WGMMA
 __device__ __forceinline__ void keep(float& x) { asm volatile("" : "+f"(x)::"memory"); }
 __device__ __forceinline__ void keep(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
 #endif
 
-// Per tile: the A fragments (registers) and the wgmmas of tile kt are issued, then, while they
-// run, the next cp.async is queued and tile kt + 1's B is split into the other big / small pair.
-template <int WGS, int BN, int NSt, bool BKMajor>
-__global__ void __launch_bounds__(WGS * 128) gemm_3xtf32_wgmma(TcGemm g) {
-#ifdef PTC_WGMMA
-  constexpr int kThreads = WGS * 128, BM = WGS * 64, ND = BN / 2, KS = kWK / 8;
-  constexpr uint32_t kSbo = (kWK / 4) * 128;
-  using S = WgSmem<WGS, BN, NSt>;
-  extern __shared__ __align__(16) float smem[];
-  float* As = smem;
-  float* Bs = As + NSt * S::a_stage;
-  float* Bsplit = Bs + NSt * S::b_stage;  // [2][big, small][b_stage]
+// ---- Hopper, warp-specialized -----------------------------------------------------------------
+// CWG consumer warpgroups (64 rows of C each) and one producer warpgroup, handing tiles (32 k)
+// over by mbarriers instead of block-wide barriers. The producer keeps a 4-deep ring of raw A and
+// B tiles filled by cp.async, two tiles ahead, and splits each B tile into big / small copies in
+// wgmma's core layout (a 2-deep ring); then it marks the tile "full". A consumer loads its A
+// fragments from the raw tile and splits them in registers (and marks the raw slot free), issues
+// the tile's 12 wgmmas with B's parts from shared memory, waits for them, marks the parts' slot
+// free and folds the tile's sums into its own. So the producer's copies and splits overlap the
+// consumers' wgmmas, and no block-wide barrier holds the consumer warpgroups in lockstep.
+template <int CWG, int BN>
+struct WsSmem {
+  static constexpr int BM = CWG * 64, kRaw = 4, kParts = 2;
+  static constexpr int a_raw = BM * kLdA, raw = a_raw + BN * kWK, parts = 2 * BN * kWK;  // floats per slot
+  static constexpr int bytes = (kRaw * raw + kParts * parts) * 4 + (2 * kRaw + kParts) * 8;  // + the mbarriers
+};
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;  // warp w: rows 16 w.. of the block
-  const int gq = lane >> 2, tq = lane & 3;
+template <int CWG, int BN, bool BKMajor>
+__global__ void __launch_bounds__((CWG + 1) * 128, 1) gemm_3xtf32_ws(TcGemm g) {
+#ifdef PTC_WGMMA
+  constexpr int BM = CWG * 64, ND = BN / 2, KS = kWK / 8, kAhead = 2;  // tiles copied ahead of the split
+  constexpr uint32_t kSbo = (kWK / 4) * 128;
+  using S = WsSmem<CWG, BN>;
+  extern __shared__ __align__(16) float smem[];
+  float* Raw = smem;                         // [kRaw][A: BM x kLdA, B: core layout or [kWK][BN]]
+  float* Parts = smem + S::kRaw * S::raw;    // [kParts][B big, B small], core layout
+  const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(Parts + S::kParts * S::parts));
+  auto full = [&](int r) { return bars + 8 * r; };                      // raw slot r's tile ready (B split)
+  auto raw_free = [&](int r) { return bars + 8 * (S::kRaw + r); };      // consumers have their A fragments
+  auto parts_free = [&](int q) { return bars + 8 * (2 * S::kRaw + q); };  // consumers' wgmmas are done
+
+  const int tid = threadIdx.x;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
   const int64_t z = blockIdx.z;
   const float* A = g.A + z * g.sa;
   const float* B = g.B + z * g.sb;
   const int64_t ktiles = (g.K + kWK - 1) / kWK;
 
-  auto load = [&](int stage, int64_t kt) {
-    const int64_t k0 = kt * kWK;
-    float* as = As + stage * S::a_stage;
-    float* bs = Bs + stage * S::b_stage;
-    load_k_rows<BM, kWK, kLdA, kThreads>(as, A, g.lda, m0, g.M, k0, g.K, tid);
-#pragma unroll
-    for (int c = tid; c < BN * kWK / 4; c += kThreads) {
-      if (BKMajor) {  // straight into the core layout: chunk c is 16 bytes at c * 16
-        const int ci = c >> 3, r = ((ci / (kWK / 4)) << 3) + (c & 7), kc = (ci % (kWK / 4)) * 4;
-        const int64_t n = n0 + r, k = k0 + kc;
-        const bool ok = n < g.N && k < g.K;
-        cp_async16(bs + c * 4, ok ? B + n * g.ldb + k : B, ok);
-      } else {  // [kWK][BN], transposed by the split pass
-        const int r = c / (BN / 4), nc = (c % (BN / 4)) * 4;
-        const int64_t k = k0 + r, n = n0 + nc;
-        const bool ok = k < g.K && n < g.N;
-        cp_async16(bs + r * BN + nc, ok ? B + k * g.ldb + n : B, ok);
-      }
+  if (tid == 0) {
+    for (int r = 0; r < S::kRaw; ++r) {
+      mbar_init(full(r), 128);
+      mbar_init(raw_free(r), CWG * 128);
     }
-  };
-  auto split_b = [&](int stage, int buf) {
-    const float* bs = Bs + stage * S::b_stage;
-    float* big = Bsplit + buf * 2 * S::b_stage;
-    float* small = big + S::b_stage;
-#pragma unroll
-    for (int c = tid; c < BN * kWK / 4; c += kThreads) {
-      float4 v;
-      int at;
-      if (BKMajor) {
-        v = *reinterpret_cast<const float4*>(bs + c * 4);
-        at = c * 4;
-      } else {  // c: column n = c % BN, k chunk c / BN
-        const int n = c % BN, kc = (c / BN) * 4;
-        v = make_float4(bs[kc * BN + n], bs[(kc + 1) * BN + n], bs[(kc + 2) * BN + n], bs[(kc + 3) * BN + n]);
-        at = core_at(n, kc);
-      }
-      uint32_t hi[4], lo[4];
-      split_tf32(v.x, hi[0], lo[0]);
-      split_tf32(v.y, hi[1], lo[1]);
-      split_tf32(v.z, hi[2], lo[2]);
-      split_tf32(v.w, hi[3], lo[3]);
-      *reinterpret_cast<uint4*>(big + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      *reinterpret_cast<uint4*>(small + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-    }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to wgmma's reads
-  };
+    for (int q = 0; q < S::kParts; ++q) mbar_init(parts_free(q), CWG * 128);
+  }
+  __syncthreads();
 
-  // acc: the sum so far; part: this tile's (32 k), on the tensor cores, whose fp32 accumulation
-  // truncates (accumulating a whole K = 3072 there left errors 40x fp32's); added into acc with a
-  // rounded add per tile.
-  // acc: the sum so far; part: this tile's (32 k), on the tensor cores, whose fp32 accumulation
-  // truncates (accumulating a whole K = 3072 there left errors 40x fp32's); added into acc with a
-  // rounded add per tile. (Reading part while the next tile's wgmmas run makes ptxas serialize
-  // every wgmma; other blocks on the SM fill the gaps instead.)
+  if (tid >= CWG * 128) {  // ---- producer ----
+    const int p = tid - CWG * 128;
+    auto load = [&](int r, int64_t kt) {
+      const int64_t k0 = kt * kWK;
+      float* ra = Raw + r * S::raw;
+      float* rb = ra + S::a_raw;
+      load_k_rows<BM, kWK, kLdA, 128>(ra, A, g.lda, m0, g.M, k0, g.K, p);
+#pragma unroll
+      for (int c = p; c < BN * kWK / 4; c += 128) {
+        if (BKMajor) {  // straight into the core layout: chunk c is 16 bytes at c * 16
+          const int ci = c >> 3, n = ((ci / (kWK / 4)) << 3) + (c & 7), kc = (ci % (kWK / 4)) * 4;
+          const bool ok = n0 + n < g.N && k0 + kc < g.K;
+          cp_async16(rb + c * 4, ok ? B + (n0 + n) * g.ldb + k0 + kc : B, ok);
+        } else {  // [kWK][BN], transposed by the split
+          const int r2 = c / (BN / 4), nc = (c % (BN / 4)) * 4;
+          const bool ok = k0 + r2 < g.K && n0 + nc < g.N;
+          cp_async16(rb + r2 * BN + nc, ok ? B + (k0 + r2) * g.ldb + n0 + nc : B, ok);
+        }
+      }
+    };
+    constexpr int kChunks = BN * kWK / 4 / 128;
+    auto split_b = [&](int r, int q) {  // all loads first: kChunks independent chains
+      const float* rb = Raw + r * S::raw + S::a_raw;
+      float* big = Parts + q * S::parts;
+      float4 v[kChunks];
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const int c = p + 128 * i;
+        if (BKMajor) {
+          v[i] = *reinterpret_cast<const float4*>(rb + c * 4);
+        } else {  // column n = c % BN, k chunk c / BN
+          const int n = c % BN, kc = (c / BN) * 4;
+          v[i] = make_float4(rb[kc * BN + n], rb[(kc + 1) * BN + n], rb[(kc + 2) * BN + n], rb[(kc + 3) * BN + n]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const int c = p + 128 * i;
+        const int at = BKMajor ? c * 4 : core_at(c % BN, (c / BN) * 4);
+        uint32_t hi[4], lo[4];
+        split_tf32(v[i].x, hi[0], lo[0]);
+        split_tf32(v[i].y, hi[1], lo[1]);
+        split_tf32(v[i].z, hi[2], lo[2]);
+        split_tf32(v[i].w, hi[3], lo[3]);
+        *reinterpret_cast<uint4*>(big + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4*>(big + BN * kWK + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      }
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to wgmma's reads
+    };
+#pragma unroll 1
+    for (int64_t t = 0; t < kAhead; ++t) {
+      if (t < ktiles) load(static_cast<int>(t), t);
+      cp_async_commit();
+    }
+#pragma unroll 1
+    for (int64_t kt = 0; kt < ktiles; ++kt) {
+      const int64_t nxt = kt + kAhead;
+      if (nxt < ktiles) {
+        const int r = static_cast<int>(nxt % S::kRaw);
+        if (nxt >= S::kRaw) mbar_wait(raw_free(r), static_cast<uint32_t>((nxt / S::kRaw - 1) & 1));
+        load(r, nxt);
+      }
+      cp_async_commit();
+      cp_async_wait<kAhead>();
+      asm volatile("bar.sync 1, 128;\n" ::: "memory");  // tile kt is in, every producer's copies
+      const int q = static_cast<int>(kt % S::kParts);
+      if (kt >= S::kParts) mbar_wait(parts_free(q), static_cast<uint32_t>((kt / S::kParts - 1) & 1));
+      split_b(static_cast<int>(kt % S::kRaw), q);
+      mbar_arrive(full(static_cast<int>(kt % S::kRaw)));
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ---- consumers: warp w takes rows 16 w.. of the block (warpgroup cw) ----
+  const int w = tid >> 5, cw = tid >> 7, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
   float acc[ND], part[ND];
 #pragma unroll
   for (int i = 0; i < ND; ++i) acc[i] = part[i] = 0.f;
-
-#pragma unroll
-  for (int s = 0; s < NSt - 1; ++s) {
-    if (s < ktiles) load(s, s);
-    cp_async_commit();
-  }
-  cp_async_wait<NSt - 2>();
-  __syncthreads();
-  split_b(0, 0);
-  __syncthreads();
 #pragma unroll 1
   for (int64_t kt = 0; kt < ktiles; ++kt) {
-    const float* as = As + static_cast<int>(kt % NSt) * S::a_stage + (warp * 16 + gq) * kLdA + tq;
+    const int r = static_cast<int>(kt % S::kRaw), q = static_cast<int>(kt % S::kParts);
+    mbar_wait(full(r), static_cast<uint32_t>((kt / S::kRaw) & 1));
+    const float* as = Raw + r * S::raw + (w * 16 + gq) * kLdA + tq;
     uint32_t ab[KS][4], al[KS][4];
 #pragma unroll
     for (int s = 0; s < KS; ++s) {
@@ -425,8 +481,13 @@ __global__ void __launch_bounds__(WGS * 128) gemm_3xtf32_wgmma(TcGemm g) {
       split_tf32(as[s * 8 + 4], ab[s][2], al[s][2]);
       split_tf32(as[8 * kLdA + s * 8 + 4], ab[s][3], al[s][3]);
     }
-    const float* big = Bsplit + static_cast<int>(kt & 1) * 2 * S::b_stage;
-    const float* small = big + S::b_stage;
+    mbar_arrive(raw_free(r));
+    const float* big = Parts + q * S::parts;
+    const float* small = big + BN * kWK;
+    // Two consumer warpgroups take turns issuing (named barriers 2 and 3: warpgroup 1 after 0's
+    // tile kt, 0 after 1's tile kt - 1), so that one splits and folds while the other's wgmmas
+    // keep the tensor cores busy (1-5% on the H200 over letting them drift).
+    if (CWG == 2 && (cw == 1 || kt > 0)) asm volatile("bar.sync %0, 256;\n" ::"r"(2 + cw) : "memory");
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int s = 0; s < KS; ++s) {  // k 8 s..: core matrices 2 s, 2 s + 1
@@ -436,38 +497,28 @@ __global__ void __launch_bounds__(WGS * 128) gemm_3xtf32_wgmma(TcGemm g) {
       wgmma_bn<BN>(part, ab[s], dbig, 1);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    // While they run: the next copies, and tile kt + 1's split into the other pair (read by
-    // tile kt - 1's wgmmas, done).
-    {
-      const int64_t far = kt + NSt - 1;
-      if (far < ktiles) load(static_cast<int>(far % NSt), far);
-      cp_async_commit();
-    }
-    cp_async_wait<NSt - 2>();
-    __syncthreads();
-    if (kt + 1 < ktiles) split_b(static_cast<int>((kt + 1) % NSt), static_cast<int>((kt + 1) & 1));
+    if (CWG == 2 && (cw == 0 || kt + 1 < ktiles)) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 - cw) : "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
     for (int s = 0; s < KS; ++s)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) keep(ab[s][r]), keep(al[s][r]);
+      for (int i = 0; i < 4; ++i) keep(ab[s][i]), keep(al[s][i]);
+    mbar_arrive(parts_free(q));
 #pragma unroll
     for (int i = 0; i < ND; ++i) {
       keep(part[i]);
       acc[i] += part[i];
     }
-    __syncthreads();
   }
-  cp_async_wait<0>();
 
-  // acc[4 j + 0..3]: rows 16 warp + gq (+ 8), columns 8 j + 2 tq (+ 1).
+  // acc[4 j + 0..3]: rows 16 w + gq (+ 8), columns 8 j + 2 tq (+ 1).
   float* C = g.C + z * g.sc;
   const float* R = g.residual ? g.residual + z * g.sc : nullptr;
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      store_pair(g, A, B, C, R, m0 + warp * 16 + gq + h * 8, n0 + j * 8 + 2 * tq, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      store_pair(g, A, B, C, R, m0 + w * 16 + gq + h * 8, n0 + j * 8 + 2 * tq, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
 #endif
 }
 
@@ -500,19 +551,18 @@ template <int BM, int BN, int WM, int WN, bool BKMajor>
 cudaError_t launch_mma(const TcGemm& g, cudaStream_t stream) {
   return launch<gemm_3xtf32<BM, BN, WM, WN, BKMajor>, BM, BN>((BM / WM) * (BN / WN) * 32, Smem<BM, BN>::bytes, g, stream);
 }
-template <int WGS, int BN, int NSt, bool BKMajor>
-cudaError_t launch_wgmma(const TcGemm& g, cudaStream_t stream) {
-  return launch<gemm_3xtf32_wgmma<WGS, BN, NSt, BKMajor>, WGS * 64, BN>(WGS * 128, WgSmem<WGS, BN, NSt>::bytes, g, stream);
+template <int CWG, int BN, bool BKMajor>
+cudaError_t launch_ws(const TcGemm& g, cudaStream_t stream) {
+  return launch<gemm_3xtf32_ws<CWG, BN, BKMajor>, CWG * 64, BN>((CWG + 1) * 128, WsSmem<CWG, BN>::bytes, g, stream);
 }
 
 template <bool BKMajor>
 cudaError_t launch_config(const TcGemm& g, int config, cudaStream_t stream) {
   switch (config) {
     case 0: return launch_mma<64, 64, 32, 32, BKMajor>(g, stream);
-    case 1: return launch_mma<128, 64, 32, 32, BKMajor>(g, stream);
-    case 2: return launch_wgmma<1, 64, 2, BKMajor>(g, stream);
-    case 3: return launch_wgmma<2, 64, 3, BKMajor>(g, stream);
-    default: return launch_wgmma<2, 128, 3, BKMajor>(g, stream);
+    case 1: return launch_ws<1, 64, BKMajor>(g, stream);
+    case 2: return launch_ws<2, 64, BKMajor>(g, stream);
+    default: return launch_ws<2, 128, BKMajor>(g, stream);
   }
 }
 

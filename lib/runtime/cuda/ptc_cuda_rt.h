@@ -111,10 +111,10 @@ struct TcGemm {
 // Whether tc_gemm takes these operands: 16-byte aligned, k-contiguous A, K and the leading
 // dimensions multiples of 4 (and N too for an n-contiguous B).
 bool tc_gemm_fits(const TcGemm& g);
-// Configurations (the tile shapes that won somewhere in an H200 sweep): 0-1 mma.sync, 64 x 64 (4
-// warps) and 128 x 64 (8 warps); 2-4 Hopper's wgmma (an sm_90a image; an error text elsewhere),
-// 64 x 64 (2 stages), 128 x 64 and 128 x 128 (3 stages).
-constexpr int kTcGemmMmaConfigs = 2, kTcGemmConfigs = 5;
+// Configurations (the tile shapes that won somewhere in an H200 sweep): 0 mma.sync, 64 x 64 (4
+// warps; any sm_80+); 1-3 Hopper's warp-specialized wgmma (an sm_90a image; an error text
+// elsewhere), 64 x 64, 128 x 64 and 128 x 128.
+constexpr int kTcGemmMmaConfigs = 1, kTcGemmConfigs = 4;
 const char* tc_gemm(const TcGemm& g, int config, cudaStream_t stream);
 // Workspace bytes gemm may use (cuBLASLt's), per call.
 constexpr size_t kGemmWorkspace = size_t{32} << 20;
