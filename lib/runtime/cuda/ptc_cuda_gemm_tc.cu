@@ -15,8 +15,8 @@
 // warpgroup copies the tiles in and splits B, consumer warpgroups split A and run the wgmmas (an
 // sm_90a image only). A is k-contiguous (A[m, k] = A[m * lda + k]); B is k-contiguous
 // (B[k, n] = B[n * ldb + k], a Linear weight) or n-contiguous (B[k * ldb + n]). An output the
-// split made NaN (an Inf operand: its small part is Inf - Inf) is recomputed in plain fp32, so
-// Inf stays Inf; |x| within 2^-11 of FLT_MAX rounds to Inf.
+// split made NaN (an Inf operand, whose small part is Inf - Inf, or one within 2^-11 of FLT_MAX,
+// whose big part rounds to Inf) is recomputed in plain fp32, so Inf stays Inf.
 #include <algorithm>
 #include <cstdint>
 #include <string>
