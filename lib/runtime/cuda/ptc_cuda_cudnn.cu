@@ -143,6 +143,18 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
     }
     return a.direction == kConvForward && a.bias ? run_conv_epilogue(a, stream) : nullptr;
   }
+  if (a.direction == kConvForward && a.groups == 1 && a.KH == 1 && a.KW == 1 && a.sh == 1 && a.sw == 1 && a.ph == 0 && a.pw == 0 &&
+      a.xs[2] == a.W * a.xs[3] && a.ys[3] == 1 && a.ys[2] == a.OW && a.ys[1] == a.OH * a.OW && a.ys[0] == a.O * a.OH * a.OW) {
+    // 1x1: per image y[n] [O, H W] = w [O, C] x[n] [C, H W] (see ptc_cuda_rt.h)
+    Gemm g{};
+    g.M = a.O, g.N = a.H * a.W, g.K = a.C;
+    g.A = a.w, g.lda_m = a.C, g.lda_k = 1;
+    g.B = a.x, g.ldb_k = a.xs[1], g.ldb_n = a.xs[3];
+    g.C = a.y;
+    g.nbatch = 1, g.bsize[0] = a.N, g.bsa[0] = 0, g.bsb[0] = a.xs[0];
+    g.bias = a.bias, g.residual = a.bias ? a.residual : nullptr, g.act = a.bias ? a.act : kActNone, g.conv = true, g.bias_rows = true;
+    return gemm(ctx, g, stream);
+  }
   if (!fits_int(a)) return "cudnn_conv: a size or stride beyond cuDNN's 32-bit range";
   const std::vector<int64_t> key{a.direction, a.N, a.C, a.H, a.W, a.O, a.KH, a.KW, a.OH, a.OW, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw,
                                  a.groups, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3],

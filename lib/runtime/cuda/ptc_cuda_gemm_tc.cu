@@ -87,7 +87,7 @@ __device__ __forceinline__ void store_pair(const TcGemm& g, const float* A, cons
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     if (v[e] != v[e] && n + e < g.N) v[e] = plain_dot(g, A, B, m, n + e);
-    if (g.bias && n + e < g.N) v[e] += g.bias[n + e];
+    if (g.bias && n + e < g.N) v[e] += g.bias[g.bias_rows ? m : n + e];
     if (R && n + e < g.N) v[e] += R[m * g.N + n + e];
     if (g.act != kActNone) v[e] = v[e] != v[e] ? v[e] : fmaxf(v[e], 0.f);
     if (g.act == kActRelu6) v[e] = v[e] != v[e] ? v[e] : fminf(v[e], 6.f);

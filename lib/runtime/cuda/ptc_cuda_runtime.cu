@@ -80,6 +80,34 @@ __global__ void bias_act_kernel(float* y, int64_t count, int64_t inner, int64_t 
   }
 }
 
+// bias_act_kernel over 16-byte groups with 32-bit index math: four elements share a channel
+// (inner % 4 == 0) or take four consecutive channels (inner 1, channels % 4 == 0).
+__device__ __forceinline__ float act_one(float v, float b, float r, int act) {
+  v += b;  // in bias_act_kernel's order
+  v += r;
+  if (act != kActNone) v = v != v ? v : fmaxf(v, 0.f);
+  if (act == kActRelu6) v = v != v ? v : fminf(v, 6.f);
+  return v;
+}
+__global__ void bias_act_kernel4(float* y, uint32_t count4, uint32_t inner, uint32_t channels, const float* bias, const float* residual,
+                                 int act) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count4; i += gridDim.x * blockDim.x) {
+    float4 v = reinterpret_cast<float4*>(y)[i];
+    float4 b = make_float4(0.f, 0.f, 0.f, 0.f), r = b;
+    if (bias) {
+      if (inner == 1) {
+        b = reinterpret_cast<const float4*>(bias)[(i % (channels / 4))];
+      } else {
+        const float c = bias[(i * 4 / inner) % channels];
+        b = make_float4(c, c, c, c);
+      }
+    }
+    if (residual) r = reinterpret_cast<const float4*>(residual)[i];
+    v = make_float4(act_one(v.x, b.x, r.x, act), act_one(v.y, b.y, r.y, act), act_one(v.z, b.z, r.z, act), act_one(v.w, b.w, r.w, act));
+    reinterpret_cast<float4*>(y)[i] = v;
+  }
+}
+
 // A col-major operand for cuBLASLt of `rows` x `cols` from element strides (row stride rs,
 // column stride cs): plain when rs == 1, transposed when cs == 1.
 struct Operand {
@@ -185,6 +213,15 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
 const char* bias_act(float* y, int64_t count, int64_t inner, int64_t channels, const float* bias, const float* residual, int act,
                      cudaStream_t stream) {
   if (count <= 0 || (!bias && !residual && act == kActNone)) return nullptr;
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (count % 4 == 0 && count < (int64_t{1} << 31) && (inner % 4 == 0 || (inner == 1 && channels % 4 == 0)) && aligned(y) &&
+      (!residual || aligned(residual)) && (!bias || inner != 1 || aligned(bias))) {
+    const int64_t blocks = std::min<int64_t>((count / 4 + 255) / 256, int64_t{1} << 20);
+    bias_act_kernel4<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(y, static_cast<uint32_t>(count / 4), static_cast<uint32_t>(inner),
+                                                                        static_cast<uint32_t>(channels), bias, residual, act);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? nullptr : cuda_error("the epilogue kernel", e);
+  }
   const int64_t blocks = std::min<int64_t>((count + 255) / 256, int64_t{1} << 20);
   bias_act_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(y, count, inner, channels, bias, residual, act);
   cudaError_t e = cudaGetLastError();
@@ -226,10 +263,14 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   for (int d = 0; d < g.nbatch; ++d)
     if (g.bsize[d] == 0) total = 0;
   if (total == 0) return nullptr;
+  // The epilogue as a kernel after the product (the bias's channel: n, or m with bias_rows).
+  auto epilogue_kernel = [&](const float* residual) {
+    return bias_act(g.C, total * mn, g.bias_rows ? g.N : 1, g.bias_rows ? g.M : g.N, g.bias, residual, g.act, stream);
+  };
   if (g.K <= 0) {
     cudaError_t e = cudaMemsetAsync(g.C, 0, static_cast<size_t>(total * mn) * sizeof(float), stream);
     if (e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
-    return bias_act(g.C, total * mn, 1, g.N, g.bias, g.residual, g.act, stream);
+    return epilogue_kernel(g.residual);
   }
   int big = -1;
   for (int d = 0; d < nb; ++d)
@@ -262,11 +303,11 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
       }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return cuda_error("the GEMM kernel", e);
-    return bias_act(g.C, total * mn, 1, g.N, g.bias, g.residual, g.act, stream);
+    return epilogue_kernel(g.residual);
   }
-  // cuBLASLt's epilogue: bias (a 16-byte aligned vector: heuristic kernels assume aligned
-  // operands) and ReLU in the descriptor, the residual as C with beta = 1.
-  const bool lt_bias = g.bias && reinterpret_cast<uintptr_t>(g.bias) % 16 == 0;
+  // cuBLASLt's epilogue: bias (per column, a 16-byte aligned vector: heuristic kernels assume
+  // aligned operands) and ReLU in the descriptor, the residual as C with beta = 1.
+  const bool lt_bias = g.bias && !g.bias_rows && reinterpret_cast<uintptr_t>(g.bias) % 16 == 0;
   const bool relu = g.act == kActRelu;
   cublasLtEpilogue_t epi = lt_bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                    : (relu && !g.bias ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
@@ -333,7 +374,8 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   bool tc_fits = false;
   if (!tf32 && tc_gemm_enabled() && g.lda_k == 1 && (g.ldb_k == 1 || g.ldb_n == 1)) {
     const bool kmajor = g.ldb_k == 1 && (g.ldb_n != 1 || g.K > 1);
-    tg = TcGemm{g.M, g.N, g.K, g.A, g.lda_m, g.B, kmajor ? g.ldb_n : g.ldb_k, kmajor, g.C, inner, sa, sb, sc, g.bias, g.residual, g.act};
+    tg = TcGemm{g.M, g.N, g.K, g.A, g.lda_m, g.B, kmajor ? g.ldb_n : g.ldb_k, kmajor, g.C, inner, sa, sb, sc, g.bias, g.residual, g.act,
+                g.bias_rows};
     tc_fits = true;
     for (int64_t o = 0; tc_fits && o < outer; ++o) tc_fits = tc_gemm_fits(tc_problem(o));  // every problem's pointers aligned
   }
@@ -348,10 +390,17 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     cudaEvent_t e0 = nullptr, e1 = nullptr;
     if (cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
       float best = INFINITY;
+      // cuBLASLt's time includes the epilogue kernel it leaves (a per-row bias, ReLU6): the 3xTF32
+      // kernels run the whole epilogue.
+      auto run_with_epilogue = [&](const cublasLtMatmulAlgo_t& algo) {
+        const cublasStatus_t st = run(algo);
+        if (st == CUBLAS_STATUS_SUCCESS && epi == CUBLASLT_EPILOGUE_DEFAULT && epilogue_kernel(nullptr)) return CUBLAS_STATUS_EXECUTION_FAILED;
+        return st;
+      };
       for (const auto& algo : plan.candidates) {
         if (run(algo) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; an algorithm these pointers do not suit
         cudaEventRecord(e0, stream);
-        bool ok = run(algo) == CUBLAS_STATUS_SUCCESS && run(algo) == CUBLAS_STATUS_SUCCESS;
+        bool ok = run_with_epilogue(algo) == CUBLAS_STATUS_SUCCESS && run_with_epilogue(algo) == CUBLAS_STATUS_SUCCESS;
         cudaEventRecord(e1, stream);
         float ms = 0.f;
         if (ok && cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best) {
@@ -379,7 +428,7 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   if (plan.tc >= 0 && tc_fits) return run_tc(plan.tc);
   if (cublasStatus_t st = run(plan.algo); st != CUBLAS_STATUS_SUCCESS) return lt_error("cublasLtMatmul", st);
   if (epi != CUBLASLT_EPILOGUE_DEFAULT) return nullptr;
-  return bias_act(g.C, total * mn, 1, g.N, g.bias, nullptr, g.act, stream);  // cuBLASLt added the residual as C
+  return epilogue_kernel(nullptr);  // cuBLASLt added the residual as C
 }
 
 namespace {
