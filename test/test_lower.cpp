@@ -314,6 +314,58 @@ TEST_CASE("channels-last convolutions as GEMMs (1x1, patchify) and depthwise tap
   }
 }
 
+TEST_CASE("an NCHW patchify convolution (CUDA) is a GEMM over its patches and matches the convolution extern", "[lower]") {
+  struct Conv {
+    int64_t C, O, KH, KW;
+    bool gemm;  // stride = kernel, no padding: a GEMM; else the cuDNN extern
+    int64_t pad = 0;
+  };
+  // (the input is 8 x 12: the 3x3/s3 patchify leaves 2 rows unread, as the convolution does)
+  const Conv convs[] = {{3, 4, 4, 4, true}, {2, 5, 3, 3, true}, {1, 3, 2, 3, true}, {3, 4, 4, 4, false, 1}, {3, 4, 1, 1, false}};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> U(-1, 1);
+  const LowerOptions cuda = LowerOptions::for_device("cuda");
+  REQUIRE_FALSE(cuda.channels_last);
+  for (const Conv& k : convs) {
+    INFO("C " << k.C << " O " << k.O << " kernel " << k.KH << "x" << k.KW << " pad " << k.pad);
+    test::GraphBuilder b;
+    sym::Expr n = b.sym("n", 1, 4);
+    Value* x = b.input("x", DType::Float32, {n, sym::Expr(k.C), sym::Expr(8), sym::Expr(12)});
+    std::vector<double> wv(static_cast<size_t>(k.O * k.C * k.KH * k.KW)), bv(static_cast<size_t>(k.O));
+    for (auto* v : {&wv, &bv})
+      for (double& e : *v) e = U(rng);
+    Value* w = b.weight("p_w", "w", DType::Float32, {k.O, k.C, k.KH, k.KW}, wv);
+    Value* bias = b.weight("p_b", "b", DType::Float32, {k.O}, bv);
+    auto pair = [](int64_t u, int64_t v) { return std::vector<sym::Expr>{sym::Expr(u), sym::Expr(v)}; };
+    Value* y = b.op(OpKind::Conv2d, "y",
+                    {{"input", x}, {"weight", w}, {"bias", bias}, {"stride", pair(k.KH, k.KW)}, {"padding", pair(k.pad, k.pad)},
+                     {"dilation", pair(1, 1)}, {"groups", sym::Expr(1)}});
+    // what a ViT does next: [N, O, OH OW] -> [N, OH OW, O]
+    Value* flat = b.op(OpKind::FlattenUsingInts, "flat", {{"self", y}, {"start_dim", int64_t{2}}, {"end_dim", int64_t{-1}}});
+    b.g->outputs.push_back(b.op(OpKind::TransposeInt, "tokens", {{"self", flat}, {"dim0", int64_t{1}}, {"dim1", int64_t{2}}}));
+    loop::Program direct = lower_to_loops(*b.g), got_prog = lower_to_loops(*b.g, cuda);
+    INFO(loop::print_program(got_prog));
+    int gemms = 0, conv_externs = 0;
+    for (const auto& c : got_prog.comps) {
+      if (c.kind != loop::Computation::Kind::Extern) continue;
+      gemms += c.extern_kind == loop::ExternKind::Gemm;
+      conv_externs += c.extern_kind == loop::ExternKind::Convolution;
+    }
+    CHECK(gemms == (k.gemm ? 1 : 0));
+    CHECK(conv_externs == (k.gemm ? 0 : 1));
+    for (int64_t batch : {1, 3}) {
+      auto ins = random_inputs(*b.g, batch, rng);
+      auto want = interpret(direct, *b.g, ins, {{"n", batch}});
+      auto got = interpret(got_prog, *b.g, ins, {{"n", batch}});
+      REQUIRE(want[0].size() == got[0].size());
+      std::vector<float> a = floats(want[0]), c = floats(got[0]);
+      double worst = 0;
+      for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - c[i])));
+      CHECK(worst < 1e-5);
+    }
+  }
+}
+
 TEST_CASE("a convolution's weight gradient as stored columns and GEMMs (CUDA) matches the implicit-GEMM extern (CPU)", "[lower]") {
   struct Conv {
     int64_t C, O, K, stride, pad, dil, groups;

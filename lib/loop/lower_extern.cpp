@@ -286,20 +286,22 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
           return binary(Op::Add, y.at(i), cast(b.at({i[1]}), DType::Float32));
         });
       };
+      const Index out = a.out_sizes();
+      const DType dt = a.out_dtype();
+      // A convolution run as the GEMM [N OH OW, K] x [K, O]: its row-major result is the NHWC
+      // output, read back as [N, O, OH, OW].
+      auto nhwc_gemm = [&](View lhs, View rhs) {
+        TensorRef y = emit_extern(L, ExternKind::Gemm, dt, {out[0] * out[2] * out[3], out[1]}, {std::move(lhs), std::move(rhs)},
+                                  {kGemmOfConvolution});
+        PTC_CHECK(y.view, "a GEMM result is no buffer");
+        L.nhwc_buffers.insert(y.view->buffer);
+        L.nhwc_shapes[y.view->buffer] = {out[0], out[2], out[3], out[1]};
+        return one(plus_bias(L.nhwc_view(y.view->buffer, dt)));
+      };
+      const bool patchify = a.i("groups") == 1 && kh && kw && *kh * *kw > 1 && st[0] == *kh && st[1] == *kw && pd[0] == 0 && pd[1] == 0 &&
+                            dl[0] == 1 && dl[1] == 1;
       if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype}) && L.options.channels_last) {
-        const Index out = a.out_sizes();
         const int64_t groups = a.i("groups");
-        const DType dt = a.out_dtype();
-        // A convolution run as the GEMM [N OH OW, K] x [K, O]: its row-major result is the NHWC
-        // output, read back as [N, O, OH, OW].
-        auto nhwc_gemm = [&](View lhs, View rhs) {
-          TensorRef y = emit_extern(L, ExternKind::Gemm, dt, {out[0] * out[2] * out[3], out[1]}, {std::move(lhs), std::move(rhs)},
-                                    {kGemmOfConvolution});
-          PTC_CHECK(y.view, "a GEMM result is no buffer");
-          L.nhwc_buffers.insert(y.view->buffer);
-          L.nhwc_shapes[y.view->buffer] = {out[0], out[2], out[3], out[1]};
-          return one(plus_bias(L.nhwc_view(y.view->buffer, dt)));
-        };
         if (groups == 1 && kh == 1 && kw == 1 && st[0] == 1 && st[1] == 1 && pd[0] == 0 && pd[1] == 0) {
           // A 1x1 convolution is a GEMM over the NHWC activations: [N H W, C] x W^T [C, O]
           // (cuBLASLt, whose bias / residual / ReLU epilogues fuse as cuDNN's do). Its row-major
@@ -311,8 +313,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
           return nhwc_gemm(View{xv.buffer, {m, x.sizes[1]}, {x.sizes[1], sym::Expr(1)}, xv.offset},
                            View{wv.buffer, {w.sizes[1], w.sizes[0]}, {wv.strides[1], wv.strides[0]}, wv.offset});
         }
-        if (groups == 1 && kh && kw && *kh * *kw > 1 && st[0] == *kh && st[1] == *kw && pd[0] == 0 && pd[1] == 0 && dl[0] == 1 &&
-            dl[1] == 1 && w.view && w.view->channels_last() && w.view->strides[0] == w.sizes[1] * (*kh * *kw)) {
+        if (patchify && w.view && w.view->channels_last() && w.view->strides[0] == w.sizes[1] * (*kh * *kw)) {
           // A patchify convolution (stride = kernel, no padding: ViT's patch embedding) is a GEMM
           // over its non-overlapping patches: cols [N OH OW, KH KW C], gathered once with the
           // channel fastest, times the KRSC weight read as [KH KW C, O].
@@ -365,6 +366,22 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         PTC_CHECK(y.view, "a convolution result is no buffer");
         L.nhwc_buffers.insert(y.view->buffer);
         return one(plus_bias(L.nhwc_view(y.view->buffer, a.out_dtype())));
+      }
+      if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype}) && patchify && w.view && w.view->dense()) {
+        // NCHW, a patchify convolution (ViT's patch embedding; cuDNN's exact kernels took 76 us
+        // for ViT-S's at batch 8 on an H200): the GEMM over its patches, cols [N OH OW, C KH KW]
+        // gathered once in the KCRS weight's order, times the weight read as [C KH KW, O]. Its
+        // NHWC result is what a ViT reads next ([N, OH OW, O] after flatten and transpose).
+        const sym::Expr C = x.sizes[1], plane = out[2] * out[3], m = out[0] * plane, k = C * (*kh * *kw);
+        const int64_t KH = *kh, KW = *kw;
+        TensorRef cols = L.pointwise(dt, {m, k}, [=](const Index& i) {
+          const sym::Expr n = sym::floordiv(i[0], plane), l = sym::mod(i[0], plane);
+          const sym::Expr c = sym::floordiv(i[1], sym::Expr(KH * KW)), tap = sym::mod(i[1], sym::Expr(KH * KW));
+          return cast(x.at({n, c, sym::floordiv(l, out[3]) * KH + sym::floordiv(tap, sym::Expr(KW)),
+                            sym::mod(l, out[3]) * KW + sym::mod(tap, sym::Expr(KW))}),
+                      dt);
+        });
+        return nhwc_gemm(L.as_view(cols, L.origin()), View{w.view->buffer, {k, out[1]}, {sym::Expr(1), k}, w.view->offset});
       }
       if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype})) {
         std::vector<View> operands{cudnn_view(L, x), dense_view(L, w)};
