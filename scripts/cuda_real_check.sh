@@ -7,7 +7,9 @@
 #   bash scripts/cuda_real_check.sh PTC_BINARY OUT_DIR MODEL...      (e.g. bert gpt2 resnet18)
 #
 # PRECISION=tf32 or tf32-conv compiles with --tf32 / --tf32-conv and runs torch in the same
-# precision (cuda_check.py --tf32 / --tf32-conv); default: exact fp32 on both sides.
+# precision (cuda_check.py --tf32 / --tf32-conv); default: exact fp32 on both sides. GRAPHS=1
+# also builds each model with --cuda-graphs (cuda_<model>_pt2_graphs.so, for cuda_check.py's
+# bench). Exports already in OUT_DIR/models are reused; the libraries are always compiled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ptc=$(readlink -f "$1")
@@ -30,8 +32,14 @@ if [ ! -e /usr/local/cuda/include/cudnn.h ]; then
     export LD_LIBRARY_PATH="$dnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
 fi
-python3 scripts/export_models.py --real "$@" --out "$out/models" --no-trace --no-verify
-# Several models at a time (nvcc is single-threaded per translation unit).
-printf '%s\n' "$@" | xargs -P 4 -I{} sh -c \
+missing=()
+for m in "$@"; do [ -f "$out/models/$m.pt2" ] || missing+=("$m"); done
+if [ ${#missing[@]} -gt 0 ]; then python3 scripts/export_models.py --real "${missing[@]}" --out "$out/models" --no-trace --no-verify; fi
+# Several models at a time (nvcc is single-threaded per translation unit): JOBS, default 4.
+printf '%s\n' "$@" | xargs -P "${JOBS:-4}" -I{} sh -c \
   "'$ptc' compile -q '$out/models/{}.pt2' -o '$out/libs/cuda_{}_pt2.so' --device cuda --no-cache ${precision[*]} && echo compiled {} || echo FAILED to compile {}"
+if [ "${GRAPHS:-0}" = 1 ]; then
+  printf '%s\n' "$@" | xargs -P "${JOBS:-4}" -I{} sh -c \
+    "'$ptc' compile -q '$out/models/{}.pt2' -o '$out/libs/cuda_{}_pt2_graphs.so' --device cuda --cuda-graphs --no-cache ${precision[*]} || echo FAILED to compile {} with --cuda-graphs"
+fi
 python3 scripts/cuda_check.py --libs "$out/libs" --models-dir "$out/models" "${precision[@]}" --only "$@"

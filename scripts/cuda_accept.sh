@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The CUDA backend's acceptance checks on a GPU machine, in one command (docs/cuda.md, "Checking
+# on a GPU"): correctness of every fixture and suite model against eager on the GPU,
+# compute-sanitizer, and the benches against eager and torch.compile.
+#
+#   bash scripts/cuda_accept.sh PTC_BINARY FIXTURE_LIBS WORK_DIR [STEP...]
+#
+# PTC_BINARY: a ptc (one built with -DPTC_WITH_TORCHSCRIPT=OFF will do: it needs no torch);
+# FIXTURE_LIBS: what scripts/build_cuda_fixtures.sh wrote (nvcc needs no GPU, so build them
+# anywhere); WORK_DIR: exports and libraries of the real models (random weights), reused when
+# there (use a fresh one for another ptc). Steps, all by default, in this order:
+#   fixtures     every fixture library against eager on the GPU and the recorded CPU outputs
+#   memcheck     the fixture libraries under compute-sanitizer memcheck
+#   small        the small fixtures' bench: eager, torch.compile (both modes), ptc
+#   bandwidth    fused pointwise kernels against device-to-device copy bandwidth
+#   suite        every real model of the suite (export_models.py REAL) in exact fp32 against eager
+#   bench        the six acceptance models in torch's default precision (TF32 for cuDNN
+#                convolutions only, matmuls exact: ptc --tf32-conv), checked, then eager,
+#                torch.compile (default and reduce-overhead) and ptc (with and without
+#                --cuda-graphs) side by side, with the geomeans
+#   bench-exact  the same with TF32 off everywhere (exact fp32 on both sides)
+# NO_INDUCTOR=1 leaves torch.compile out of the benches (eager and ptc only).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+ptc=$(readlink -f "${1:?usage: cuda_accept.sh PTC_BINARY FIXTURE_LIBS WORK_DIR [STEP...]}")
+fixtures=${2:?fixture libraries}
+work=${3:?work folder}
+shift 3
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(fixtures memcheck small bandwidth suite bench bench-exact)
+SUITE="resnet18 resnet50 mobilenet_v2 vit_b_16 vit_small_patch16_224 mobilenet_v3_small squeezenet1_1 shufflenet_v2_x1_0
+       densenet121 convnext_tiny resnet50d efficientnet_b0 bert gpt2 t5_encoder distilbert"
+SIX="mobilenet_v2 resnet18 resnet50 bert gpt2 vit_small_patch16_224"
+SIZES="mobilenet_v2:8 resnet18:8 resnet50:32 bert:8,128 gpt2:4,128 vit_small_patch16_224:8"
+inductor=()
+[ "${NO_INDUCTOR:-0}" = 1 ] && inductor=(--no-inductor)
+# cuDNN for the libraries: torch's pip package where the system has none (as cuda_real_check.sh).
+if [ ! -e /usr/local/cuda/include/cudnn.h ]; then
+  dnn=$(python3 -c 'import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null || true)
+  [ -n "$dnn" ] && export LD_LIBRARY_PATH="$dnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+mkdir -p "$work"
+status=0
+run() {  # run STEP-NAME COMMAND...: time it, remember a failure, go on
+  local name=$1
+  shift
+  echo "== $name: $*"
+  local t0=$SECONDS
+  "$@" || { status=1; echo "== $name FAILED"; }
+  echo "== $name: $((SECONDS - t0)) s"
+}
+# bench PRECISION DIR: compile the six (and their --cuda-graphs builds), check, bench
+bench() {
+  local flag=()
+  [ "$1" = exact ] || flag=("--$1")
+  mkdir -p "$2"
+  # the suite step's exports, where it ran
+  if [ "$2" != "$work/exact" ] && [ -d "$work/exact/models" ] && [ ! -e "$2/models" ]; then ln -s "$(readlink -f "$work/exact/models")" "$2/models"; fi
+  PRECISION=$1 GRAPHS=1 bash scripts/cuda_real_check.sh "$ptc" "$2" $SIX &&
+    python3 scripts/cuda_check.py --libs "$2/libs" --models-dir "$2/models" "${flag[@]}" "${inductor[@]}" --no-check --sizes $SIZES
+}
+for step in "${steps[@]}"; do
+  case $step in
+    fixtures) run fixtures python3 scripts/cuda_check.py --libs "$fixtures" ;;
+    memcheck) run memcheck compute-sanitizer --tool memcheck --leak-check no --error-exitcode 1 python3 scripts/cuda_check.py --libs "$fixtures" --ref-only ;;
+    small) run small python3 scripts/cuda_check.py --libs "$fixtures" --bench --no-check "${inductor[@]}" ;;
+    bandwidth) run bandwidth python3 scripts/cuda_bandwidth.py --ptc-binary "$ptc" --work "$work/bandwidth" ;;
+    suite) run suite bash scripts/cuda_real_check.sh "$ptc" "$work/exact" $SUITE ;;
+    bench) run "bench (torch's default precision)" bench tf32-conv "$work/default" ;;
+    bench-exact) run "bench (exact fp32)" bench exact "$work/exact" ;;
+    *) echo "unknown step '$step' (fixtures memcheck small bandwidth suite bench bench-exact)" >&2; exit 2 ;;
+  esac
+done
+exit $status
