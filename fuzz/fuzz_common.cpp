@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "ptc/backend.h"
 #include "ptc/codegen.h"
 #include "ptc/error.h"
 #include "ptc/frontend.h"
@@ -20,13 +21,13 @@ void compile_front_half(std::string bytes) {
   try {
     std::unique_ptr<Graph> g = load_pt2_bytes(std::move(bytes), "fuzz.pt2");
     g = run_graph_passes(*g);
-    for (bool cuda : {false, true}) {
-      loop::Program prog = lower_to_loops(*g, LowerOptions::for_device(cuda ? "cuda" : "cpu"));
-      sched::ScheduleOptions so;
-      so.extern_epilogues = cuda ? sched::Epilogues::Library : sched::Epilogues::Any;
-      sched::Schedule s = sched::schedule(prog, so);
-      WeightLayout w = layout_weights(prog, *g, /*external=*/cuda);  // both weight layouts
-      LibrarySource src = cuda ? generate_cuda(prog, s, *g, w, CudaOptions{}) : generate_cpu(prog, s, *g, w);
+    bool external = false;  // both weight layouts, one per backend
+    for (const Backend* b : backends()) {
+      loop::Program prog = lower_to_loops(*g, b->lower_options(/*channels_last=*/false));
+      sched::Schedule s = sched::schedule(prog, b->schedule_options());
+      WeightLayout w = layout_weights(prog, *g, external);
+      external = !external;
+      LibrarySource src = b->generate(prog, s, *g, w, CodegenOptions{});
       (void)src;
     }
     if (verbose) std::fprintf(stderr, "compiled: %zu nodes\n", g->nodes().size());

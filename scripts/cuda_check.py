@@ -17,11 +17,11 @@ outputs are compared too).
 eager, torch.compile (default and mode="reduce-overhead") and ptc, with ratios.
 --tf32: torch runs with TF32 on too (torch.backends.cuda.matmul.allow_tf32 =
 torch.backends.cudnn.allow_tf32 = True, in eager and torch.compile alike), for libraries compiled
-with `ptc compile --tf32`. A library whose manifest says tf32 is checked with TF32_TOL whatever
-the flag.
+with `ptc compile --precision tf32`. A library whose manifest's precision is tf32 or tf32-conv is
+checked with TF32_TOL whatever the flag.
 --tf32-conv: torch's own defaults, TF32 for cuDNN convolutions only (torch.backends.cudnn.allow_tf32
 = True, torch.backends.cuda.matmul.allow_tf32 = False), for libraries compiled with
-`ptc compile --tf32-conv`; their manifests say tf32_conv, and they are checked as --tf32 ones are.
+`ptc compile --precision tf32-conv`; they are checked as tf32 ones are.
 --sizes MODEL:D0[,D1] ...: bench these models at these leading input dimensions instead (batch, or
 batch and sequence length; random inputs), e.g. --sizes resnet50:32 bert:8,128; the geomean of
 eager/ptc and of best-torch.compile/ptc over them is printed.
@@ -130,7 +130,7 @@ def check(libs, only=None, ref_only=False, models=MODELS):
                 eager = None if ref_only else load_eager(name, "pt2" if flavour == "core_pt2" else flavour, models)
                 with ptc_ctypes.PtcModel(str(lib)) as m, torch.inference_mode():
                     flags = m.manifest.get("flags", {})
-                    tf32 = bool(flags.get("tf32") or flags.get("tf32_conv"))
+                    tf32 = flags.get("precision") in ("tf32", "tf32-conv")
                     row["tf32"] = tf32
                     for case in expect["cases"]:
                         ins = [recorded(models, f).cuda() for f in case["inputs"]]

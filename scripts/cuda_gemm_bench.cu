@@ -4,7 +4,7 @@
 // shapes. Needs a GPU; build it there or here (nvcc, no GPU needed to build):
 //
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
-//        --expt-relaxed-constexpr -Ilib/runtime/cuda scripts/cuda_gemm_bench.cu \
+//        --expt-relaxed-constexpr -Ilib/runtime/cuda -Ilib/runtime/common scripts/cuda_gemm_bench.cu \
 //        lib/runtime/cuda/ptc_cuda_gemm_tc.cu -lcublas -o cuda_gemm_bench
 //   ./cuda_gemm_bench [SHAPE [CONFIG]]
 #include <cublas_v2.h>

@@ -87,7 +87,7 @@ TEST_CASE("CUDA training libraries (--train --device cuda) compile and export th
   CHECK(g.exit_code == 0);
   for (const char* part : {"/fwd_model.cu", "/bwd_model.cu"}) {
     INFO(part);
-    CHECK(test::read_file(src + part).find("model->pool, false, false, false};") != std::string::npos);
+    CHECK(test::read_file(src + part).find("model->pool, ptc_rt::MathModes{ptc_rt::MathMode::FP32, ptc_rt::MathMode::FP32, ptc_rt::MathMode::FP32}, false};") != std::string::npos);
   }
 }
 
@@ -128,9 +128,9 @@ TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missin
                          " -o " + dir + "/cuda_tf32_cnn.so");
   INFO(t.output);
   REQUIRE(t.exit_code == 0);
-  CHECK(test::read_file(tf32_dir + "/model.cu").find("model->pool, true, false, true};") != std::string::npos);
+  CHECK(test::read_file(tf32_dir + "/model.cu").find("model->pool, ptc_rt::MathModes{ptc_rt::MathMode::TF32, ptc_rt::MathMode::TF32, ptc_rt::MathMode::TF32}, true};") != std::string::npos);
   const std::string tf32_manifest = test::run_ptc("inspect --json " + dir + "/cuda_tf32_cnn.so").output;
-  CHECK(tf32_manifest.find("\"tf32\": true") != std::string::npos);
+  CHECK(tf32_manifest.find("\"precision\": \"tf32\"") != std::string::npos);
   // ... and lays its (ungrouped) convolutions out NHWC, unless told not to
   CHECK(tf32_manifest.find("\"channels_last\": true") != std::string::npos);
   auto nc = test::run_ptc("compile -q --no-cache --device cuda --tf32 --no-channels-last " + test::fixture("small_cnn.pt2") + " -o " + dir +
@@ -145,7 +145,7 @@ TEST_CASE("CUDA builds of a model with convolutions name cuDNN when it is missin
                           dir + "/cuda_tf32_tfm.so");
   INFO(tt.output);
   REQUIRE(tt.exit_code == 0);
-  CHECK(test::read_file(tfm_dir + "/model.cu").find("a.tf32 = ctx.tf32;") != std::string::npos);
+  CHECK(test::read_file(tfm_dir + "/model.cu").find("a.tf32 = ctx.math.attention == ptc_rt::MathMode::TF32;") != std::string::npos);
   // A model without convolutions does not need cuDNN at all.
   auto m = test::run_ptc("compile -q --no-cache --device cuda --nvcc " + no_lib + " " + test::fixture("mlp.pt2") + " -o " + dir + "/cuda_mlp_no_cudnn.so");
   INFO(m.output);
@@ -183,7 +183,7 @@ TEST_CASE("CUDA libraries build the 3xTF32 GEMM unit with an sm_90a image (wgmma
   if (nvcc.empty()) nvcc = "/usr/local/cuda/bin/nvcc";
   const std::string root = test::source_dir(), bench = test::temp_dir() + "/cuda_gemm_bench";
   const std::string out = shell(nvcc + " -O1 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I" + root +
-                                "/lib/runtime/cuda " + root + "/scripts/cuda_gemm_bench.cu " + root +
+                                "/lib/runtime/cuda -I" + root + "/lib/runtime/common " + root + "/scripts/cuda_gemm_bench.cu " + root +
                                 "/lib/runtime/cuda/ptc_cuda_gemm_tc.cu -lcublas -o " + bench + " && echo BUILT");
   INFO(out);
   CHECK(out.find("BUILT") != std::string::npos);
@@ -199,16 +199,35 @@ TEST_CASE("CUDA builds: a bad nvcc path or --profile gets one clear error", "[cu
   CHECK(p.output.find("--profile is not supported for --device cuda") != std::string::npos);
   auto t = test::run_ptc("compile -q " + test::fixture("mlp.pt2") + " -o " + so + " --tf32");
   CHECK(t.exit_code == 1);
-  CHECK(t.output.find("--tf32 needs --device cuda") != std::string::npos);
+  CHECK(t.output.find("--precision tf32 is not available for --device cpu (it needs --device cuda)") != std::string::npos);
   auto tc = test::run_ptc("compile -q " + test::fixture("small_cnn.pt2") + " -o " + so + " --tf32-conv");
   CHECK(tc.exit_code == 1);
-  CHECK(tc.output.find("--tf32-conv needs --device cuda") != std::string::npos);
+  CHECK(tc.output.find("--precision tf32-conv is not available for --device cpu (it needs --device cuda)") != std::string::npos);
   auto c = test::run_ptc("compile -q " + test::fixture("small_cnn.pt2") + " -o " + so + " --channels-last");
   CHECK(c.exit_code == 1);
   CHECK(c.output.find("--channels-last needs --device cuda") != std::string::npos);
   auto ct = test::run_ptc("compile -q --device cuda --train --channels-last " + test::fixture("small_cnn.pt2") + " -o " + so);
   CHECK(ct.exit_code == 1);
   CHECK(ct.output.find("--channels-last is for inference libraries so far") != std::string::npos);
+}
+
+TEST_CASE("the --precision flag: one setting for every backend; unsupported precisions and contradicting aliases get one sentence", "[cli]") {
+  const std::string so = test::temp_dir() + "/precision_bad.so";
+  for (const char* device : {"cpu", "cuda"})
+    for (const char* p : {"bf16", "fp16"}) {
+      auto r = test::run_ptc(std::string("compile -q --device ") + device + " --precision " + p + " " + test::fixture("mlp.pt2") + " -o " + so);
+      INFO(r.output);
+      CHECK(r.exit_code == 1);
+      CHECK(r.output.find(std::string("--precision ") + p + " is not available for --device " + device + " (no backend computes in it yet)") !=
+            std::string::npos);
+    }
+  auto c = test::run_ptc("compile -q --device cuda --precision tf32 --tf32-conv " + test::fixture("mlp.pt2") + " -o " + so);
+  CHECK(c.exit_code == 1);
+  CHECK(c.output.find("--tf32-conv means --precision tf32-conv, which contradicts --precision tf32") != std::string::npos);
+  auto u = test::run_ptc("compile -q --precision tf64 " + test::fixture("mlp.pt2") + " -o " + so);
+  CHECK(u.exit_code == 1);
+  CHECK(u.output.find("--precision") != std::string::npos);
+  CHECK(!std::filesystem::exists(so));
 }
 
 TEST_CASE("CUDA --channels-last: NHWC convolutions with KRSC filters compile, and the manifest says so", "[cuda]") {
@@ -237,21 +256,22 @@ TEST_CASE("CUDA --channels-last: NHWC convolutions with KRSC filters compile, an
   };
   CHECK(count("a.w_nhwc = 1;") == 1);
   CHECK(count("ptc_cuda::gemm(") == 6);
-  // --tf32-conv (torch's defaults): TF32 for the convolutions only. The context says so, the five
+  // --precision tf32-conv (torch's defaults): TF32 for the convolutions only. The context says so, the five
   // GEMMs that are 1x1 convolutions are marked as a convolution's (the classifier's is not), and
   // the model is channels-last as with --tf32.
   const std::string csrc = dir + "/cuda_tf32_conv_mbv2_src", cso = dir + "/cuda_tf32_conv_mbv2.so";
-  auto c = test::run_ptc("compile -q --no-cache --device cuda --tf32-conv --emit-dir " + csrc + " " + test::fixture("mbv2_dyn.pt2") + " -o " + cso);
+  auto c = test::run_ptc("compile -q --no-cache --device cuda --precision tf32-conv --emit-dir " + csrc + " " + test::fixture("mbv2_dyn.pt2") + " -o " + cso);
   INFO(c.output);
   REQUIRE(c.exit_code == 0);
   const std::string cm = test::run_ptc("inspect --json " + cso).output;
-  CHECK(cm.find("\"tf32_conv\": true") != std::string::npos);
-  CHECK(cm.find("\"tf32\": false") != std::string::npos);
+  CHECK(cm.find("\"precision\": \"tf32-conv\"") != std::string::npos);
   CHECK(cm.find("\"channels_last\": true") != std::string::npos);
   const std::string ck = test::read_file(csrc + "/model.cu");
   size_t marked = 0;
   for (size_t at = ck.find("g.conv = true;"); at != std::string::npos; at = ck.find("g.conv = true;", at + 1)) ++marked;
   CHECK(marked == 5);
-  // (tf32 false, tf32_conv true, an inference library: forward convolutions may take transforms)
-  CHECK(ck.find("model->pool, false, true, true};") != std::string::npos);
+  // (GEMMs and attention exact, convolutions TF32; an inference library: forward convolutions may
+  // take transforms)
+  CHECK(ck.find("model->pool, ptc_rt::MathModes{ptc_rt::MathMode::FP32, ptc_rt::MathMode::TF32, ptc_rt::MathMode::FP32}, true};") !=
+        std::string::npos);
 }

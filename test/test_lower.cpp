@@ -7,6 +7,7 @@
 #include <random>
 #include <nlohmann/json.hpp>
 
+#include "ptc/backend.h"
 #include "ptc/error.h"
 #include "ptc/frontend.h"
 #include "ptc/lower.h"
@@ -134,8 +135,7 @@ TEST_CASE("lowering + interpreter match PyTorch eager on every fixture", "[lower
 }
 
 TEST_CASE("channels-last lowering (CUDA --channels-last) stores convolutions NHWC with KRSC weights and matches eager", "[lower]") {
-  LowerOptions opts = LowerOptions::for_device("cuda");
-  opts.channels_last = true;
+  const LowerOptions opts = backend_named("cuda").lower_options(true);
   for (const char* suffix : {".pt2", ".core.pt2"}) {
     INFO(std::string("small_cnn") + suffix);
     auto g = run_graph_passes(*load_pt2(test::fixture(std::string("small_cnn") + suffix)), {}, GraphPassOptions{true});
@@ -145,8 +145,7 @@ TEST_CASE("channels-last lowering (CUDA --channels-last) stores convolutions NHW
     int nhwc = 0;
     for (const auto& c : p.comps) {
       if (c.kind != loop::Computation::Kind::Extern || c.extern_kind != loop::ExternKind::Convolution) continue;
-      REQUIRE(c.params.size() == 8);
-      nhwc += c.params[7] == 1;
+      nhwc += c.as<loop::ConvAttrs>().nhwc;
       CHECK(c.operands[1].channels_last());  // the KRSC weight
       CHECK(!c.operands[1].dense());
       CHECK(p.buffers[c.operands[1].buffer].kind == loop::Buffer::Kind::Weight);
@@ -160,8 +159,7 @@ TEST_CASE("channels-last lowering (CUDA --channels-last) stores convolutions NHW
 }
 
 TEST_CASE("channels-last lowering of a MobileNetV2-style net: 1x1 convolutions as GEMMs over NHWC, depthwise ones as pointwise taps", "[lower]") {
-  LowerOptions opts = LowerOptions::for_device("cuda");
-  opts.channels_last = true;
+  const LowerOptions opts = backend_named("cuda").lower_options(true);
   for (const char* suffix : {".pt2", ".core.pt2"}) {
     INFO(std::string("mbv2_dyn") + suffix);
     auto g = run_graph_passes(*load_pt2(test::fixture(std::string("mbv2_dyn") + suffix)), {}, GraphPassOptions{true});
@@ -278,8 +276,7 @@ TEST_CASE("channels-last convolutions as GEMMs (1x1, patchify) and depthwise tap
                         {4, 4, 5, 1, 4, 2, 4, loop::ExternKind::Convolution}, {5, 3, 1, 1, 0, 1, 1, loop::ExternKind::Gemm, true}};
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> U(-1, 1);
-  LowerOptions cl = LowerOptions::for_device("cuda");
-  cl.channels_last = true;
+  const LowerOptions cl = backend_named("cuda").lower_options(true);
   for (const Conv& k : convs) {
     INFO("C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " pad " << k.pad << " dil " << k.dil << " groups " << k.groups
               << (k.pooled ? " (pooled input)" : ""));
@@ -325,7 +322,7 @@ TEST_CASE("an NCHW patchify convolution (CUDA) is a GEMM over its patches and ma
   const Conv convs[] = {{3, 4, 4, 4, true}, {2, 5, 3, 3, true}, {1, 3, 2, 3, true}, {3, 4, 4, 4, false, 1}, {3, 4, 1, 1, false}};
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> U(-1, 1);
-  const LowerOptions cuda = LowerOptions::for_device("cuda");
+  const LowerOptions cuda = backend_named("cuda").lower_options(false);
   REQUIRE_FALSE(cuda.channels_last);
   for (const Conv& k : convs) {
     INFO("C " << k.C << " O " << k.O << " kernel " << k.KH << "x" << k.KW << " pad " << k.pad);
@@ -538,7 +535,7 @@ TEST_CASE("attention stored heads-inner (CUDA) matches and its heads merge back 
     loop::Program want = lower_to_loops(*b.g, plain), got = lower_to_loops(*b.g, inner);
     REQUIRE(got.comps.size() == 1);  // the attention extern writes the output: no copy
     CHECK(got.comps[0].extern_kind == loop::ExternKind::Attention);
-    CHECK(got.comps[0].params.size() == 5);
+    CHECK(got.comps[0].as<loop::AttentionAttrs>().heads_inner);
     CHECK(want.comps.size() == 2);  // the heads merged by a copy
     same_outputs(want, got, *b.g, rng);
   }
@@ -600,15 +597,14 @@ TEST_CASE("a float16 mean sums in float32 (a half sum would overflow where the m
 }
 
 TEST_CASE("channels-last lowering of a float16 CNN: KRSC float32 weights, NHWC convolutions", "[lower][half]") {
-  LowerOptions opts = LowerOptions::for_device("cuda");
-  opts.channels_last = true;
+  const LowerOptions opts = backend_named("cuda").lower_options(true);
   auto g = run_graph_passes(*load_pt2(test::fixture("small_cnn_f16.pt2")), {}, GraphPassOptions{true});
   loop::Program p = lower_to_loops(*g, opts);
   INFO(loop::print_program(p));
   int nhwc = 0;
   for (const auto& c : p.comps) {
     if (c.kind != loop::Computation::Kind::Extern || c.extern_kind != loop::ExternKind::Convolution) continue;
-    nhwc += c.params.size() == 8 && c.params[7] == 1;
+    nhwc += c.as<loop::ConvAttrs>().nhwc;
     CHECK(c.operands[1].channels_last());
     CHECK(!c.operands[1].dense());
     CHECK(p.buffers[c.operands[1].buffer].kind == loop::Buffer::Kind::Weight);

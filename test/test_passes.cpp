@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "passes/rewrite.h"        // owned_tensor / read_all for hand-built weights
+#include "ptc/rewrite.h"  // owned_tensor / read_all for hand-built weights
 #include "ptc/frontend.h"
 #include "ptc/passes.h"
 #include "test_util.h"

@@ -238,7 +238,9 @@ TEST_CASE("library convolution epilogues: cuDNN's bias + residual + ReLU / ReLU6
     c.out = *y;
     c.domain = dom;
     c.operands = {View{x, {2, 3, 8, 8}, {192, 64, 8, 1}, 0}, View{w, {4, 3, 3, 3}, wstrides, 0}};
-    c.params = {1, 1, 1, 1, 1, 1, 1};
+    ConvAttrs attrs;
+    attrs.padding = {1, 1};
+    c.attrs = attrs;
     b.p.comps.push_back(c);
     return dom;
   };

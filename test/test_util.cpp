@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "frontend/pt2_context.h"
-#include "passes/rewrite.h"
+#include "ptc/rewrite.h"
 #include "ptc/passes.h"
 
 #include <sys/wait.h>

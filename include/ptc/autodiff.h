@@ -12,6 +12,7 @@
 //                          recomputes cheap pointwise chains in the backward when that saves bytes.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,13 @@ namespace ptc {
 // Errors (UserError): one value per channel, non-float inputs, an in-place update of a
 // non-buffer, a buffer updated twice.
 std::unique_ptr<Graph> decompose_training_batch_norm(const Graph& g);
+
+// The graph passes of a training compile (--train), before the joint graph and on each of its
+// parts: decompose_training_batch_norm, cse, dce, prune_unused_weights (passes.h: run_pass_list,
+// with the same verifier checks and `after` hook). No folding: parameters change as the model
+// trains, and an inference batch norm must stay one for its gradient.
+std::unique_ptr<Graph> run_training_graph_passes(const Graph& g,
+                                                 const std::function<void(const char* pass, const Graph&)>& after = {});
 
 struct JointGraph {
   // Inputs: the forward graph's inputs (same names, roles, weights), then one user input per

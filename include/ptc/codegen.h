@@ -8,6 +8,7 @@
 #include "ptc/autodiff.h"
 #include "ptc/graph.h"
 #include "ptc/loop.h"
+#include "ptc/precision.h"
 #include "ptc/schedule.h"
 
 namespace ptc {
@@ -53,29 +54,17 @@ struct LibrarySource {
   // kernel calls them; CUDA: ptc_cuda_runtime.cu.
   std::vector<std::string> runtime_units;
 };
+// What code generation needs beyond the program (Backend::generate passes it on).
+struct CodegenOptions {
+  MathModes math;            // how GEMMs, convolutions and attention compute (ptc/precision.h)
+  bool cuda_graphs = false;  // CUDA: runs replay a CUDA graph captured per (sizes, data pointers)
+};
+
 // `part` (a training library's "fwd" or "bwd"): everything goes into namespace ptc_part_<part>
 // (the ABI functions as C++ functions there, for the training wrapper to call), files are named
 // <part>_model.cpp / <part>_kernels_<i>.cpp, and the weights are the library's one blob.
 LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
                            const std::string& part = "");
-// A training library (ptc compile --train; lib/runtime/cpu/ptc_train.h): the forward and backward
-// programs as parts "fwd" and "bwd" (generate_cpu, or generate_cuda when `cuda`), and a model.cpp
-// (model.cu) with the parameters' layout and the C ABI (runtime.h, training functions included).
-// `g` is the graph whose weights the blob holds. `cuda_opts` as for generate_cuda (each part's
-// runs replay CUDA graphs as generate_cuda's do).
-struct CudaOptions {
-  bool graphs = false;  // runs replay a CUDA graph captured per (sizes, data pointers)
-  bool tf32 = false;    // cuBLASLt GEMMs and cuDNN convolutions may use TF32 tensor cores
-  bool tf32_conv = false;  // convolutions only (cuDNN's, and the GEMMs of 1x1 / patchify ones)
-};
-struct TrainProgram {
-  const loop::Program* program;
-  const sched::Schedule* schedule;
-};
-LibrarySource generate_training(const TrainProgram& fwd, const TrainProgram& bwd, const TrainGraphs& t, const Graph& g,
-                                const WeightLayout& weights, bool cuda, const CudaOptions& cuda_opts);
-// Lays out the named weights of `g` (storages shared by several names are stored once).
-WeightLayout layout_weight_names(const std::vector<std::string>& names, const Graph& g, bool external = false);
 
 // CUDA: model.cu (kernels, launchers, wrapper); the runtime's ptc_cuda_runtime.cu (cuBLASLt GEMM,
 // convolution) is the library's other translation unit. The schedule's extern epilogues must be
@@ -83,7 +72,22 @@ WeightLayout layout_weight_names(const std::vector<std::string>& names, const Gr
 // `part` as for generate_cpu (a training library's forward or backward: namespace
 // ptc_part_<part>, the ABI as C++ functions, file <part>_model.cu).
 LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
-                            const CudaOptions& cuda = {}, const std::string& part = "");
+                            const CodegenOptions& opts = {}, const std::string& part = "");
+
+// How a target's training library is printed (Backend::training_style).
+struct TrainingStyle {
+  std::string model_file;      // the wrapper's translation unit: model.cpp, model.cu
+  std::string device_header;   // the device's memory and loops: ptc_train_cpu.h, ptc_train_cuda.cuh
+  bool device_memory = false;  // parameters, gradients and optimizer state in device memory (CUDA)
+};
+// A training library (ptc compile --train; lib/runtime/cpu/ptc_train.h): the forward and backward
+// parts (the backend's generate with parts "fwd" and "bwd"), and a model file with the
+// parameters' layout and the C ABI (runtime.h, training functions included). `g` is the graph
+// whose weights the blob holds.
+LibrarySource generate_training(const LibrarySource& fwd, const LibrarySource& bwd, const TrainGraphs& t, const Graph& g,
+                                const WeightLayout& weights, const TrainingStyle& style);
+// Lays out the named weights of `g` (storages shared by several names are stored once).
+WeightLayout layout_weight_names(const std::vector<std::string>& names, const Graph& g, bool external = false);
 
 // The typed C++ header written next to the library (model.so -> model.h): runtime.h's
 // declarations and a class `ptc_<name>::Model` with `Outputs run(named typed inputs)`.

@@ -1,4 +1,4 @@
-// Two error channels (DESIGN.md): UserError for a bad model, an unsupported op or a bad flag —
+// Two error channels (docs/design.md): UserError for a bad model, an unsupported op or a bad flag —
 // one clear sentence, exit code 1, no stack — and InternalError (PTC_CHECK) for broken
 // invariants inside ptc, which carries the source location.
 #pragma once

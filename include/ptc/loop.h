@@ -11,13 +11,16 @@
 // read (the scheduler and the printers build new structures).
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "ptc/dtype.h"
+#include "ptc/error.h"
 #include "ptc/sym.h"
 
 namespace ptc::loop {
@@ -114,30 +117,60 @@ enum class ReduceOp : uint8_t { Sum, Max, Min, Prod, ArgMax, ArgMin, Any, All };
 const char* reduce_name(ReduceOp r);
 
 enum class ExternKind : uint8_t {
-  Gemm,         // out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands {a, b}; params {} for a
-                // matmul, {kGemmOfConvolution} for a convolution run as a GEMM (CUDA channels-last)
-  Convolution,  // NCHW direct convolution; operands {input, weight, bias?}
+  Gemm,         // out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands {a, b}; GemmAttrs
+  Convolution,  // NCHW direct convolution; operands {input, weight, bias?}; ConvAttrs
   Attention,    // softmax(scale * q k^T + mask) v over the last two dims, leading dims (<= 2) equal;
-                // operands {q, k, v, mask?} (mask broadcast to [..., Tq, Tk]); params
-                // {mask kind (ptc_rt::kMask*), causal, the bits of the double scale}
-  ScatterAdd,   // out = self; out[.., index[i], ..] += src[i] along params[0] (torch.scatter_add);
-                // operands {self, index, src}, index and src of one shape; an index outside
-                // [0, size) fails the run (CPU) as torch does
+                // operands {q, k, v, mask?} (mask broadcast to [..., Tq, Tk]); AttentionAttrs
+  ScatterAdd,   // out = self; out[.., index[i], ..] += src[i] along ScatterAddAttrs::dim
+                // (torch.scatter_add); operands {self, index, src}, index and src of one shape; an
+                // index outside [0, size) fails the run (CPU) as torch does
   ConvWeightGrad,  // out [O, C/groups, KH, KW] = a convolution's weight gradient; operands {input
                    // [N, C, H, W], grad_output laid out [groups, O/groups, N, OH, OW] contiguous};
-                   // params as Convolution's (the CPU's implicit GEMM; cuDNN on CUDA, where
-                   // grad_output may be any view of that shape whose groups and channels merge)
+                   // ConvAttrs (the CPU's implicit GEMM; cuDNN on CUDA, where grad_output may be any
+                   // view of that shape whose groups and channels merge)
   ConvInputGrad,   // out [N, C, H, W] = a convolution's input gradient; operands {weight [O, C/groups,
-                   // KH, KW] contiguous, grad_output viewed [groups, O/groups, N, OH, OW]}; params
-                   // as Convolution's. CUDA only (cuDNN's backward data); the CPU lowers GEMMs
-                   // (depthwise ones aside: its direct kernel)
+                   // KH, KW] contiguous, grad_output viewed [groups, O/groups, N, OH, OW]}; ConvAttrs.
+                   // CUDA only (cuDNN's backward data); the CPU lowers GEMMs (depthwise ones aside:
+                   // its direct kernel)
   MaxPoolGrad,     // out [N, C, H, W] = max pooling's input gradient: each window's dy added at its
                    // first maximum of x (a NaN wins); operands {x [N, C, H, W], dy [N, C, OH, OW]};
-                   // params as Convolution's, then 0 and the kernel size (params[8], params[9]).
-                   // The CPU's direct kernel (LowerOptions::max_pool_grad_extern)
+                   // MaxPoolGradAttrs. The CPU's direct kernel (LowerOptions::max_pool_grad_extern)
 };
-// ExternKind::Gemm's params[0] for a convolution's GEMM (1x1, patchify): TF32 under --tf32-conv.
-constexpr int64_t kGemmOfConvolution = 1;
+const char* extern_name(ExternKind k);
+
+// The attributes of each extern kind, one struct per kind (Computation::attrs).
+struct GemmAttrs {
+  // A convolution run as a GEMM (1x1, patchify): it computes in the convolution's math mode
+  // (ptc_rt::MathModes::conv; TF32 under --precision tf32-conv).
+  bool of_convolution = false;
+};
+struct ConvAttrs {  // Convolution, ConvWeightGrad, ConvInputGrad
+  std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+  // Convolution: the output is stored NHWC (the computation's domain is [N, OH, OW, O]; the
+  // result is a permuted view) and the input and weight are read channels-last.
+  bool nhwc = false;
+};
+struct AttentionAttrs {
+  int mask_kind = 0;              // ptc_rt::kMaskNone / Keep / Drop / Add
+  bool causal = false;            // key j allowed for query i when j <= i
+  double scale = 1;
+  bool masked_rows_zero = false;  // a row whose keys are all masked gives zeros (else NaN)
+  // Over [B, H, T, D]: the output is stored [B, T, H, Dv] (the domain in that order; the result
+  // is a permuted view), so merging the heads back is a view.
+  bool heads_inner = false;
+};
+struct ScatterAddAttrs {
+  int64_t dim = 0;
+};
+struct MaxPoolGradAttrs {
+  std::array<int64_t, 2> kernel{1, 1}, stride{1, 1}, padding{0, 0}, dilation{1, 1};
+};
+using ExternAttrs = std::variant<GemmAttrs, ConvAttrs, AttentionAttrs, ScatterAddAttrs, MaxPoolGradAttrs>;
+// The attributes an extern kind carries, default-initialized.
+ExternAttrs default_attrs(ExternKind k);
+// Whether `a` holds the attributes of kind `k`.
+bool attrs_match(ExternKind k, const ExternAttrs& a);
 const char* extern_name(ExternKind k);
 
 // Strided view of a buffer as an extern operand: element (i0..in) is at
@@ -167,9 +200,19 @@ struct Computation {
   // Extern:
   ExternKind extern_kind = ExternKind::Gemm;
   std::vector<View> operands;
-  std::vector<int64_t> params;           // conv: stride[2], padding[2], dilation[2], groups
+  ExternAttrs attrs;                     // the kind's attributes (attrs_match(extern_kind, attrs))
+  // The attributes as kind A (an internal error when they are another kind's).
+  template <class A>
+  const A& as() const;
   std::string origin;                    // graph node(s) it came from, for reports
 };
+
+template <class A>
+const A& Computation::as() const {
+  const A* a = std::get_if<A>(&attrs);
+  if (!a) throw InternalError(std::string("extern ") + extern_name(extern_kind) + " (" + origin + ") has another kind's attributes");
+  return *a;
+}
 
 struct Program {
   std::vector<Buffer> buffers;

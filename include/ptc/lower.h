@@ -28,12 +28,12 @@ struct LowerOptions {
   // with the operand layouts cuDNN takes (ExternKind Convolution, ConvWeightGrad, ConvInputGrad;
   // a contiguous weight, grad_output as a view); takes precedence over conv_as_gemm.
   bool cudnn_conv = false;
-  // The fused attention extern over [B, H, T, D] writes its output as [B, T, H, Dv] (params[4]
-  // = 1; the result is a permuted view): merging the heads back, [B, T, H*Dv] for the output
-  // projection, is then a view instead of a copy.
+  // The fused attention extern over [B, H, T, D] writes its output as [B, T, H, Dv]
+  // (AttentionAttrs::heads_inner; the result is a permuted view): merging the heads back,
+  // [B, T, H*Dv] for the output projection, is then a view instead of a copy.
   bool attention_heads_inner = false;
-  // (with cudnn_conv) Forward convolutions write NHWC buffers (domain [N, OH, OW, O], params[7] =
-  // 1; the result is a permuted view) and read their input as it is laid out; a 4-d value
+  // (with cudnn_conv) Forward convolutions write NHWC buffers (domain [N, OH, OW, O],
+  // ConvAttrs::nhwc; the result is a permuted view) and read their input as it is laid out; a 4-d value
   // realized from an NHWC buffer is stored NHWC too (realize), so the pointwise kernels between
   // convolutions run in NHWC order. Weights in KRSC come from the channels_last_weights pass.
   bool channels_last = false;
@@ -42,9 +42,7 @@ struct LowerOptions {
   // maximum and adds its gradient there, per plane; false: a gather over the windows covering
   // each input element, comparing the stored indices (CUDA's, where planes run in parallel).
   bool max_pool_grad_extern = false;
-  // The options of a backend: "cpu" or "cuda" (whose attention kernel takes heads up to 256 and
-  // whose float32 convolutions and their gradients are cuDNN's).
-  static LowerOptions for_device(const std::string& device);
+  // (A backend's options: Backend::lower_options, ptc/backend.h.)
 };
 loop::Program lower_to_loops(const Graph& g, const LowerOptions& opts = {});
 

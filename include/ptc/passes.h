@@ -1,5 +1,5 @@
-// Graph passes: free functions from a Graph to a new Graph (DESIGN.md: "a pass is a free
-// function in its own file pair, with its pre- and postconditions in the header comment").
+// Graph passes: free functions from a Graph to a new Graph, each in its own file pair with its
+// pre- and postconditions in its comment here (docs/design.md, "Graph passes").
 // The input graph is never modified; every pass returns a new graph.
 #pragma once
 
@@ -188,10 +188,11 @@ struct GraphPassOptions {
 std::unique_ptr<Graph> run_graph_passes(const Graph& g,
                                         const std::function<void(const char* pass, const Graph&)>& after = {},
                                         const GraphPassOptions& opts = {});
-// The passes of a training compile (--train), before the joint graph and on each of its parts:
-// decompose_training_batch_norm (autodiff.h), cse, dce, prune_unused_weights. No folding: parameters change as the model trains, and an
-// inference batch norm must stay one for its gradient.
-std::unique_ptr<Graph> run_training_graph_passes(const Graph& g,
-                                                 const std::function<void(const char* pass, const Graph&)>& after = {});
+// A named list of graph passes run in order; the verifier checks the graph after each (a failure
+// is an InternalError: a ptc bug) and `after(name, graph)`, when given, sees each result. Both
+// pass lists (run_graph_passes; autodiff.h: run_training_graph_passes) are such lists.
+using GraphPass = std::unique_ptr<Graph> (*)(const Graph&);
+std::unique_ptr<Graph> run_pass_list(const Graph& g, const std::vector<std::pair<const char*, GraphPass>>& passes,
+                                     const std::function<void(const char* pass, const Graph&)>& after = {});
 
 }  // namespace ptc

@@ -18,11 +18,11 @@
 // on the buffer: that becomes add + a buffer update.
 #include <memory>
 
-#include "../passes/rewrite.h"
-#include "builder.h"
 #include "ptc/autodiff.h"
 #include "ptc/error.h"
+#include "ptc/node_builder.h"
 #include "ptc/passes.h"
+#include "ptc/rewrite.h"
 
 namespace ptc {
 namespace {
@@ -69,7 +69,7 @@ std::unique_ptr<Graph> decompose_training_batch_norm(const Graph& src) {
 
   rewrite::GraphRewriter rw(src);
   Graph& g = rw.graph();
-  autodiff::Builder b(g, &src, "_bn");
+  NodeBuilder b(g, &src, "_bn");
   std::vector<std::pair<std::string, Value*>> updates;  // implicit (in-place) buffer updates
   auto update = [&](const Node& n, const Value* buffer, Value* now) {
     std::string target = buffer_target(src, buffer);

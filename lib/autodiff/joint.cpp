@@ -12,12 +12,12 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "builder.h"
 #include "dropout.h"
+#include "rules.h"
 #include "ptc/autodiff.h"
 #include "ptc/error.h"
+#include "ptc/node_builder.h"
 #include "ptc/passes.h"
-#include "rules.h"
 
 namespace ptc {
 namespace {

@@ -29,9 +29,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "builder.h"
 #include "ptc/autodiff.h"
 #include "ptc/error.h"
+#include "ptc/node_builder.h"
 
 namespace ptc {
 namespace {
@@ -340,7 +340,7 @@ TrainGraphs partition_joint_graph(const JointGraph& j, const PartitionOptions& o
     for (size_t i = 0; i < nf; ++i) x.copy(*g.nodes()[i]);
     for (size_t i = 0; i < j.num_forward_outputs; ++i) t.forward->outputs.push_back(x.map(g.outputs[i]));
     for (const Value* v : saved_list) t.forward->outputs.push_back(x.map(v));
-    autodiff::Builder b(*t.forward, &g, "_size");
+    NodeBuilder b(*t.forward, &g, "_size");
     for (const std::string& s : carried) t.forward->outputs.push_back(b.zeros({sym::symbol(s, g.symbols.at(s)), sym::Expr(0)}, DType::Float32));
   }
 

@@ -8,9 +8,11 @@
 #include <functional>
 #include <string>
 
-#include "builder.h"
+#include "ptc/node_builder.h"
 
 namespace ptc::autodiff {
+
+using Builder = NodeBuilder;  // (ptc/node_builder.h)
 
 class GradContext {
  public:

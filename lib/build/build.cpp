@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "blob_object.h"
+#include "ptc/backend.h"
 #include "ptc/cache.h"
 #include "ptc/error.h"
 #include "ptc/hash.h"
@@ -65,62 +66,34 @@ int run_command(const std::string& cmd, std::string& output) {
 std::string external_weights_path(const std::string& library_path) { return without_so(library_path) + ".weights"; }
 std::string library_header_path(const std::string& library_path) { return without_so(library_path) + ".h"; }
 
-// The CUDA compiler: --nvcc when given, else nvcc on PATH, $CUDA_HOME/bin/nvcc or
-// /usr/local/cuda/bin/nvcc.
-std::string find_nvcc(const std::string& opt) {
-  if (opt != "nvcc") return opt;
-  std::string out;
-  if (run_command("command -v nvcc", out) == 0) return "nvcc";
-  for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char* home = std::getenv(env); home && fs::exists(fs::path(home) / "bin" / "nvcc")) return (fs::path(home) / "bin" / "nvcc").string();
-  if (fs::exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
-  user_error("--device cuda needs the CUDA toolkit's nvcc: not on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin (pass --nvcc)");
+bool is_glue_unit(const std::string& u) {
+  // model.cpp (and a training library's fwd_model.cpp / bwd_model.cpp) is glue: tensor tables,
+  // input checks, the run sequence. No loop in it is hot, and -O1 compiles it much faster (bert:
+  // 1.45 -> 0.98 s; mobilenet_v2's training backward: 83 -> 6.5 s).
+  const std::string stem = u.substr(0, u.rfind('.'));
+  return stem == "model" || (stem.size() > 6 && stem.compare(stem.size() - 6, 6, "_model") == 0);
 }
-
-namespace {
-
-bool is_cuda_unit(const std::string& u) { return u.size() > 3 && u.compare(u.size() - 3, 3, ".cu") == 0; }
 
 // --sanitize: instrumented code, readable reports, and the first error fails the run.
 std::string sanitize_flags(const BuildOptions& opts) {
   return opts.sanitize.empty() ? "" : " -fsanitize=" + opts.sanitize + " -fno-sanitize-recover=all -fno-omit-frame-pointer";
 }
 
-// The compiler command (without -c and file names) that builds one translation unit.
-std::string unit_compiler(const std::string& u, const BuildOptions& opts, const std::string& nvcc) {
-  // model.cpp (and a training library's fwd_model.cpp / bwd_model.cpp) is glue: tensor tables,
-  // input checks, the run sequence. No loop in it is hot, and -O1 compiles it much faster (bert:
-  // 1.45 -> 0.98 s; mobilenet_v2's training backward: 83 -> 6.5 s). nvcc's -O is the host code's
-  // level only (device code is optimized regardless), and a generated .cu's host code is that
-  // glue and kernel launches.
-  const std::string stem = u.substr(0, u.rfind('.'));
-  const bool glue = stem == "model" || (stem.size() > 6 && stem.compare(stem.size() - 6, 6, "_model") == 0);
-  if (is_cuda_unit(u)) {
-    // SASS for the chosen GPU plus its PTX, which newer GPUs' drivers compile at load.
-    std::string arch = opts.cuda_arch.rfind("sm_", 0) == 0 ? opts.cuda_arch.substr(3) : opts.cuda_arch;
-    // The 3xTF32 GEMM's wgmma kernels exist only in an sm_90a image (Hopper's arch-specific
-    // instructions): for sm_90 that unit's SASS is sm_90a (which H100 / H200 load), with
-    // compute_90 PTX for newer GPUs, whose image leaves them out (ptc_cuda_gemm_tc.cu probes).
-    const std::string sass = arch == "90" && stem == "ptc_cuda_gemm_tc" ? "90a" : arch;
-    const std::string gencode = sass == arch ? " -gencode arch=compute_" + arch + ",code=[sm_" + arch + ",compute_" + arch + "]"
-                                             : " -gencode arch=compute_" + sass + ",code=sm_" + sass + " -gencode arch=compute_" + arch +
-                                                   ",code=compute_" + arch;
-    return nvcc + " -std=c++17" + gencode + " --expt-relaxed-constexpr -Xcompiler -fPIC,-fvisibility=hidden -w" + (glue ? " -O1" : " -O3");
-  }
+std::string host_compile_command(const std::string& u, const BuildOptions& opts) {
   return opts.cxx + " -std=c++17 -O3 -march=" + opts.cpu_arch +
          " -fopenmp -fno-trapping-math -fno-math-errno -fPIC -fvisibility=hidden -Wno-unused" +
          (opts.profile ? " -DPTC_PROFILE" : "") + sanitize_flags(opts) + (opts.sanitize.empty() ? "" : " -g1") +
-         (glue ? " -O1" : "");
+         (is_glue_unit(u) ? " -O1" : "");
 }
+
+namespace {
 
 // A runtime unit's object by content: the compiler and its command, the host CPU for
 // -march=native, and every runtime file ptc embeds (the unit and the headers it includes). Not
 // ptc's own identity: a reinstalled ptc with the same runtime finds the same objects.
-std::string runtime_object_key(const std::string& u, const std::string& compiler, const BuildOptions& opts, const std::string& tool) {
-  const bool cu = is_cuda_unit(u);
+std::string runtime_object_key(const std::string& u, const std::string& compiler, const BuildOptions& opts) {
   Sha256 h;
-  h.field("ptc-runtime-object-v1").field(tool_identity(tool)).field(compiler).field(u);
-  if (!cu && opts.cpu_arch == "native") h.field(host_cpu_identity());
+  h.field("ptc-runtime-object-v1").field(opts.backend->unit_identity(u, opts)).field(compiler).field(u);
   for (const auto& [name, text] : embedded_files()) h.field(name).field(text);
   return h.hex();
 }
@@ -138,7 +111,8 @@ std::vector<std::string> prebuilt_dirs() {
   return dirs;
 }
 
-// -fuse-ld=lld or -fuse-ld=gold where that linker is installed ("" otherwise).
+}  // namespace
+
 const std::string& fast_linker(const std::string& cxx) {
   static std::mutex mu;
   static std::map<std::string, std::string> found;
@@ -156,11 +130,10 @@ const std::string& fast_linker(const std::string& cxx) {
   return found.emplace(cxx, flag).first->second;
 }
 
-}  // namespace
-
 void build_library(const LibrarySource& src, const WeightLayout& weights, const Graph& g, const std::string& out_path,
                    const BuildOptions& opts) {
-  const bool cuda = opts.device == "cuda";
+  PTC_CHECK(opts.backend, "build_library needs a backend");
+  const Backend& backend = *opts.backend;
   bool temp = opts.work_dir.empty();
   fs::path dir = temp ? fs::temp_directory_path() / ("ptc-build-" + std::to_string(getpid()) + "-" +
                                                      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()))
@@ -212,8 +185,6 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   std::vector<std::string> units = src.runtime_units;  // the slowest first
   const size_t n_runtime = units.size();
   for (const auto& f : src.files) units.push_back(f.first);
-  const std::string nvcc = cuda ? find_nvcc(opts.nvcc) : "";
-  const std::string sanitize = sanitize_flags(opts);
   std::vector<std::string> cmds, outputs(units.size()), keys(units.size()), objects(units.size());
   const bool use_cache = opts.cache && opts.cache->enabled();
   std::map<std::string, const std::string*> sources;  // unit -> its text, for the object cache's keys
@@ -222,11 +193,11 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   std::vector<char> from_prebuilt(units.size(), 0);
   for (size_t i = 0; i < units.size(); ++i) {
     const std::string& u = units[i];
-    const std::string compiler = unit_compiler(u, opts, nvcc);
+    const std::string compiler = backend.compile_command(u, opts);
     objects[i] = u + ".o";
     cmds.push_back("cd " + shell_quote(dir.string()) + " && " + compiler + " -c " + u + " -o " + u + ".o");
     if (i < n_runtime) {
-      const std::string key = runtime_object_key(u, compiler, opts, is_cuda_unit(u) ? nvcc : opts.cxx);
+      const std::string key = runtime_object_key(u, compiler, opts);
       for (const auto& d : prebuilt)
         if (fs::is_regular_file(fs::path(d) / (key + ".o"), ec)) {
           objects[i] = fs::absolute(fs::path(d) / (key + ".o")).string();
@@ -237,10 +208,8 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
     } else if (use_cache) {
       // The object's address: ptc itself (its embedded headers), the compiler and its flags, the
       // host CPU for -march=native, and the unit's source.
-      const bool cu = is_cuda_unit(u);
       Sha256 h;
-      h.field("ptc-object-v1").field(ptc_identity()).field(tool_identity(cu ? nvcc : opts.cxx)).field(compiler).field(u);
-      if (!cu && opts.cpu_arch == "native") h.field(host_cpu_identity());
+      h.field("ptc-object-v1").field(ptc_identity()).field(backend.unit_identity(u, opts)).field(compiler).field(u);
       keys[i] = h.field(*sources.at(u)).hex();
     }
   }
@@ -298,10 +267,9 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   for (size_t i = 0; i < units.size(); ++i)
     if (rcs[i] != 0) {
       if (cmds[i].empty()) user_error(outputs[i]);  // writing the weights object
-      if (units[i] == "ptc_cuda_cudnn.cu" && outputs[i].find("cudnn.h") != std::string::npos)
-        user_error("this model's convolutions run on cuDNN, but nvcc cannot find cudnn.h: install cuDNN 9 where nvcc looks (",
-                   "/usr/local/cuda/include) or name its include folder in CPATH:\n", outputs[i].substr(0, 2000));
-      user_error(cuda ? "nvcc" : "the host compiler", " failed on the generated code (", (dir / units[i]).string(), "):\n",
+      const std::string why = backend.explain_failure(units[i], outputs[i]);
+      if (!why.empty()) user_error(why);
+      user_error(backend.compiler_name(units[i]), " failed on the generated code (", (dir / units[i]).string(), "):\n",
                  outputs[i].substr(0, 4000));
     }
   spdlog::debug("compiled {} translation units ({} from the cache, {} prebuilt, {} at a time) in {:.2f} s", units.size(),
@@ -311,39 +279,23 @@ void build_library(const LibrarySource& src, const WeightLayout& weights, const 
   std::string tmp_out = out_path + ".tmp" + std::to_string(getpid());
   std::string object_list;
   for (const auto& o : objects) object_list += " " + shell_quote(o);
-  std::string cmd = "cd " + shell_quote(dir.string()) + " && ";
-  // The file name as the soname: programs linked against the library look it up by name (on
-  // their rpath), not by the path it had at build time.
-  std::string soname = shell_quote(opts.soname.empty() ? fs::path(out_path).filename().string() : opts.soname);
-  if (cuda)  // nvcc links the CUDA runtime statically (libcudart_static) by default
-    cmd += nvcc + " -shared -Xlinker -soname=" + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) + object_list + " -lcublasLt" +
-           (std::count(units.begin(), units.end(), "ptc_cuda_cudnn.cu") ? " -lcudnn" : "") + (weights.external ? " -ldl" : "");
-  // The host compiler's default linker (GNU ld) takes about a second per 250 MB of embedded
-  // weights; lld or gold link the same objects 3-6x faster. Where the faster one fails, the
-  // default links.
-  const std::string fast = cuda ? "" : fast_linker(opts.cxx);
-  const std::string cpu_link = " -shared -fopenmp -Wl,-soname," + soname + " -o " + shell_quote(fs::absolute(tmp_out).string()) +
-                               object_list + (weights.external ? " -ldl" : "");
-  std::string fast_cmd = cmd + opts.cxx + sanitize + " " + fast + cpu_link;
-  if (!cuda) cmd += opts.cxx + sanitize + cpu_link;
+  const std::string soname = shell_quote(opts.soname.empty() ? fs::path(out_path).filename().string() : opts.soname);
   std::string output;
   int rc = 1;
-  if (!fast.empty()) {
-    spdlog::debug("linking: {}", fast_cmd);
-    rc = run_command(fast_cmd, output);
-    if (rc != 0) spdlog::debug("{} failed; linking with the default linker:\n{}", fast, output.substr(0, 2000));
-  }
-  if (rc != 0) {
+  for (const std::string& link : backend.link_commands(object_list, shell_quote(fs::absolute(tmp_out).string()), soname, units,
+                                                       weights.external, opts)) {
+    if (rc == 0) break;
+    if (!output.empty()) spdlog::debug("that link failed; trying the next:\n{}", output.substr(0, 2000));
     output.clear();
+    const std::string cmd = "cd " + shell_quote(dir.string()) + " && " + link;
     spdlog::debug("linking: {}", cmd);
     rc = run_command(cmd, output);
   }
   spdlog::debug("host compiler took {:.2f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (rc != 0) {
     fs::remove(tmp_out, ec);
-    if (output.find("-lcudnn") != std::string::npos)
-      user_error("this model's convolutions run on cuDNN, but the linker cannot find libcudnn.so: install cuDNN 9 where nvcc ",
-                 "looks (/usr/local/cuda/lib64) or name its library folder in LIBRARY_PATH:\n", output.substr(0, 2000));
+    const std::string why = backend.explain_failure("", output);
+    if (!why.empty()) user_error(why);
     user_error("linking the generated library failed (", dir.string(), "):\n", output.substr(0, 4000));
   }
   fs::rename(tmp_out, out_path, ec);
@@ -358,13 +310,12 @@ std::string default_prebuilt_dir() {
   return (exe.parent_path() / "prebuilt").string();
 }
 
-std::vector<std::string> runtime_unit_names(const std::string& device) {
+std::vector<std::string> embedded_units(const std::string& prefix, const std::string& suffix) {
   std::vector<std::string> units;
-  for (const auto& [name, text] : embedded_files()) {
-    const bool want = device == "cuda" ? name.rfind("ptc_cuda_", 0) == 0 && is_cuda_unit(name)
-                                       : name.rfind("ptc_runtime", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".cpp") == 0;
-    if (want) units.push_back(name);
-  }
+  for (const auto& [name, text] : embedded_files())
+    if (name.size() >= prefix.size() + suffix.size() && name.rfind(prefix, 0) == 0 &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      units.push_back(name);
   return units;
 }
 
@@ -376,15 +327,15 @@ int prebuild_runtime(const BuildOptions& opts, const std::string& out_dir, const
   fs::create_directories(dir, ec);
   if (ec) user_error(dir.string(), ": cannot create the build folder: ", ec.message());
   for (const auto& [name, text] : embedded_files()) write(dir / name, text);
-  const std::string nvcc = opts.device == "cuda" ? find_nvcc(opts.nvcc) : "";
+  PTC_CHECK(opts.backend, "prebuild_runtime needs a backend");
   std::atomic<size_t> next{0};
   std::atomic<int> failed{0};
   std::mutex log_mu;
   auto worker = [&] {
     for (size_t i; (i = next++) < units.size();) {
       const std::string& u = units[i];
-      const std::string compiler = unit_compiler(u, opts, nvcc);
-      const fs::path obj = fs::path(out_dir) / (runtime_object_key(u, compiler, opts, is_cuda_unit(u) ? nvcc : opts.cxx) + ".o");
+      const std::string compiler = opts.backend->compile_command(u, opts);
+      const fs::path obj = fs::path(out_dir) / (runtime_object_key(u, compiler, opts) + ".o");
       std::error_code e;
       if (fs::is_regular_file(obj, e)) {
         std::lock_guard<std::mutex> lock(log_mu);

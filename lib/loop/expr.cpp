@@ -248,6 +248,45 @@ const char* extern_name(ExternKind k) {
   return "?";
 }
 
+ExternAttrs default_attrs(ExternKind k) {
+  switch (k) {
+    case ExternKind::Gemm: return GemmAttrs{};
+    case ExternKind::Convolution: case ExternKind::ConvWeightGrad: case ExternKind::ConvInputGrad: return ConvAttrs{};
+    case ExternKind::Attention: return AttentionAttrs{};
+    case ExternKind::ScatterAdd: return ScatterAddAttrs{};
+    case ExternKind::MaxPoolGrad: return MaxPoolGradAttrs{};
+  }
+  return GemmAttrs{};
+}
+
+bool attrs_match(ExternKind k, const ExternAttrs& a) { return default_attrs(k).index() == a.index(); }
+
+namespace {
+
+std::string pair_str(const std::array<int64_t, 2>& v) { return "[" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + "]"; }
+
+// An extern's attributes as " name=value ..." (nothing for their defaults' flags).
+std::string print_attrs(const ExternAttrs& attrs) {
+  std::ostringstream os;
+  if (const auto* g = std::get_if<GemmAttrs>(&attrs)) {
+    if (g->of_convolution) os << " of_convolution";
+  } else if (const auto* c = std::get_if<ConvAttrs>(&attrs)) {
+    os << " stride=" << pair_str(c->stride) << " padding=" << pair_str(c->padding) << " dilation=" << pair_str(c->dilation)
+       << " groups=" << c->groups << (c->nhwc ? " nhwc" : "");
+  } else if (const auto* a = std::get_if<AttentionAttrs>(&attrs)) {
+    os << " mask_kind=" << a->mask_kind << " scale=" << a->scale << (a->causal ? " causal" : "")
+       << (a->masked_rows_zero ? " masked_rows_zero" : "") << (a->heads_inner ? " heads_inner" : "");
+  } else if (const auto* sa = std::get_if<ScatterAddAttrs>(&attrs)) {
+    os << " dim=" << sa->dim;
+  } else if (const auto* m = std::get_if<MaxPoolGradAttrs>(&attrs)) {
+    os << " kernel=" << pair_str(m->kernel) << " stride=" << pair_str(m->stride) << " padding=" << pair_str(m->padding)
+       << " dilation=" << pair_str(m->dilation);
+  }
+  return os.str();
+}
+
+}  // namespace
+
 std::string print_expr(const Program& p, const ExprRef& e) {
   switch (e->op) {
     case Op::Load: {
@@ -323,12 +362,7 @@ std::string print_program(const Program& p) {
           os << (i ? ", " : "") << p.buffers[v.buffer].name << sizes_str(v.sizes) << "{" << sizes_str(v.strides) << "+"
              << v.offset.str() << "}";
         }
-        os << ")";
-        if (!c.params.empty()) {
-          os << " params [";
-          for (size_t i = 0; i < c.params.size(); ++i) os << (i ? ", " : "") << c.params[i];
-          os << "]";
-        }
+        os << ")" << print_attrs(c.attrs);
         break;
       }
     }

@@ -249,7 +249,7 @@ class Interp {
 
   void scatter_add(const Computation& c, std::vector<double>& out, DType dt) {
     const loop::View &self = c.operands[0], &index = c.operands[1], &src = c.operands[2];
-    const size_t dim = static_cast<size_t>(c.params[0]);
+    const size_t dim = static_cast<size_t>(c.as<loop::ScatterAddAttrs>().dim);
     std::vector<int64_t> n;
     for (const auto& s : c.domain) n.push_back(eval(s));
     size_t pos = 0;
@@ -269,10 +269,11 @@ class Interp {
     const loop::View& w = c.operands[1];
     int64_t C = eval(x.sizes[1]), H = eval(x.sizes[2]), W = eval(x.sizes[3]);
     int64_t O = eval(w.sizes[0]), Cg = eval(w.sizes[1]), KH = eval(w.sizes[2]), KW = eval(w.sizes[3]);
-    int64_t sh = c.params[0], sw = c.params[1], ph = c.params[2], pw = c.params[3], dh = c.params[4], dw = c.params[5], groups = c.params[6];
-    PTC_CHECK(Cg * groups == C, "conv channel mismatch");
-    int64_t Og = O / groups;
-    const bool nhwc = c.params.size() > 7 && c.params[7] == 1;  // domain [N, OH, OW, O]
+    const loop::ConvAttrs& a = c.as<loop::ConvAttrs>();
+    const int64_t sh = a.stride[0], sw = a.stride[1], ph = a.padding[0], pw = a.padding[1], dh = a.dilation[0], dw = a.dilation[1];
+    PTC_CHECK(Cg * a.groups == C, "conv channel mismatch");
+    int64_t Og = O / a.groups;
+    const bool nhwc = a.nhwc;  // domain [N, OH, OW, O]
     size_t pos = 0;
     for_each(c.domain, 'x', [&](const std::vector<int64_t>& i) {
       int64_t n = i[0], o = nhwc ? i[3] : i[1], oh = nhwc ? i[1] : i[2], ow = nhwc ? i[2] : i[3], g = o / Og;
@@ -294,7 +295,8 @@ class Interp {
     const loop::View& dy = c.operands[1];
     const int64_t N = eval(x.sizes[0]), H = eval(x.sizes[2]), W = eval(x.sizes[3]);
     const int64_t OH = eval(dy.sizes[3]), OW = eval(dy.sizes[4]), Og = eval(dy.sizes[1]);
-    int64_t sh = c.params[0], sw = c.params[1], ph = c.params[2], pw = c.params[3], dh = c.params[4], dw = c.params[5];
+    const loop::ConvAttrs& a = c.as<loop::ConvAttrs>();
+    const int64_t sh = a.stride[0], sw = a.stride[1], ph = a.padding[0], pw = a.padding[1], dh = a.dilation[0], dw = a.dilation[1];
     const int64_t Cg = eval(c.domain[1]);
     size_t pos = 0;
     for_each(c.domain, 'x', [&](const std::vector<int64_t>& i) {
@@ -318,7 +320,8 @@ class Interp {
     const loop::View& dy = c.operands[1];
     const int64_t Og = eval(dy.sizes[1]), OH = eval(dy.sizes[3]), OW = eval(dy.sizes[4]);
     const int64_t Cg = eval(w.sizes[1]), KH = eval(w.sizes[2]), KW = eval(w.sizes[3]);
-    int64_t sh = c.params[0], sw = c.params[1], ph = c.params[2], pw = c.params[3], dh = c.params[4], dw = c.params[5];
+    const loop::ConvAttrs& a = c.as<loop::ConvAttrs>();
+    const int64_t sh = a.stride[0], sw = a.stride[1], ph = a.padding[0], pw = a.padding[1], dh = a.dilation[0], dw = a.dilation[1];
     size_t pos = 0;
     for_each(c.domain, 'x', [&](const std::vector<int64_t>& i) {
       const int64_t n = i[0], g = i[1] / Cg, ci = i[1] % Cg;
@@ -338,8 +341,9 @@ class Interp {
     const loop::View &x = c.operands[0], &dy = c.operands[1];
     const int64_t N = eval(c.domain[0]), C = eval(c.domain[1]), H = eval(c.domain[2]), W = eval(c.domain[3]);
     const int64_t OH = eval(dy.sizes[2]), OW = eval(dy.sizes[3]);
-    const int64_t sh = c.params[0], sw = c.params[1], ph = c.params[2], pw = c.params[3], dh = c.params[4], dw = c.params[5];
-    const int64_t KH = c.params[8], KW = c.params[9];
+    const loop::MaxPoolGradAttrs& a = c.as<loop::MaxPoolGradAttrs>();
+    const int64_t sh = a.stride[0], sw = a.stride[1], ph = a.padding[0], pw = a.padding[1], dh = a.dilation[0], dw = a.dilation[1];
+    const int64_t KH = a.kernel[0], KW = a.kernel[1];
     std::vector<double> acc(out.size(), 0.0);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t ch = 0; ch < C; ++ch)
@@ -362,17 +366,17 @@ class Interp {
     for (size_t i = 0; i < out.size(); ++i) out[i] = round_to(acc[i], dt);
   }
 
-  // softmax(scale * q k^T + mask) v, one query row at a time (params: mask kind, causal, scale).
+  // softmax(scale * q k^T + mask) v, one query row at a time (AttentionAttrs).
   void attention(const Computation& c, std::vector<double>& out, DType dt) {
     const loop::View &q = c.operands[0], &k = c.operands[1], &v = c.operands[2];
     const size_t r = c.domain.size();
     const int64_t Tk = eval(k.sizes[r - 2]), D = eval(q.sizes[r - 1]);
-    double scale;
-    std::memcpy(&scale, &c.params[2], sizeof scale);
+    const loop::AttentionAttrs& a = c.as<loop::AttentionAttrs>();
+    const double scale = a.scale;
     std::vector<double> prob(static_cast<size_t>(Tk));
     size_t pos = 0;
-    // params[4]: the output is stored [B, T, H, Dv]; the operands are indexed [B, H, T, .].
-    const bool heads_inner = c.params.size() > 4 && c.params[4];
+    // heads_inner: the output is stored [B, T, H, Dv]; the operands are indexed [B, H, T, .].
+    const bool heads_inner = a.heads_inner;
     for_each(c.domain, 'x', [&](const std::vector<int64_t>& stored) {
       const std::vector<int64_t> idx = heads_inner ? std::vector<int64_t>{stored[0], stored[2], stored[1], stored[3]} : stored;
       if (idx[r - 1] == 0) {  // a new query row: its probabilities
@@ -391,16 +395,16 @@ class Interp {
             std::vector<int64_t> im = idx;
             im[r - 1] = j;
             const double m = at(c.operands[3], im);
-            if (c.params[0] == 3) s += m;
-            else if ((m != 0) != (c.params[0] == 1)) s = -INFINITY;
+            if (a.mask_kind == 3) s += m;
+            else if ((m != 0) != (a.mask_kind == 1)) s = -INFINITY;
           }
-          if (c.params[1] && j > i) s = -INFINITY;
+          if (a.causal && j > i) s = -INFINITY;
           prob[static_cast<size_t>(j)] = s;
           mx = std::max(mx, s);
         }
         double sum = 0;
         for (double& e : prob) sum += (e = mx == -INFINITY ? 0 : std::exp(e - mx));
-        for (double& e : prob) e = sum == 0 ? (c.params.size() > 3 && c.params[3] ? 0.0 : NAN) : e / sum;
+        for (double& e : prob) e = sum == 0 ? (a.masked_rows_zero ? 0.0 : NAN) : e / sum;
       }
       double acc = 0;
       std::vector<int64_t> iv = idx;

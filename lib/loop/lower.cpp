@@ -403,18 +403,6 @@ Program Lowering::run() {
 
 namespace ptc {
 
-LowerOptions LowerOptions::for_device(const std::string& device) {
-  LowerOptions o;
-  if (device == "cuda") {
-    o.max_fused_head = 256;  // ptc_cuda::kAttentionMaxHead
-    o.cudnn_conv = true;
-    o.attention_heads_inner = true;
-  } else {
-    o.max_pool_grad_extern = true;
-  }
-  return o;
-}
-
 loop::Program lower_to_loops(const Graph& g, const LowerOptions& opts) {
   loop::Lowering L(g);
   L.options = opts;

@@ -101,8 +101,24 @@ View group_view(Lowering& L, const TensorRef& g, int64_t G) { return cudnn_view(
 
 }  // namespace
 
+namespace {
+
+// A convolution's attributes from its (two-element) stride, padding and dilation.
+ConvAttrs conv_attrs(const std::vector<int64_t>& st, const std::vector<int64_t>& pd, const std::vector<int64_t>& dl, int64_t groups,
+                     bool nhwc = false) {
+  ConvAttrs c;
+  c.stride = {st[0], st[1]};
+  c.padding = {pd[0], pd[1]};
+  c.dilation = {dl[0], dl[1]};
+  c.groups = groups;
+  c.nhwc = nhwc;
+  return c;
+}
+
+}  // namespace
+
 TensorRef emit_extern(Lowering& L, ExternKind kind, DType dt, const Index& out, std::vector<View> operands,
-                      std::vector<int64_t> params) {
+                      std::optional<ExternAttrs> attrs) {
   int buf = L.new_buffer("buf", dt, out);
   Computation c;
   c.kind = Computation::Kind::Extern;
@@ -110,7 +126,8 @@ TensorRef emit_extern(Lowering& L, ExternKind kind, DType dt, const Index& out, 
   c.out = buf;
   c.domain = out;
   c.operands = std::move(operands);
-  c.params = std::move(params);
+  c.attrs = attrs ? std::move(*attrs) : default_attrs(kind);
+  PTC_CHECK(attrs_match(kind, c.attrs), "extern ", extern_name(kind), " built with another kind's attributes");
   L.emit(std::move(c));
   return L.of_view(View{buf, out, L.prog_.buffers[buf].strides, 0}, dt);
 }
@@ -205,16 +222,18 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
     }
     Index out(q.sizes.begin(), q.sizes.end() - 1);
     out.push_back(v.sizes[r - 1]);
-    int64_t scale_bits;
-    std::memcpy(&scale_bits, &scale, sizeof scale);
-    std::vector<int64_t> params{kind, causal ? 1 : 0, scale_bits, masked_rows_zero ? 1 : 0};
+    AttentionAttrs attrs;
+    attrs.mask_kind = kind;
+    attrs.causal = causal;
+    attrs.scale = scale;
+    attrs.masked_rows_zero = masked_rows_zero;
     if (L.options.attention_heads_inner && r == 4) {  // stored [B, T, H, Dv], returned as [B, H, T, Dv]
-      params.push_back(1);
-      return {permute(L, emit_extern(L, ExternKind::Attention, DType::Float32, {out[0], out[2], out[1], out[3]}, std::move(ops), params),
+      attrs.heads_inner = true;
+      return {permute(L, emit_extern(L, ExternKind::Attention, DType::Float32, {out[0], out[2], out[1], out[3]}, std::move(ops), attrs),
                       {0, 2, 1, 3}),
               std::nullopt};
     }
-    return {emit_extern(L, ExternKind::Attention, DType::Float32, out, std::move(ops), params), std::nullopt};
+    return {emit_extern(L, ExternKind::Attention, DType::Float32, out, std::move(ops), attrs), std::nullopt};
   }
   TensorRef s = gemm(L, q, transpose_last(L, k), compute);
   if (mask) mask = L.broadcast_to(*mask, s.sizes);
@@ -292,7 +311,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       // output, read back as [N, O, OH, OW].
       auto nhwc_gemm = [&](View lhs, View rhs) {
         TensorRef y = emit_extern(L, ExternKind::Gemm, dt, {out[0] * out[2] * out[3], out[1]}, {std::move(lhs), std::move(rhs)},
-                                  {kGemmOfConvolution});
+                                  GemmAttrs{true});
         PTC_CHECK(y.view, "a GEMM result is no buffer");
         L.nhwc_buffers.insert(y.view->buffer);
         L.nhwc_shapes[y.view->buffer] = {out[0], out[2], out[3], out[1]};
@@ -358,11 +377,11 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
           });
           return one(plus_bias(y));
         }
-        // NHWC: the result is stored [N, OH, OW, O] (params[7] = 1) and read back as [N, O, OH,
+        // NHWC: the result is stored [N, OH, OW, O] (ConvAttrs::nhwc) and read back as [N, O, OH,
         // OW]; an input computed from NHWC buffers is realized NHWC (Lowering::realize).
         std::vector<View> operands{nhwc_input(L, x), filter_view(L, w)};
         TensorRef y = emit_extern(L, ExternKind::Convolution, a.out_dtype(), {out[0], out[2], out[3], out[1]}, std::move(operands),
-                                  {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups"), 1});
+                                  conv_attrs(st, pd, dl, a.i("groups"), /*nhwc=*/true));
         PTC_CHECK(y.view, "a convolution result is no buffer");
         L.nhwc_buffers.insert(y.view->buffer);
         return one(plus_bias(L.nhwc_view(y.view->buffer, a.out_dtype())));
@@ -386,7 +405,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype})) {
         std::vector<View> operands{cudnn_view(L, x), dense_view(L, w)};
         return one(plus_bias(emit_extern(L, ExternKind::Convolution, a.out_dtype(), a.out_sizes(), std::move(operands),
-                                         {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups")})));
+                                         conv_attrs(st, pd, dl, a.i("groups")))));
       }
       if (L.options.conv_as_gemm && a.i("groups") == 1 && kh && kw && a.out_dtype() == DType::Float32 && x.dtype == DType::Float32 &&
           w.dtype == DType::Float32) {
@@ -407,7 +426,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       std::vector<View> operands{L.as_view(x, L.origin()), L.as_view(w, L.origin())};
       if (!a.is_none("bias")) operands.push_back(L.as_view(a.tensor("bias"), L.origin()));
       return one(emit_extern(L, ExternKind::Convolution, a.out_dtype(), a.out_sizes(), std::move(operands),
-                             {st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.i("groups")}));
+                             conv_attrs(st, pd, dl, a.i("groups"))));
     }
     case OpKind::PtcConv2dWeightGrad: {
       // dw [O, Cg, KH, KW]: per group, dy_g [Og, N OH OW] times the im2col columns transposed.
@@ -421,7 +440,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       const sym::Expr N = x.sizes[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G));
       if (cudnn_f32(L, {dt, x.dtype, g.dtype}))
         return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {cudnn_view(L, x), group_view(L, g, G)},
-                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
+                               conv_attrs(st, pd, dl, G)));
       if (!L.options.conv_as_gemm && dt == DType::Float32 && x.dtype == DType::Float32 && g.dtype == DType::Float32) {
         // Ungrouped over planes of 1024+ positions: dy as the forward wrote it ([N, O, OH, OW]
         // contiguous; the runtime takes one GEMM per image), not regrouped by a copy.
@@ -430,11 +449,11 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
           View v = L.as_view(regroup(L, g, 1), L.origin());  // [1, O, N, OH, OW]
           if (v.nchw_as_one_group())
             return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {L.as_view(x, L.origin()), v},
-                                   {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
+                                   conv_attrs(st, pd, dl, G)));
         }
         TensorRef gg = by_group(L, g, G);
         return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {L.as_view(x, L.origin()), *gg.view},
-                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
+                               conv_attrs(st, pd, dl, G)));
       }
       TensorRef gg = by_group(L, g, G);
       // The columns, realized [G, Cg KH KW, N, OH, OW] (the gather reads along input rows), and
@@ -459,14 +478,14 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       const int64_t KH = *kh_, KW = *kw_;
       if (cudnn_f32(L, {dt, w.dtype, g.dtype}))
         return one(emit_extern(L, ExternKind::ConvInputGrad, dt, xs, {dense_view(L, w), group_view(L, g, G)},
-                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
+                               conv_attrs(st, pd, dl, G)));
       const sym::Expr N = xs[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G)), Cg = w.sizes[1];
       if (!L.options.conv_as_gemm && Og == sym::Expr(1) && Cg == sym::Expr(1) && dt == DType::Float32 && w.dtype == DType::Float32 &&
           g.dtype == DType::Float32) {
         // Depthwise (the columns' GEMM would have depth 1): ptc_conv.h's direct kernel, reading dy
         // through its strides.
         return one(emit_extern(L, ExternKind::ConvInputGrad, dt, xs, {L.as_view(w, L.origin()), L.as_view(regroup(L, g, G), L.origin())},
-                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], G}));
+                               conv_attrs(st, pd, dl, G)));
       }
       TensorRef gg = by_group(L, g, G);
       TensorRef wt = transpose_last(L, reshape(L, w, {sym::Expr(G), Og, Cg * (KH * KW)}));  // [G, Cg KH KW, Og]

@@ -64,7 +64,7 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
       for (size_t d = 0; d < x.rank(); ++d)
         if (index.sizes[d] != src.sizes[d]) L.fail("scatter_add needs index and src of one shape (got ", index.sizes[d].str(), " and ", src.sizes[d].str(), ")");
       return one(emit_extern(L, ExternKind::ScatterAdd, x.dtype, x.sizes,
-                             {L.as_view(x, L.origin()), L.as_view(index, L.origin()), L.as_view(src, L.origin())}, {dim}));
+                             {L.as_view(x, L.origin()), L.as_view(index, L.origin()), L.as_view(src, L.origin())}, ScatterAddAttrs{dim}));
     }
     case OpKind::IndexSelect: {  // out[..., k, ...] = self[..., index[k], ...]
       TensorRef x = a.tensor("self"), index = a.tensor("index");

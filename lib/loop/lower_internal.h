@@ -144,7 +144,7 @@ Lowered lower_view(Lowering& L, const Node& n, const Args& a);
 Lowered lower_reduction(Lowering& L, const Node& n, const Args& a);
 // Records an extern computation writing a new buffer of `out` sizes; returns its result.
 TensorRef emit_extern(Lowering& L, ExternKind kind, DType dt, const Index& out, std::vector<View> operands,
-                      std::vector<int64_t> params = {});
+                      std::optional<ExternAttrs> attrs = std::nullopt);
 Lowered lower_extern(Lowering& L, const Node& n, const Args& a);
 Lowered lower_index(Lowering& L, const Node& n, const Args& a);
 

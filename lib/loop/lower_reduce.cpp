@@ -376,7 +376,7 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
         std::vector<int64_t> st = a.ints("stride").empty() ? k : two(a.ints("stride"), 1);
         std::vector<int64_t> pd = two(a.ints("padding"), 0), dl = two(a.ints("dilation"), 1);
         return one(emit_extern(L, ExternKind::MaxPoolGrad, a.out_dtype(), x.sizes, {L.as_view(x, L.origin()), L.as_view(g, L.origin())},
-                               {st[0], st[1], pd[0], pd[1], dl[0], dl[1], 1, 0, k[0], k[1]}));
+                               MaxPoolGradAttrs{{k[0], k[1]}, {st[0], st[1]}, {pd[0], pd[1]}, {dl[0], dl[1]}}));
       }
       // dx[.., ih, iw] = sum of dy[.., oh, ow] over the windows whose index (the flat input
       // position of their first maximum, max_pool2d_with_indices') is ih W + iw. The windows

@@ -6,10 +6,10 @@
 // The activations' layout is the lowering's business (LowerOptions::channels_last).
 #include <algorithm>
 
-#include "../autodiff/builder.h"
 #include "ptc/error.h"
+#include "ptc/node_builder.h"
 #include "ptc/passes.h"
-#include "rewrite.h"
+#include "ptc/rewrite.h"
 
 namespace ptc {
 namespace {
@@ -72,7 +72,7 @@ bool channels_last_pays(const Graph& g, bool exact) {
 
 std::unique_ptr<Graph> channels_last_weights(const Graph& g) {
   rewrite::GraphRewriter rw(g);
-  autodiff::Builder b(rw.graph(), &g, "_cl");
+  NodeBuilder b(rw.graph(), &g, "_cl");
   std::unordered_map<const Value*, Value*> done;  // source weight -> its channels-last version
   for (const auto& np : g.nodes()) {
     const Node& n = *np;

@@ -4,7 +4,7 @@
 #include <unordered_map>
 
 #include "ptc/passes.h"
-#include "rewrite.h"
+#include "ptc/rewrite.h"
 
 namespace ptc {
 namespace {

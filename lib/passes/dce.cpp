@@ -5,7 +5,7 @@
 #include <unordered_set>
 
 #include "ptc/passes.h"
-#include "rewrite.h"
+#include "ptc/rewrite.h"
 
 namespace ptc {
 

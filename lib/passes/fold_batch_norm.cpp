@@ -8,7 +8,7 @@
 
 #include "ptc/error.h"
 #include "ptc/passes.h"
-#include "rewrite.h"
+#include "ptc/rewrite.h"
 
 namespace ptc {
 namespace {

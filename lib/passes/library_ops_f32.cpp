@@ -9,10 +9,10 @@
 // conversions of activations are pointwise nodes that fuse with their producers and consumers.
 #include <unordered_map>
 
-#include "../autodiff/builder.h"
 #include "ptc/error.h"
+#include "ptc/node_builder.h"
 #include "ptc/passes.h"
-#include "rewrite.h"
+#include "ptc/rewrite.h"
 
 namespace ptc {
 namespace {
@@ -52,7 +52,7 @@ std::unique_ptr<Graph> library_ops_f32(const Graph& g) {
   if (!any) return clone_graph(g);
 
   rewrite::GraphRewriter rw(g);
-  autodiff::Builder b(rw.graph(), &g, "_f32");
+  NodeBuilder b(rw.graph(), &g, "_f32");
   std::unordered_map<const Value*, Value*> widened;  // new-graph value -> its float32 conversion
   auto widen = [&](Value* v) {
     auto it = widened.find(v);

@@ -1,15 +1,11 @@
 // The graph pass pipeline (see passes.h).
-#include "ptc/autodiff.h"
 #include "ptc/error.h"
 #include "ptc/passes.h"
 
 namespace ptc {
 
-namespace {
-using Pass = std::unique_ptr<Graph> (*)(const Graph&);
-
-template <class Passes>
-std::unique_ptr<Graph> run(const Graph& g, const Passes& passes, const std::function<void(const char*, const Graph&)>& after) {
+std::unique_ptr<Graph> run_pass_list(const Graph& g, const std::vector<std::pair<const char*, GraphPass>>& passes,
+                                     const std::function<void(const char*, const Graph&)>& after) {
   std::unique_ptr<Graph> cur;
   for (const auto& [name, pass] : passes) {
     cur = pass(cur ? *cur : g);
@@ -17,13 +13,12 @@ std::unique_ptr<Graph> run(const Graph& g, const Passes& passes, const std::func
     PTC_CHECK(problems.empty(), "the graph is malformed after ", name, ": ", problems.front());
     if (after) after(name, *cur);
   }
-  return cur;
+  return cur ? std::move(cur) : clone_graph(g);
 }
-}  // namespace
 
 std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after,
                                         const GraphPassOptions& opts) {
-  std::vector<std::pair<const char*, Pass>> passes = {
+  std::vector<std::pair<const char*, GraphPass>> passes = {
       {"drop_buffer_updates", drop_buffer_updates},
       {"fold_batch_norm", fold_batch_norm},
   };
@@ -35,17 +30,7 @@ std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void
                                {"cse", common_subexpression_elimination},
                                {"dce", dead_code_elimination},
                                {"prune_unused_weights", prune_unused_weights}});
-  return run(g, passes, after);
-}
-
-std::unique_ptr<Graph> run_training_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after) {
-  static const std::pair<const char*, Pass> passes[] = {
-      {"batch_norm_training", decompose_training_batch_norm},
-      {"cse", common_subexpression_elimination},
-      {"dce", dead_code_elimination},
-      {"prune_unused_weights", prune_unused_weights},
-  };
-  return run(g, passes, after);
+  return run_pass_list(g, passes, after);
 }
 
 }  // namespace ptc

@@ -37,8 +37,8 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
   // dense weight (else the direct kernel runs it), NCHW.
   const bool conv = ext.extern_kind == loop::ExternKind::Convolution && ext.operands.size() == 2 &&
                     (ext.operands[1].dense() || ext.operands[1].channels_last()) && ext.domain.size() == 4;
-  // An NHWC convolution (params[7] = 1, domain [N, OH, OW, O]) has its channel last, as a GEMM.
-  const bool nhwc = conv && ext.params.size() > 7 && ext.params[7] == 1;
+  // An NHWC convolution (ConvAttrs::nhwc, domain [N, OH, OW, O]) has its channel last, as a GEMM.
+  const bool nhwc = conv && ext.as<loop::ConvAttrs>().nhwc;
   if (!gemm && !conv) return std::nullopt;
   if (e.kind != loop::Computation::Kind::Pointwise || !e.body || e.domain.empty()) return std::nullopt;
   if (p.buffers[e.out].dtype != DType::Float32 || p.buffers[ext.out].dtype != DType::Float32) return std::nullopt;

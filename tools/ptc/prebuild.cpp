@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "ptc/backend.h"
 #include "ptc/build.h"
 
 namespace ptc::cli {
@@ -9,6 +10,7 @@ namespace ptc::cli {
 std::function<int()> add_prebuild(CLI::App& app) {
   struct Opts {
     BuildOptions build;
+    std::string device = "cpu";
     std::string dir;
     bool best_effort = false;
   };
@@ -19,7 +21,9 @@ std::function<int()> add_prebuild(CLI::App& app) {
       "once, so that `ptc compile` links them instead of building them for every model (the build runs it for the "
       "default options; run it again for other --cxx / --cpu-arch / --cuda-arch values)");
   cmd->add_option("--dir", o->dir, "Where the objects go (default: prebuilt/ beside the ptc executable)");
-  cmd->add_option("--device", o->build.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  std::vector<std::string> devices;
+  for (const Backend* b : backends()) devices.push_back(b->name());
+  cmd->add_option("--device", o->device, "The target whose runtime units to build (default: cpu)")->check(CLI::IsMember(devices));
   cmd->add_option("--cpu-arch", o->build.cpu_arch, "The -march of the objects (default: native)");
   cmd->add_option("--cxx", o->build.cxx, "The host C++ compiler (default: c++)");
   cmd->add_option("--cuda-arch", o->build.cuda_arch, "cuda: the GPU architecture (default: sm_90)");
@@ -28,7 +32,10 @@ std::function<int()> add_prebuild(CLI::App& app) {
   cmd->add_option("-j,--jobs", o->build.jobs, "Units compiled at once (default: one per hardware thread)")->check(CLI::Range(1, 1024));
   return [o]() {
     const std::string dir = o->dir.empty() ? default_prebuilt_dir() : o->dir;
-    int failed = prebuild_runtime(o->build, dir, runtime_unit_names(o->build.device));
+    const Backend& backend = backend_named(o->device);
+    backend.resolve_tools(o->build);
+    o->build.backend = &backend;
+    int failed = prebuild_runtime(o->build, dir, backend.runtime_units());
     return failed && !o->best_effort ? 1 : 0;
   };
 }

@@ -445,7 +445,7 @@ void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kerne
 void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& in) {
   const Computation& c = p.comps[k.comps.front()];
   const loop::View &self = c.operands[0], &index = c.operands[1], &src = c.operands[2];
-  const size_t r = c.domain.size(), dim = static_cast<size_t>(c.params[0]);
+  const size_t r = c.domain.size(), dim = static_cast<size_t>(c.as<loop::ScatterAddAttrs>().dim);
   if (dtype_compute(p.buffers[c.out].dtype) != p.buffers[c.out].dtype)
     user_error("the CPU scatter_add does not support ", dtype_name(p.buffers[c.out].dtype), " yet (", c.origin, ")");
   auto elem = [](const loop::View& v, const std::vector<std::string>& i) { return view_element(v, i); };
@@ -576,12 +576,9 @@ bool mentions_word(const std::string& text, const std::string& word) {
   return false;
 }
 
-// Conv2dArgs' stride, padding, dilation and groups (the extern's params).
+// Conv2dArgs' stride, padding, dilation and groups (the extern's attributes).
 void emit_conv_params(std::ostream& os, const Computation& c, const std::string& indent) {
-  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
-  os << indent << " ";
-  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
-  os << "\n";
+  os << indent << " " << wrapper::conv_fields(c) << "\n";
 }
 
 // Conv2dArgs' input pointer and strides.
@@ -700,7 +697,8 @@ void emit_max_pool_grad(std::ostream& os, const loop::Program& p, const sched::K
   const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
   const bool keeps = ep && k.epilogue_keeps;
   const loop::View &X = c.operands[0], &G = c.operands[1];
-  PTC_CHECK(X.sizes.size() == 4 && G.sizes.size() == 4 && c.params.size() == 10, "max_pool_grad: 4-d x and dy, 10 params");
+  PTC_CHECK(X.sizes.size() == 4 && G.sizes.size() == 4, "max_pool_grad: 4-d x and dy");
+  const loop::MaxPoolGradAttrs& pool = c.as<loop::MaxPoolGradAttrs>();
   if (p.buffers[c.out].dtype != DType::Float32 || p.buffers[X.buffer].dtype != DType::Float32 || p.buffers[G.buffer].dtype != DType::Float32)
     user_error("the CPU max pooling gradient supports float32 only so far (", c.origin, ")");
   os << indent << "{\n" << indent << "  ptc_rt::MaxPoolGradArgs a{};\n";
@@ -710,8 +708,8 @@ void emit_max_pool_grad(std::ostream& os, const loop::Program& p, const sched::K
   os << indent << "  a.y = b" << (ep && !keeps ? ep->out : c.out) << ";\n";
   os << indent << "  a.N = " << cpp_index(c.domain[0]) << "; a.C = " << cpp_index(c.domain[1]) << "; a.H = " << cpp_index(c.domain[2])
      << "; a.W = " << cpp_index(c.domain[3]) << ";\n";
-  os << indent << "  a.OH = " << cpp_index(G.sizes[2]) << "; a.OW = " << cpp_index(G.sizes[3]) << "; a.KH = " << c.params[8]
-     << "; a.KW = " << c.params[9] << ";\n";
+  os << indent << "  a.OH = " << cpp_index(G.sizes[2]) << "; a.OW = " << cpp_index(G.sizes[3]) << "; a.KH = " << pool.kernel[0]
+     << "; a.KW = " << pool.kernel[1] << ";\n";
   emit_conv_params(os, c, indent);
   if (ep) emit_conv_epilogue(os, p, k, c, *ep, keeps, indent);
   os << indent << "  ptc_rt::max_pool2d_backward_call(a);\n" << indent << "}\n";

@@ -453,7 +453,7 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   } else {
     os << "  g.C = static_cast<float*>(buf[" << c.out << "]);\n";
   }
-  if (!c.params.empty() && c.params[0] == loop::kGemmOfConvolution) os << "  g.conv = true;\n";
+  if (c.as<loop::GemmAttrs>().of_convolution) os << "  g.conv = true;\n";
   os << "  g.nbatch = " << r - 2 << ";\n";
   for (size_t d = 0; d + 2 < r; ++d)
     os << "  g.bsize[" << d << "] = " << cpp_index(c.domain[d]) << "; g.bsa[" << d << "] = " << cpp_index(A.strides[d]) << "; g.bsb[" << d
@@ -467,13 +467,8 @@ std::string index_list(const std::vector<sym::Expr>& v) {
   return s;
 }
 
-// A Conv2d / CudnnConv's stride, padding, dilation and groups (the extern's params).
-void emit_conv_params(std::ostream& os, const Computation& c) {
-  const char* params[] = {"sh", "sw", "ph", "pw", "dh", "dw", "groups"};
-  os << " ";
-  for (int i = 0; i < 7; ++i) os << " a." << params[i] << " = " << c.params[i] << ";";
-  os << "\n";
-}
+// A Conv2d / CudnnConv's stride, padding, dilation and groups (the extern's attributes).
+void emit_conv_params(std::ostream& os, const Computation& c) { os << " " << wrapper::conv_fields(c) << "\n"; }
 
 // `a.<field> = <pointer>;` and its 4 strides into `a.<field>s`.
 void emit_strided(std::ostream& os, const std::string& field, const std::string& pointer, const std::vector<sym::Expr>& strides) {
@@ -496,7 +491,7 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const sched::Kern
   std::vector<sym::Expr> out_strides = contiguous_strides(c.domain);
   // NHWC (LowerOptions::channels_last): the output buffer is [N, OH, OW, O]; cuDNN gets it as
   // [N, O, OH, OW] with those strides.
-  const bool nhwc = fwd && c.params.size() > 7 && c.params[7] == 1;
+  const bool nhwc = fwd && c.as<loop::ConvAttrs>().nhwc;
   std::vector<sym::Expr> y_logical = c.domain;
   if (nhwc) {
     out_strides = {out_strides[0], out_strides[3], out_strides[1], out_strides[2]};
@@ -528,7 +523,7 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const sched::Kern
     const loop::View &A = c.operands[0], &DY = c.operands[1];
     PTC_CHECK(DY.sizes.size() == 5, "a convolution gradient reads grad_output as [groups, O/groups, N, OH, OW]");
     os << "  const int64_t dys[5] = {" << index_list(DY.strides) << "};\n";
-    os << "  if (" << c.params[6] << " > 1 && dys[0] != (" << cpp_index(DY.sizes[1]) << ") * dys[1]) return \"" << loop::extern_name(c.extern_kind)
+    os << "  if (" << c.as<loop::ConvAttrs>().groups << " > 1 && dys[0] != (" << cpp_index(DY.sizes[1]) << ") * dys[1]) return \"" << loop::extern_name(c.extern_kind)
        << ": grad_output's groups and channels do not merge\";\n";
     os << "  a.y = " << ptr(DY) << "; a.ys[0] = dys[2]; a.ys[1] = dys[1]; a.ys[2] = dys[3]; a.ys[3] = dys[4];\n";
     y_sizes = {DY.sizes[2], DY.sizes[0] * DY.sizes[1], DY.sizes[3], DY.sizes[4]};
@@ -585,7 +580,7 @@ void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kerne
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx& ctx) {\n";
   emit_sym_locals(os, syms, "  ");
   os << "  ptc_cuda::Attention a{};\n";
-  os << "  a.tf32 = ctx.tf32;\n";
+  os << "  a.tf32 = ctx.math.attention == ptc_rt::MathMode::TF32;\n";
   os << wrapper::attention_fields(c, "  ", [&](size_t i, const loop::View& v) {
     const bool bytes = i == 3 && p.buffers[v.buffer].dtype != DType::Float32;  // a bool mask
     return std::string("static_cast<const ") + (bytes ? "unsigned char" : "float") + "*>(buf[" + std::to_string(v.buffer) + "])";
@@ -605,7 +600,7 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
   const DType dt = p.buffers[c.out].dtype;
   if (dt != DType::Float32 && dt != DType::Float64)
     user_error("the CUDA scatter_add supports float32 and float64 only so far (", c.origin, ")");
-  const size_t r = c.domain.size(), dim = static_cast<size_t>(c.params[0]);
+  const size_t r = c.domain.size(), dim = static_cast<size_t>(c.as<loop::ScatterAddAttrs>().dim);
   const std::vector<int> bufs{self.buffer, ix.buffer, src.buffer, c.out};
   std::vector<int> uniq;
   for (int b : bufs)

@@ -42,9 +42,10 @@ std::string comment_text(const std::string& s) {
 std::string attention_fields(const loop::Computation& c, const std::string& indent,
                              const std::function<std::string(size_t, const loop::View&)>& base) {
   const size_t r = c.domain.size(), lead = r - 2;
-  PTC_CHECK(r >= 2 && lead <= 2 && (c.params.size() == 4 || (c.params.size() == 5 && r == 4)), "malformed attention extern (", c.origin, ")");
-  // params[4]: the output is stored [B, T, H, Dv] (the domain), the operands are [B, H, T, .].
-  const bool heads_inner = c.params.size() == 5 && c.params[4];
+  const loop::AttentionAttrs& at = c.as<loop::AttentionAttrs>();
+  PTC_CHECK(r >= 2 && lead <= 2 && (!at.heads_inner || r == 4), "malformed attention extern (", c.origin, ")");
+  // heads_inner: the output is stored [B, T, H, Dv] (the domain), the operands are [B, H, T, .].
+  const bool heads_inner = at.heads_inner;
   const std::vector<sym::Expr> dom = heads_inner ? std::vector<sym::Expr>{c.domain[0], c.domain[2], c.domain[1], c.domain[3]} : c.domain;
   std::ostringstream os;
   const char* names[] = {"q", "k", "v", "mask"};
@@ -59,10 +60,8 @@ std::string attention_fields(const loop::Computation& c, const std::string& inde
   }
   std::string dims[2] = {"1", "1"};
   for (size_t d = 0; d < lead; ++d) dims[2 - lead + d] = cpp_index(dom[d]);
-  double scale;
-  std::memcpy(&scale, &c.params[2], sizeof scale);
-  os << indent << "a.mask_kind = " << c.params[0] << "; a.causal = " << (c.params[1] ? "true" : "false")
-     << "; a.scale = " << codegen::literal(scale, DType::Float32) << "; a.masked_rows_zero = " << (c.params[3] ? "true" : "false")
+  os << indent << "a.mask_kind = " << at.mask_kind << "; a.causal = " << (at.causal ? "true" : "false")
+     << "; a.scale = " << codegen::literal(at.scale, DType::Float32) << "; a.masked_rows_zero = " << (at.masked_rows_zero ? "true" : "false")
      << (heads_inner ? "; a.o_heads_inner = true" : "") << ";\n";
   os << indent << "a.B = " << dims[0] << "; a.H = " << dims[1] << "; a.Tq = " << cpp_index(dom[r - 2])
      << "; a.Tk = " << cpp_index(c.operands[1].sizes[r - 2]) << "; a.D = " << cpp_index(c.operands[0].sizes[r - 1])
@@ -78,6 +77,35 @@ std::string kernel_summary(const loop::Program& p, const sched::Kernel& k) {
     for (const auto& o : k.origins) s += " " + o;
   }
   return comment_text(s);
+}
+
+std::string window_fields(const std::array<int64_t, 2>& stride, const std::array<int64_t, 2>& padding,
+                          const std::array<int64_t, 2>& dilation, int64_t groups) {
+  return " a.sh = " + std::to_string(stride[0]) + "; a.sw = " + std::to_string(stride[1]) + "; a.ph = " + std::to_string(padding[0]) +
+         "; a.pw = " + std::to_string(padding[1]) + "; a.dh = " + std::to_string(dilation[0]) + "; a.dw = " + std::to_string(dilation[1]) +
+         "; a.groups = " + std::to_string(groups) + ";";
+}
+
+std::string conv_fields(const loop::Computation& c) {
+  if (c.extern_kind == loop::ExternKind::MaxPoolGrad) {
+    const loop::MaxPoolGradAttrs& m = c.as<loop::MaxPoolGradAttrs>();
+    return window_fields(m.stride, m.padding, m.dilation, 1);
+  }
+  const loop::ConvAttrs& a = c.as<loop::ConvAttrs>();
+  return window_fields(a.stride, a.padding, a.dilation, a.groups);
+}
+
+std::string math_modes_literal(const MathModes& m) {
+  auto mode = [](MathMode x) -> std::string {
+    switch (x) {
+      case MathMode::FP32: return "ptc_rt::MathMode::FP32";
+      case MathMode::TF32: return "ptc_rt::MathMode::TF32";
+      case MathMode::BF16: return "ptc_rt::MathMode::BF16";
+      case MathMode::FP16: return "ptc_rt::MathMode::FP16";
+    }
+    return "ptc_rt::MathMode::FP32";
+  };
+  return "ptc_rt::MathModes{" + mode(m.gemm) + ", " + mode(m.conv) + ", " + mode(m.attention) + "}";
 }
 
 int dtype_code(DType t) {

@@ -59,5 +59,12 @@ std::string attention_fields(const loop::Computation& c, const std::string& inde
 // A kernel's one-line summary for the comment above it: "k3: buf7 buf8 <- linear gelu".
 std::string kernel_summary(const loop::Program& p, const sched::Kernel& k);
 int dtype_code(DType t);                  // runtime.h's PTC_* numbering
+// " a.sh = ..; a.sw = ..; a.ph = ..; a.pw = ..; a.dh = ..; a.dw = ..; a.groups = ..;": the
+// stride, padding, dilation and groups of a convolution or pooling extern (ConvAttrs;
+// MaxPoolGradAttrs with groups 1) as the runtimes' argument structs (CPU Conv2dArgs /
+// MaxPoolGradArgs, CUDA CudnnConv) name them.
+std::string conv_fields(const loop::Computation& c);
+// `m` as a C++ initializer of ptc_rt::MathModes (lib/runtime/common/ptc_precision.h).
+std::string math_modes_literal(const MathModes& m);
 
 }  // namespace ptc::wrapper

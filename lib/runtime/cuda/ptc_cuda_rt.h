@@ -1,5 +1,5 @@
 // ptc_cuda_rt.h — the compiled-once runtime of a generated CUDA library (ptc_cuda_runtime.cu):
-// fp32 GEMM through cuBLASLt (exact fp32; TF32 with Ctx::tf32, or Ctx::tf32_conv for a convolution's) with any-stride operands and batches
+// fp32 GEMM through cuBLASLt (exact fp32, or TF32 as Ctx::math says) with any-stride operands and batches
 // (in exact fp32 also ptc's 3xTF32 tensor-core kernels, ptc_cuda_gemm_tc.cu, where they time faster), a
 // direct 2-D convolution, fused attention; and (ptc_cuda_cudnn.cu, linked only into libraries
 // with convolutions) 2-D convolutions and their gradients through cuDNN. Host functions; they
@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 #include <cublasLt.h>
+
+#include "ptc_cuda_limits.h"
+#include "ptc_precision.h"
 
 namespace ptc_cuda {
 
@@ -52,17 +55,16 @@ struct Ctx {
   size_t gemm_ws_bytes;
   ConvPlans* conv = nullptr;
   cudaMemPool_t pool = nullptr;
-  // ptc compile --tf32: GEMMs in CUBLAS_COMPUTE_32F_FAST_TF32 and convolutions with
-  // CUDNN_DEFAULT_MATH (TF32 tensor cores; fp32 storage and accumulation).
-  bool tf32 = false;
-  // ptc compile --tf32-conv (torch's defaults): convolutions (cuDNN's, and the GEMMs of 1x1 and
-  // patchify convolutions: Gemm::conv) as with tf32; other GEMMs and attention exact fp32.
-  bool tf32_conv = false;
+  // How the GEMMs, convolutions (cuDNN's, and the GEMMs of 1x1 and patchify convolutions:
+  // Gemm::conv) and attention compute (ptc compile --precision; ptc_precision.h). TF32: GEMMs in
+  // CUBLAS_COMPUTE_32F_FAST_TF32 and convolutions with CUDNN_DEFAULT_MATH (TF32 tensor cores; fp32
+  // storage and accumulation).
+  ptc_rt::MathModes math;
   // An inference library (not a training library's part): its forward convolutions may also take
   // cuDNN's FFT and non-fused Winograd algorithms where they time fastest, as torch's fp32
   // convolutions do (ptc_cuda_cudnn.cu: pick).
   bool inference = false;
-  bool conv_tf32() const { return tf32 || tf32_conv; }
+  bool conv_tf32() const { return math.conv == ptc_rt::MathMode::TF32; }
 };
 
 constexpr int kMaxBatchDims = 6;
@@ -174,14 +176,14 @@ constexpr size_t kConvMaxWorkspace = size_t{2} << 30;
 
 // Fused scaled-dot-product attention, flash-style (tiled, online softmax, no Tq x Tk buffer):
 //   o[b, h, i, :] = sum_j softmax_j(scale * q[b, h, i, :] . k[b, h, j, :] + mask) v[b, h, j, :]
-// Exact fp32, or with tf32 (ptc compile --tf32) and head sizes up to kAttentionMmaHead on tensor
+// Exact fp32, or with tf32 (ptc compile --precision tf32) and head sizes up to kAttentionMmaHead on tensor
 // cores: q.k and p.v take TF32 inputs (10-bit mantissas) and accumulate in fp32, as torch's
 // matmuls do with allow_tf32; the softmax stays fp32. Head sizes D, Dv up to
 // kAttentionMaxHead. A row whose keys are all masked is zeros
 // (masked_rows_zero: scaled_dot_product_attention) or NaN (the fused multi-head attention); Tk = 0
 // gives zeros.
 enum { kMaskNone = 0, kMaskKeep = 1, kMaskDrop = 2, kMaskAdd = 3 };  // bool keep / drop where true; float added
-constexpr int64_t kAttentionMaxHead = 256, kAttentionMmaHead = 128;
+// kAttentionMaxHead and kAttentionMmaHead: ptc_cuda_limits.h.
 struct Attention {
   const float* q; int64_t qs[4];  // [B, H, Tq, D] with strides
   const float* k; int64_t ks[4];  // [B, H, Tk, D]
@@ -194,7 +196,7 @@ struct Attention {
   bool causal = false;            // key j allowed for query i when j <= i
   bool masked_rows_zero = false;
   bool o_heads_inner = false;     // o is [B, Tq, H, Dv] instead
-  bool tf32 = false;              // TF32 tensor cores (Ctx::tf32) where the head sizes allow
+  bool tf32 = false;              // TF32 tensor cores (Ctx::math.attention) where the head sizes allow
 };
 const char* attention(const Attention& a, cudaStream_t stream);
 

@@ -178,8 +178,8 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
       check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride), "batch stride");
     }
   };
-  // Exact fp32 (CUBLAS_COMPUTE_32F) unless the library was compiled with --tf32 (or --tf32-conv, for
-  // a convolution's GEMM).
+  // Exact fp32 (CUBLAS_COMPUTE_32F) unless the context's math mode for this GEMM (Ctx::math: gemm,
+  // or conv for a convolution's GEMM) is TF32.
   if (check(cublasLtMatmulDescCreate(&plan.desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
             "cublasLtMatmulDescCreate")) {
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op, sizeof ob.op), "transa");
@@ -312,7 +312,7 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   cublasLtEpilogue_t epi = lt_bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                    : (relu && !g.bias ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   const int32_t batch = static_cast<int32_t>(inner);
-  const bool tf32 = ctx.tf32 || (g.conv && ctx.tf32_conv);
+  const bool tf32 = (g.conv ? ctx.math.conv : ctx.math.gemm) == ptc_rt::MathMode::TF32;
   auto key_for = [&](cublasLtEpilogue_t ep) {
     return std::array<int64_t, 14>{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
                                    batch > 1 ? sc : 0, static_cast<int64_t>(ctx.gemm_ws_bytes), static_cast<int64_t>(ep), tf32};

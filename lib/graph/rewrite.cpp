@@ -1,5 +1,5 @@
 // Graph-rewriting helpers shared by the passes (see rewrite.h).
-#include "rewrite.h"
+#include "ptc/rewrite.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,20 +1,20 @@
-#include "builder.h"
+#include "ptc/node_builder.h"
 
 #include <limits>
 
 #include "ptc/error.h"
 #include "ptc/passes.h"
 
-namespace ptc::autodiff {
+namespace ptc {
 
-std::string Builder::fresh_name(const std::string& base) {
+std::string NodeBuilder::fresh_name(const std::string& base) {
   for (;;) {
     std::string name = base + "_" + std::to_string(counter_++);
     if (!g_.find_value(name) && !(avoid_ && avoid_->find_value(name))) return name;
   }
 }
 
-std::vector<Value*> Builder::emit(OpKind kind, std::vector<std::pair<std::string, Arg>> given) {
+std::vector<Value*> NodeBuilder::emit(OpKind kind, std::vector<std::pair<std::string, Arg>> given) {
   const OpInfo& info = op_info(kind);
   auto node = std::make_unique<Node>();
   node->kind = kind;
@@ -49,25 +49,25 @@ std::vector<Value*> Builder::emit(OpKind kind, std::vector<std::pair<std::string
   return g_.add_node(std::move(node))->outputs;
 }
 
-Value* Builder::add(Value* a, Value* b) { return op(OpKind::AddTensor, {{"self", a}, {"other", b}}); }
-Value* Builder::sub(Value* a, Value* b) { return op(OpKind::SubTensor, {{"self", a}, {"other", b}}); }
-Value* Builder::mul(Value* a, Value* b) { return op(OpKind::MulTensor, {{"self", a}, {"other", b}}); }
-Value* Builder::div(Value* a, Value* b) { return op(OpKind::DivTensor, {{"self", a}, {"other", b}}); }
-Value* Builder::scale(Value* a, double s) { return s == 1 ? a : op(OpKind::MulScalar, {{"self", a}, {"other", s}}); }
-Value* Builder::add_scalar(Value* a, double s) { return op(OpKind::AddScalar, {{"self", a}, {"other", s}}); }
-Value* Builder::neg(Value* a) { return op(OpKind::Neg, {{"self", a}}); }
-Value* Builder::exp(Value* a) { return op(OpKind::Exp, {{"self", a}}); }
+Value* NodeBuilder::add(Value* a, Value* b) { return op(OpKind::AddTensor, {{"self", a}, {"other", b}}); }
+Value* NodeBuilder::sub(Value* a, Value* b) { return op(OpKind::SubTensor, {{"self", a}, {"other", b}}); }
+Value* NodeBuilder::mul(Value* a, Value* b) { return op(OpKind::MulTensor, {{"self", a}, {"other", b}}); }
+Value* NodeBuilder::div(Value* a, Value* b) { return op(OpKind::DivTensor, {{"self", a}, {"other", b}}); }
+Value* NodeBuilder::scale(Value* a, double s) { return s == 1 ? a : op(OpKind::MulScalar, {{"self", a}, {"other", s}}); }
+Value* NodeBuilder::add_scalar(Value* a, double s) { return op(OpKind::AddScalar, {{"self", a}, {"other", s}}); }
+Value* NodeBuilder::neg(Value* a) { return op(OpKind::Neg, {{"self", a}}); }
+Value* NodeBuilder::exp(Value* a) { return op(OpKind::Exp, {{"self", a}}); }
 
-Value* Builder::sum(Value* a, std::vector<int64_t> dims, bool keepdim) {
+Value* NodeBuilder::sum(Value* a, std::vector<int64_t> dims, bool keepdim) {
   if (dims.empty()) return a;
   return op(OpKind::SumDimIntList, {{"self", a}, {"dim", std::move(dims)}, {"keepdim", keepdim}});
 }
 
-Value* Builder::mean(Value* a, std::vector<int64_t> dims, bool keepdim) {
+Value* NodeBuilder::mean(Value* a, std::vector<int64_t> dims, bool keepdim) {
   return op(OpKind::MeanDim, {{"self", a}, {"dim", std::move(dims)}, {"keepdim", keepdim}});
 }
 
-Value* Builder::reshape(Value* a, const std::vector<sym::Expr>& sizes) {
+Value* NodeBuilder::reshape(Value* a, const std::vector<sym::Expr>& sizes) {
   const auto& have = a->type.sizes;
   if (have.size() == sizes.size()) {
     bool same = true;
@@ -77,33 +77,33 @@ Value* Builder::reshape(Value* a, const std::vector<sym::Expr>& sizes) {
   return op(OpKind::Reshape, {{"self", a}, {"shape", sizes}});
 }
 
-Value* Builder::expand(Value* a, const std::vector<sym::Expr>& sizes) {
+Value* NodeBuilder::expand(Value* a, const std::vector<sym::Expr>& sizes) {
   return op(OpKind::Expand, {{"self", a}, {"size", sizes}});
 }
 
-Value* Builder::transpose(Value* a, int64_t d0, int64_t d1) {
+Value* NodeBuilder::transpose(Value* a, int64_t d0, int64_t d1) {
   return op(OpKind::TransposeInt, {{"self", a}, {"dim0", d0}, {"dim1", d1}});
 }
 
-Value* Builder::permute(Value* a, const std::vector<int64_t>& dims) { return op(OpKind::Permute, {{"self", a}, {"dims", dims}}); }
-Value* Builder::unsqueeze(Value* a, int64_t dim) { return op(OpKind::Unsqueeze, {{"self", a}, {"dim", dim}}); }
-Value* Builder::matmul(Value* a, Value* b) { return op(OpKind::Matmul, {{"self", a}, {"other", b}}); }
-Value* Builder::mm(Value* a, Value* b) { return op(OpKind::Mm, {{"self", a}, {"mat2", b}}); }
+Value* NodeBuilder::permute(Value* a, const std::vector<int64_t>& dims) { return op(OpKind::Permute, {{"self", a}, {"dims", dims}}); }
+Value* NodeBuilder::unsqueeze(Value* a, int64_t dim) { return op(OpKind::Unsqueeze, {{"self", a}, {"dim", dim}}); }
+Value* NodeBuilder::matmul(Value* a, Value* b) { return op(OpKind::Matmul, {{"self", a}, {"other", b}}); }
+Value* NodeBuilder::mm(Value* a, Value* b) { return op(OpKind::Mm, {{"self", a}, {"mat2", b}}); }
 
-Value* Builder::where_zero(Value* cond, Value* a) {
+Value* NodeBuilder::where_zero(Value* cond, Value* a) {
   return op(OpKind::WhereScalarOther, {{"condition", cond}, {"self", a}, {"other", 0.0}});
 }
 
-Value* Builder::zeros(const std::vector<sym::Expr>& sizes, DType dt) {
+Value* NodeBuilder::zeros(const std::vector<sym::Expr>& sizes, DType dt) {
   return op(OpKind::Zeros, {{"size", sizes}, {"dtype", dt}});
 }
 
-Value* Builder::cast(Value* a, DType dt) {
+Value* NodeBuilder::cast(Value* a, DType dt) {
   if (a->type.dtype == dt) return a;
   return op(OpKind::ToDtype, {{"self", a}, {"dtype", dt}});
 }
 
-Value* Builder::sum_to(Value* g, const std::vector<sym::Expr>& sizes) {
+Value* NodeBuilder::sum_to(Value* g, const std::vector<sym::Expr>& sizes) {
   const auto& have = g->type.sizes;
   PTC_CHECK(have.size() >= sizes.size(), "autodiff: a gradient of rank ", have.size(), " for a value of rank ", sizes.size());
   size_t lead = have.size() - sizes.size();
@@ -121,4 +121,4 @@ Value* Builder::sum_to(Value* g, const std::vector<sym::Expr>& sizes) {
   return reshape(s, sizes);
 }
 
-}  // namespace ptc::autodiff
+}  // namespace ptc

@@ -1,7 +1,8 @@
 // A node builder for passes that write new aten nodes into a graph under construction (the
-// derivative rules): arguments by schema name with the schema's defaults for the rest, output
-// types from the op's shape rule (infer_node_types), fresh value names, the source line of the
-// forward node the new nodes belong to. Internal to lib/autodiff.
+// derivative rules of lib/autodiff, and graph passes that insert nodes): arguments by schema name
+// with the schema's defaults for the rest, output types from the op's shape rule
+// (infer_node_types, ptc/passes.h), fresh value names, the source line of the forward node the
+// new nodes belong to. Implemented in lib/passes/node_builder.cpp, beside the shape rules it uses.
 #pragma once
 
 #include <initializer_list>
@@ -11,13 +12,13 @@
 
 #include "ptc/graph.h"
 
-namespace ptc::autodiff {
+namespace ptc {
 
-class Builder {
+class NodeBuilder {
  public:
   // `avoid`: a graph whose value names new values must not take either (the source of a rewrite
   // that copies its values into `g` later). `suffix`: what new node names add to their origin's.
-  explicit Builder(Graph& g, const Graph* avoid = nullptr, std::string suffix = "_bw")
+  explicit NodeBuilder(Graph& g, const Graph* avoid = nullptr, std::string suffix = "_bw")
       : g_(g), avoid_(avoid), suffix_(std::move(suffix)) {}
   Graph& graph() { return g_; }
 
@@ -65,4 +66,4 @@ class Builder {
   int counter_ = 0;
 };
 
-}  // namespace ptc::autodiff
+}  // namespace ptc

@@ -1,6 +1,7 @@
-// Helpers shared by the rewriting passes (internal to lib/passes): a builder that copies a graph
-// node by node while some nodes are dropped, replaced or added, and small utilities over weights
-// (TensorData) that constant folding and batch-norm folding both need.
+// Helpers shared by the graph rewrites (lib/passes, lib/autodiff; implemented in
+// lib/graph/rewrite.cpp): a builder that copies a graph node by node while some nodes are
+// dropped, replaced or added, and small utilities over weights (TensorData) that constant folding
+// and batch-norm folding both need.
 //
 // GraphRewriter: the new graph starts with the source's name, source format, symbols, weights
 // (TensorData copied: owners shared, no byte copied) and inputs (same names, types, roles and
