@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# One command from a fresh machine to a built tree: Debian packages, the project venv with the
-# pinned torch (scripts/requirements.txt), then configure + build (build/, and build-asan/ and
-# build-tsan/ for the sanitizer jobs). Safe and fast to re-run.
+# One command from a fresh machine to a usable ptc: Debian packages, the project venv with the
+# pinned torch (scripts/requirements.txt), then the release build in build/ (build/ptc). Safe and
+# fast to re-run. The sanitizer builds the tests use are made by scripts/test.sh when it first
+# needs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
+# clang + libclang-rt-dev + libomp-dev: the ThreadSanitizer build (with LLVM's OpenMP) and the
+# fuzzers of scripts/test.sh and scripts/fuzz.sh. ccache: rebuilds of every tree reuse objects.
+APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv ccache
               libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 libminizip-dev zlib1g-dev
-              clang libclang-rt-dev libomp-dev)  # clang: fuzzing (scripts/fuzz.sh) and the TSan+OpenMP stress test
+              clang libclang-rt-dev libomp-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -41,15 +44,9 @@ if ! cmp -s scripts/requirements.txt "$stamp"; then
 fi
 TORCH_DIR=$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 
-# Main build (with the TorchScript reader) and a sanitizer build of the core without libtorch.
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTC_TORCH_DIR="$TORCH_DIR" >/dev/null
+# The release build (with the TorchScript reader), through ccache where it is installed.
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTC_TORCH_DIR="$TORCH_DIR" "${launcher[@]}" >/dev/null
 cmake --build build
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTC_WITH_TORCHSCRIPT=OFF \
-      -DPTC_SANITIZE=address,undefined >/dev/null
-cmake --build build-asan
-# ThreadSanitizer build (clang, with LLVM's OpenMP runtime, whose Archer tool makes OpenMP's
-# synchronization visible to TSan): the suite again, generated libraries built with --sanitize thread.
-CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTC_WITH_TORCHSCRIPT=OFF \
-      -DPTC_SANITIZE=thread >/dev/null
-cmake --build build-tsan
-echo "setup: done (build/bin: build/ptc; tests: scripts/test.sh)"
+echo "setup: done (build/ptc; tests: scripts/test.sh)"
