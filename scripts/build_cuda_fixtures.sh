@@ -10,6 +10,7 @@ out="${1:?usage: build_cuda_fixtures.sh DIR [flags]}"
 shift
 ptc="${PTC:-$root/build/ptc}"
 mkdir -p "$out"
+. "$root/scripts/cuda_env.sh" "$out"  # cuDNN: torch's pip one where the system has none
 # One line per library: MODEL LIB [--cuda-graphs]
 list() {
   for exp in "$root"/models/*.expect.json; do

@@ -34,12 +34,9 @@ SIX="mobilenet_v2 resnet18 resnet50 bert gpt2 vit_small_patch16_224"
 SIZES="mobilenet_v2:8 resnet18:8 resnet50:32 bert:8,128 gpt2:4,128 vit_small_patch16_224:8"
 inductor=()
 [ "${NO_INDUCTOR:-0}" = 1 ] && inductor=(--no-inductor)
-# cuDNN for the libraries: torch's pip package where the system has none (as cuda_real_check.sh).
-if [ ! -e /usr/local/cuda/include/cudnn.h ]; then
-  dnn=$(python3 -c 'import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null || true)
-  [ -n "$dnn" ] && export LD_LIBRARY_PATH="$dnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+# cuDNN for the libraries: torch's pip package where the system has none.
 mkdir -p "$work"
+. scripts/cuda_env.sh "$work"
 status=0
 run() {  # run STEP-NAME COMMAND...: time it, remember a failure, go on
   local name=$1

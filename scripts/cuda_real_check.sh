@@ -22,16 +22,8 @@ case "${PRECISION:-exact}" in
   *) echo "PRECISION=$PRECISION: expected exact, tf32 or tf32-conv" >&2; exit 2 ;;
 esac
 mkdir -p "$out/models" "$out/libs"
-# Convolutions link cuDNN: where the system has none, use the one torch's pip packages carry
-# (they ship libcudnn.so.9 but no libcudnn.so for the linker, hence the link).
-if [ ! -e /usr/local/cuda/include/cudnn.h ]; then
-  dnn=$(python3 -c 'import nvidia.cudnn, os; print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null || true)
-  if [ -n "$dnn" ]; then
-    mkdir -p "$out/cudnn-link" && ln -sf "$dnn/lib/libcudnn.so.9" "$out/cudnn-link/libcudnn.so"
-    export CPATH="$dnn/include${CPATH:+:$CPATH}" LIBRARY_PATH="$out/cudnn-link:$dnn/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
-    export LD_LIBRARY_PATH="$dnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  fi
-fi
+# Convolutions link cuDNN: torch's pip one where the system has none.
+. "$(dirname "$0")/cuda_env.sh" "$out"
 missing=()
 for m in "$@"; do [ -f "$out/models/$m.pt2" ] || missing+=("$m"); done
 if [ ${#missing[@]} -gt 0 ]; then python3 scripts/export_models.py --real "${missing[@]}" --out "$out/models" --no-trace --no-verify; fi
