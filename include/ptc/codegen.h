@@ -96,6 +96,10 @@ std::string generate_model_header(const loop::Program& p, const Graph& g);
 // C++ text of an integer index expression (int64_t arithmetic; Python floor semantics where a
 // dividend may be negative).
 std::string cpp_index(const sym::Expr& e);
+// "e0, e1, ...": the C++ text of each expression (cpp_index), comma-separated.
+std::string index_list(const std::vector<sym::Expr>& v);
+// "f0 * f1 * ...": the product of C++ factors (int64_t{1} for none).
+std::string cpp_product(const std::vector<std::string>& factors);
 // "b<buffer>[offset + (i0) * (stride0) + ...]": element `idx` (C++ expressions) of a strided view.
 std::string view_element(const loop::View& v, const std::vector<std::string>& idx);
 // "b<buffer>[((0) * n0 + i0) * n1 + i1 ...]": element `idx` of a dense buffer whose sizes are the

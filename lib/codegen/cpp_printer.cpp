@@ -16,6 +16,19 @@ std::string dense_element(int buffer, const std::vector<std::string>& idx) {
   return "b" + std::to_string(buffer) + "[" + e + "]";
 }
 
+std::string index_list(const std::vector<sym::Expr>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + cpp_index(v[i]);
+  return s;
+}
+
+std::string cpp_product(const std::vector<std::string>& factors) {
+  if (factors.empty()) return "int64_t{1}";
+  std::string s;
+  for (size_t i = 0; i < factors.size(); ++i) s += (i ? " * " : "") + factors[i];
+  return s;
+}
+
 std::string cpp_index(const sym::Expr& e) {
   using sym::Kind;
   switch (e.kind()) {

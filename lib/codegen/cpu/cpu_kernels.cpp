@@ -28,13 +28,6 @@ namespace {
 using codegen::ExprPrinter;
 using codegen::literal;
 
-std::string product(const std::vector<std::string>& v) {
-  if (v.empty()) return "1";
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? " * " : "") + v[i];
-  return s;
-}
-
 // Declares the size names of dims [from, sizes.size()) as `<prefix>n<d>` and returns all names
 // (the outer ones named n<d>).
 std::vector<std::string> size_names(std::ostream& os, const std::vector<sym::Expr>& sizes, size_t from,
@@ -194,7 +187,7 @@ void emit_pointwise(std::ostream& os, const loop::Program& p, const sched::Kerne
   if (blocked) os << indent << "const int64_t nb = (" << n.back() << " + " << kInnerBlock - 1 << ") / " << kInnerBlock << ";\n";
   size_t nloops = par.size() + (blocked ? 1 : 0);
   if (nloops > 0)
-    os << indent << "#pragma omp parallel for collapse(" << nloops << ") schedule(static) if (" << product(n) << " * "
+    os << indent << "#pragma omp parallel for collapse(" << nloops << ") schedule(static) if (" << cpp_product(n) << " * "
        << k.comps.size() << " > 32768)\n";
   open_loops(os, par, 0, 'x', indent);
   if (blocked) {
@@ -256,7 +249,7 @@ void emit_window_group(std::ostream& os, const loop::Program& p, const sched::Ke
   std::vector<std::string> n = size_names(os, dom, 0, "", indent);
   os << indent << "const int64_t nb = (" << n.back() << " + " << kWindowBlock - 1 << ") / " << kWindowBlock << ";\n";
   std::vector<std::string> par(n.begin(), n.end() - 1);
-  os << indent << "#pragma omp parallel for collapse(" << par.size() + 1 << ") schedule(static) if (" << product(n) << " * " << kWindowMax
+  os << indent << "#pragma omp parallel for collapse(" << par.size() + 1 << ") schedule(static) if (" << cpp_product(n) << " * " << kWindowMax
      << " > 32768)\n";
   open_loops(os, par, 0, 'x', indent);
   os << indent << "for (int64_t xb = 0; xb < nb; ++xb) {\n";
@@ -393,11 +386,11 @@ void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k
   const Computation& first = p.comps[k.comps.front()];
   std::vector<sym::Expr> outer = k.kind == sched::Kernel::Kind::RowGroup ? k.outer : first.domain;
   std::vector<std::string> n = size_names(os, outer, 0, "", indent);
-  std::string work = product(n);
+  std::string work = cpp_product(n);
   if (first.kind == Computation::Kind::Reduction) {
     std::vector<std::string> r;
     for (const auto& s : first.reduce_domain) r.push_back("(" + cpp_index(s) + ")");
-    work += " * " + product(r) + " * " + std::to_string(k.comps.size());
+    work += " * " + cpp_product(r) + " * " + std::to_string(k.comps.size());
   }
   open_parallel(os, n, outer, work, indent);
   for (size_t i = 0; i < k.comps.size();) {
@@ -515,7 +508,7 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   os << indent << "  g.C = b" << out << "; g.ldc_m = g.N;\n";
   std::vector<std::string> bs;
   for (size_t d = 0; d + 2 < r; ++d) bs.push_back("(" + cpp_index(c.domain[d]) + ")");
-  if (r > 2) os << indent << "  const int64_t batch = " << product(bs) << ";\n";
+  if (r > 2) os << indent << "  const int64_t batch = " << cpp_product(bs) << ";\n";
   // The epilogue: the fused pointwise body on each finished tile row segment, in place.
   std::string ep_name = "ptc_rt::GemmEpilogue{}";
   if (ep) {
@@ -560,12 +553,6 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
     os << indent << "  ptc_rt::gemm_call(g, batch, ptc_rt::offsets_ref(offsets), " << ep_name << ");\n";
   }
   os << indent << "}\n";
-}
-
-std::string index_list(const std::vector<sym::Expr>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + cpp_index(v[i]);
-  return s;
 }
 
 // Whether C++ text names the identifier `word` (not as part of a longer identifier).

@@ -119,44 +119,7 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
 
   // The C ABI: open/close here, the rest shared with other backends. A part of a training
   // library has the same functions as C++ functions in its namespace.
-  os << (part.empty() ? "extern \"C\" {\n" : "") << R"ptc(
-int ptc_device(void) { return PTC_DEVICE_CPU; }
-
-int ptc_open(const char* weights_path, ptc_model** out) {
-  if (!out) return fail("ptc_open: out is null");
-  *out = nullptr;
-#ifdef PTC_EXTERNAL_WEIGHTS
-  std::string path, err;
-  if (!ptc_rt::weights_path(weights_path, reinterpret_cast<const void*>(&ptc_open), path, err)) return fail(err);
-  ptc_rt::MappedWeights map;
-  if (!ptc_rt::map_weights(path.c_str(), PTC_WEIGHTS_BYTES, PTC_WEIGHTS_CHECKSUM, PTC_MODEL_ID, map, err)) return fail(err);
-  ptc_model* m = new (std::nothrow) ptc_model{map.payload, map, {}};
-  if (!m) {
-    ptc_rt::unmap_weights(map);
-    return fail("out of memory");
-  }
-#else
-  if (weights_path) return fail("this library embeds its weights; pass NULL as the weights path");
-  ptc_model* m = new (std::nothrow) ptc_model{ptc_model_weights, {}};
-  if (!m) return fail("out of memory");
-#endif
-  prepare(m);
-  *out = m;
-  return PTC_OK;
-}
-
-void ptc_close(ptc_model* model) {
-#ifdef PTC_PROFILE
-  ptc_rt::print_profile(kNumKernels, kKernelNames, g_profile);
-#endif
-  if (!model) return;
-  unprepare(model);
-#ifdef PTC_EXTERNAL_WEIGHTS
-  ptc_rt::unmap_weights(model->map);
-#endif
-  delete model;
-}
-)ptc" << (part.empty() ? "}  // extern \"C\"\n" : "") << "\n";
+  os << (part.empty() ? "extern \"C\" {\n" : "") << "#include \"ptc_cpu_open.inc\"\n" << (part.empty() ? "}  // extern \"C\"\n" : "") << "\n";
   wrapper::emit_abi_functions(os, part.empty());
   if (!part.empty()) os << "}  // namespace " << part_ns << "\n";
   LibrarySource src;

@@ -52,13 +52,6 @@ std::string ptr_type(const loop::Program& p, int b) {
   return std::string(read_only(p, b) ? "const " : "") + ctype(p.buffers[b].dtype) + "*";
 }
 
-std::string product(const std::vector<std::string>& v) {
-  if (v.empty()) return "int64_t{1}";
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? " * " : "") + v[i];
-  return s;
-}
-
 // Declares n<from>..: the sizes, and returns their names.
 std::vector<std::string> sizes(std::ostream& os, const std::vector<sym::Expr>& dims, const std::string& prefix, const std::string& in) {
   std::vector<std::string> n;
@@ -253,7 +246,7 @@ void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched
   emit_params(os, p, bufs, syms);
   os << ") {\n";
   std::vector<std::string> n = sizes(os, dom, "", "  ");
-  os << "  const int64_t total = " << product(n) << " / " << kVec << ";\n";
+  os << "  const int64_t total = " << cpp_product(n) << " / " << kVec << ";\n";
   os << "  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total; t += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
   os << "    const int64_t i = t * " << kVec << ";\n";
   decompose_into(os, "i", n, 'x', 0, "    ", index_fits_32(dom));
@@ -305,7 +298,7 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
   emit_params(os, p, bufs, syms);
   os << ") {\n";
   std::vector<std::string> n = sizes(os, dom, "", "  ");
-  os << "  const int64_t total = " << product(n) << ";\n";
+  os << "  const int64_t total = " << cpp_product(n) << ";\n";
   os << "  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
   decompose_into(os, "i", n, 'x', 0, "    ", index_fits_32(dom));
   for (int ci : k.comps) {
@@ -326,7 +319,7 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
   emit_sym_locals(os, syms, "  ");
   std::vector<std::string> hn = sizes(os, dom, "", "  ");
-  os << "  const int64_t total = " << product(hn) << ";\n  if (total <= 0) return nullptr;\n";
+  os << "  const int64_t total = " << cpp_product(hn) << ";\n  if (total <= 0) return nullptr;\n";
   if (vec) {
     os << "  if (";
     bool first = true;
@@ -359,7 +352,7 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
     if (p.comps[ci].kind == Computation::Kind::Reduction) acc_types.insert(acc_type(p.comps[ci]));
   for (DType t : acc_types) os << "  __shared__ " << ctype(t) << " smem_" << dtype_name(t) << "[32];\n";
   std::vector<std::string> n = sizes(os, outer, "", "  ");
-  os << "  const int64_t rows = " << product(n) << ";\n";
+  os << "  const int64_t rows = " << cpp_product(n) << ";\n";
   os << "  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n";
   decompose_into(os, "row", n, 'x', 0, "    ", index_fits_32(outer));
   for (int ci : k.comps) {
@@ -373,7 +366,7 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
       os << in << "auto combine = [](" << T << " a, " << T << " b) { " << rs.combine << " };\n";
       os << in << T << " acc = " << rs.init << ";\n";
       std::vector<std::string> m = sizes(os, c.reduce_domain, "c" + std::to_string(ci) + "_r", in);
-      os << in << "for (int64_t j = threadIdx.x; j < " << product(m) << "; j += blockDim.x) {\n";
+      os << in << "for (int64_t j = threadIdx.x; j < " << cpp_product(m) << "; j += blockDim.x) {\n";
       decompose_into(os, "j", m, 'r', 0, in + "  ", index_fits_32(c.reduce_domain));
       ExprPrinter pr(os, in + "  ", Dialect::Cuda);
       std::string v = pr.print(c.body);
@@ -386,7 +379,7 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
         m.push_back("c" + std::to_string(ci) + "_n" + std::to_string(d));
         os << in << "const int64_t " << m.back() << " = " << cpp_index(c.domain[d]) << ";\n";
       }
-      os << in << "const int64_t inner = " << product(m) << ";\n";
+      os << in << "const int64_t inner = " << cpp_product(m) << ";\n";
       os << in << "for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) {\n";
       decompose_into(os, "j", m, 'x', outer.size(), in + "  ",
                      index_fits_32(std::vector<sym::Expr>(c.domain.begin() + static_cast<std::ptrdiff_t>(outer.size()), c.domain.end())));
@@ -400,7 +393,7 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
   emit_sym_locals(os, syms, "  ");
   std::vector<std::string> hn = sizes(os, outer, "", "  ");
-  os << "  const int64_t rows = " << product(hn) << ";\n  if (rows <= 0) return nullptr;\n";
+  os << "  const int64_t rows = " << cpp_product(hn) << ";\n  if (rows <= 0) return nullptr;\n";
   os << "  const unsigned grid = static_cast<unsigned>(rows < (int64_t{1} << 20) ? rows : (int64_t{1} << 20));\n";
   // Threads per row: the widest member's row (a reduction's window or a pointwise member's inner
   // elements) rounded up to a power of two, 32 to 256 (1024 for few rows) — a 64-element
@@ -459,12 +452,6 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
     os << "  g.bsize[" << d << "] = " << cpp_index(c.domain[d]) << "; g.bsa[" << d << "] = " << cpp_index(A.strides[d]) << "; g.bsb[" << d
        << "] = " << cpp_index(B.strides[d]) << ";\n";
   os << "  return ptc_cuda::gemm(ctx, g, stream);\n}\n\n";
-}
-
-std::string index_list(const std::vector<sym::Expr>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + cpp_index(v[i]);
-  return s;
 }
 
 // A Conv2d / CudnnConv's stride, padding, dilation and groups (the extern's attributes).
@@ -616,7 +603,7 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
     std::vector<std::string> n = sizes(os, c.domain, "", "  ");
     std::vector<std::string> m = sizes(os, ix.sizes, "m", "  ");
     for (const auto& x : m) os << "  (void)" << x << ";\n";
-    os << "  const int64_t total = " << product(pass ? m : n) << ";\n";
+    os << "  const int64_t total = " << cpp_product(pass ? m : n) << ";\n";
     os << "  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
     decompose_into(os, "i", pass ? m : n, 'x', 0, "    ");
     if (!pass) {
@@ -636,7 +623,7 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
   std::vector<std::string> hm = sizes(os, ix.sizes, "m", "  ");
   for (size_t d = 0; d < r; ++d)
     if (d != dim) os << "  if (" << hm[d] << " > " << hn[d] << ") return \"scatter_add: the index is larger than self in dimension " << d << "\";\n";
-  os << "  const int64_t total = " << product(hn) << ", count = " << product(hm) << ";\n";
+  os << "  const int64_t total = " << cpp_product(hn) << ", count = " << cpp_product(hm) << ";\n";
   os << "  if (total > 0) ptc_kernel_" << index << "_copy<<<ptc_cuda::grid_for(total, " << kBlock << "), " << kBlock << ", 0, stream>>>("
      << call_args(p, uniq, syms) << ");\n";
   os << "  if (total > 0 && count > 0) ptc_kernel_" << index << "_add<<<ptc_cuda::grid_for(count, " << kBlock << "), " << kBlock

@@ -379,75 +379,7 @@ void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Sc
 
 void emit_abi_functions(std::ostream& os, bool c_linkage) {
   if (c_linkage) os << "extern \"C\" {\n";
-  os << R"ptc(
-int ptc_abi_version(void) { return PTC_ABI_VERSION; }
-
-int ptc_num_inputs(const ptc_model*) { return kNumInputs; }
-int ptc_num_outputs(const ptc_model*) { return kNumOutputs; }
-
-int ptc_input_info(const ptc_model*, int index, ptc_tensor_info* info) {
-  if (index < 0 || index >= kNumInputs || !info) return fail("ptc_input_info: bad index or null info");
-  *info = kInputs[index];
-  return PTC_OK;
-}
-
-int ptc_output_info(const ptc_model*, int index, ptc_tensor_info* info) {
-  if (index < 0 || index >= kNumOutputs || !info) return fail("ptc_output_info: bad index or null info");
-  *info = kOutputs[index];
-  return PTC_OK;
-}
-
-int ptc_num_symbols(const ptc_model*) { return kNumSyms; }
-
-int ptc_symbol_info(const ptc_model*, int index, const char** name, int64_t* min, int64_t* max) {
-  if (index < 0 || index >= kNumSyms) return fail("ptc_symbol_info: bad index");
-  if (name) *name = kSymNames[index];
-  if (min) *min = kSymMin[index];
-  if (max) *max = kSymMax[index];
-  return PTC_OK;
-}
-
-int ptc_output_shape(const ptc_model* model, int num_inputs, const ptc_tensor* inputs, int index, int64_t* sizes) {
-  if (!model) return fail("ptc_output_shape: model is null");
-  if (index < 0 || index >= kNumOutputs) return fail("ptc_output_shape: output index out of range");
-  if (!sizes && kOutputs[index].rank > 0) return fail("ptc_output_shape: sizes is null");
-  int64_t sym[kNumSyms + 1];
-  if (bind(num_inputs, inputs, sym) != PTC_OK) return PTC_ERROR;
-  output_sizes(index, sym, sizes);
-  return PTC_OK;
-}
-
-int ptc_run_async(ptc_model* model, int num_inputs, const ptc_tensor* inputs, int num_outputs, ptc_tensor* outputs, void* stream) {
-  if (!model) return fail("ptc_run: model is null");
-  int64_t sym[kNumSyms + 1];
-  if (bind(num_inputs, inputs, sym) != PTC_OK) return PTC_ERROR;
-  if (num_outputs != kNumOutputs) return fail("expected " + std::to_string(kNumOutputs) + " outputs, got " + std::to_string(num_outputs));
-  if (num_outputs > 0 && !outputs) return fail("the outputs array is null");
-  for (int i = 0; i < num_outputs; ++i) {
-    const ptc_tensor& t = outputs[i];
-    const ptc_tensor_info& want = kOutputs[i];
-    if (t.dtype != want.dtype) return fail(std::string("output ") + want.name + ": dtype code " + std::to_string(t.dtype) + ", expected " + std::to_string(want.dtype));
-    if (t.rank != want.rank) return fail(std::string("output ") + want.name + ": rank " + std::to_string(t.rank) + ", expected " + std::to_string(want.rank));
-    int64_t expect[64];
-    output_sizes(i, sym, expect);
-    int64_t numel = 1;
-    for (int d = 0; d < t.rank; ++d) {
-      if (!t.sizes || t.sizes[d] != expect[d]) return fail(std::string("output ") + want.name + ": size " + (t.sizes ? shape_str(t) : std::string("(null)")) + " does not match the size the inputs give (see ptc_output_shape)");
-      numel *= expect[d];
-    }
-    if (numel > 0 && !t.data) return fail(std::string("output ") + want.name + ": data pointer is null");
-  }
-  if (check_data(num_inputs, inputs, num_outputs, outputs) != PTC_OK) return PTC_ERROR;
-  return run_impl(model, inputs, outputs, sym, stream);
-}
-
-int ptc_run(ptc_model* model, int num_inputs, const ptc_tensor* inputs, int num_outputs, ptc_tensor* outputs) {
-  if (ptc_run_async(model, num_inputs, inputs, num_outputs, outputs, nullptr) != PTC_OK) return PTC_ERROR;
-  return finish(nullptr);
-}
-
-const char* ptc_last_error(void) { return ptc_rt::last_error().c_str(); }
-)ptc";
+  os << "#include \"ptc_abi.inc\"\n";
   if (c_linkage) os << "}  // extern \"C\"\n";
 }
 
