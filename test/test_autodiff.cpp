@@ -544,7 +544,9 @@ TEST_CASE("derivatives of views and data movement match finite differences", "[a
   Value* u = b.op(OpKind::Unsqueeze, "u", {{"self", sel}, {"dim", int64_t(1)}});
   Value* un = b.node(OpKind::UnbindInt, "un", {{"self", x}, {"dim", int64_t(2)}})[1];
   Value* fl = b.op(OpKind::Flip, "fl", {{"self", x}, {"dims", ints({0, -1})}});
-  for (Value* o : {s, parts[1], st, e, t, pad, u, un, fl}) b.g->outputs.push_back(o);
+  Value* ro = b.op(OpKind::Roll, "ro", {{"self", x}, {"shifts", syms({1, -3})}, {"dims", ints({0, 2})}});
+  Value* rf = b.op(OpKind::Roll, "rf", {{"self", x}, {"shifts", syms({5})}, {"dims", ints({})}});  // flattened
+  for (Value* o : {s, parts[1], st, e, t, pad, u, un, fl, ro, rf}) b.g->outputs.push_back(o);
   check_gradients(c);
 }
 
@@ -559,6 +561,23 @@ TEST_CASE("flip reverses the listed dims", "[autodiff]") {
   std::memcpy(g.data(), run.at(1).data(), 24);
   CHECK(f == std::vector<float>{2, 1, 0, 5, 4, 3});
   CHECK(g == std::vector<float>{5, 4, 3, 2, 1, 0});
+}
+
+TEST_CASE("roll moves elements along the listed dims, or along the flattened tensor", "[autodiff]") {
+  test::GraphBuilder b;
+  Value* x = b.input("x", DType::Float32, {Expr(2), Expr(3)});
+  b.g->outputs.push_back(b.op(OpKind::Roll, "r", {{"self", x}, {"shifts", syms({1})}, {"dims", ints({1})}}));
+  b.g->outputs.push_back(b.op(OpKind::Roll, "s", {{"self", x}, {"shifts", syms({-1, 4})}, {"dims", ints({0, -1})}}));
+  b.g->outputs.push_back(b.op(OpKind::Roll, "f", {{"self", x}, {"shifts", syms({2})}, {"dims", ints({})}}));
+  auto run = interpret(lower_to_loops(*b.g), *b.g, {bytes_of(std::vector<float>{0, 1, 2, 3, 4, 5})}, {});
+  std::vector<float> r(6), s(6), f(6);
+  std::memcpy(r.data(), run.at(0).data(), 24);
+  std::memcpy(s.data(), run.at(1).data(), 24);
+  std::memcpy(f.data(), run.at(2).data(), 24);
+  // torch.roll(torch.arange(6.).view(2, 3), ...): these are its values.
+  CHECK(r == std::vector<float>{2, 0, 1, 5, 3, 4});
+  CHECK(s == std::vector<float>{5, 3, 4, 2, 0, 1});
+  CHECK(f == std::vector<float>{4, 5, 0, 1, 2, 3});
 }
 
 TEST_CASE("a parameter's gradient sums the contributions of all its uses", "[autodiff]") {

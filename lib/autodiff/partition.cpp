@@ -69,7 +69,7 @@ bool is_cheap(OpKind k) {
     case OpKind::HardswishInplace: case OpKind::HardsigmoidInplace: case OpKind::ClampInplace:
     case OpKind::PtcDropout:  // the mask is recomputed from the seed
     case OpKind::LtScalar: case OpKind::LeScalar: case OpKind::GtScalar: case OpKind::GeScalar: case OpKind::EqScalar:
-    case OpKind::NeScalar: case OpKind::Flip:
+    case OpKind::NeScalar: case OpKind::Flip: case OpKind::Roll:
     case OpKind::UnderscoreNativeBatchNormLegitNoTraining:  // eval-mode batch norm: per-channel affine
     case OpKind::BatchNorm: case OpKind::NativeBatchNorm:   // (training mode has no derivative rule yet)
       return true;

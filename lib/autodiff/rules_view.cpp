@@ -24,6 +24,12 @@ void permute(GradContext& c) {
   for (size_t i = 0; i < r; ++i) inv[norm_dim(c, dims[i], r)] = static_cast<int64_t>(i);
   c.add_grad(c.in("self"), c.b.permute(c.grad(), inv));
 }
+// roll: the gradient rolled back (each shift negated; no dims: the flattened roll's inverse).
+void roll(GradContext& c) {
+  std::vector<sym::Expr> back;
+  for (const sym::Expr& s : c.sym_ints("shifts")) back.push_back(sym::Expr(0) - s);
+  c.add_grad(c.in("self"), c.b.op(OpKind::Roll, {{"self", c.grad()}, {"shifts", back}, {"dims", c.ints("dims")}}));
+}
 void flip(GradContext& c) { c.add_grad(c.in("self"), c.b.op(OpKind::Flip, {{"self", c.grad()}, {"dims", c.ints("dims")}})); }
 void transpose(GradContext& c) { c.add_grad(c.in("self"), c.b.transpose(c.grad(), c.integer("dim0"), c.integer("dim1"))); }
 void t(GradContext& c) {
@@ -167,6 +173,7 @@ void register_view_rules(RuleTable& t_) {
     set_rule(t_, k, reshape_back);
   set_rule(t_, OpKind::Permute, permute);
   set_rule(t_, OpKind::Flip, flip);
+  set_rule(t_, OpKind::Roll, roll);
   set_rule(t_, OpKind::TransposeInt, transpose);
   set_rule(t_, OpKind::T, t);
   set_rule(t_, OpKind::Expand, expand);

@@ -224,6 +224,35 @@ Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
                        },
                        nullptr));
     }
+    case OpKind::Roll: {  // element i of a rolled dim reads (i - shift) mod size: an index remap
+      TensorRef x = a.tensor("self");
+      const std::vector<int64_t> dims = a.ints("dims");
+      const Index shifts = a.syms("shifts");
+      if (dims.empty()) {  // no dims: the flattened tensor rolled, then given self's shape back
+        if (shifts.size() != 1) L.fail("roll without dims takes one shift, got ", shifts.size());
+        sym::Expr n = 1;
+        for (const auto& s : x.sizes) n = n * s;
+        const sym::Expr shift = shifts[0];
+        TensorRef flat = reshape(L, x, {n});
+        TensorRef r = remap(L, flat, {n}, [n, shift](const Index& i) { return Index{sym::mod(i[0] - shift, n)}; }, nullptr);
+        return one(reshape(L, r, x.sizes));
+      }
+      if (dims.size() != shifts.size()) L.fail("roll: shifts and dims must have the same length");
+      std::vector<sym::Expr> shift(x.rank(), sym::Expr(0));  // a dim named twice rolls by the sum
+      for (size_t k = 0; k < dims.size(); ++k) {
+        const size_t d = static_cast<size_t>(normalize_dim(L, dims[k], x.rank()));
+        shift[d] = shift[d] + shifts[k];
+      }
+      const Index sizes = x.sizes;
+      return one(remap(L, x, sizes,
+                       [shift, sizes](const Index& idx) {
+                         Index in = idx;
+                         for (size_t d = 0; d < in.size(); ++d)
+                           if (!(shift[d] == sym::Expr(0))) in[d] = sym::mod(idx[d] - shift[d], sizes[d]);
+                         return in;
+                       },
+                       nullptr));
+    }
     case OpKind::Permute: {
       TensorRef x = a.tensor("self");
       std::vector<int64_t> perm = a.ints("dims");
