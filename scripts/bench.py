@@ -7,7 +7,7 @@ For each model, in one process and with the same number of threads everywhere
   - inductor:     torch.compile(that module) (default mode; specializes on the benched shapes)
   - inductor-frz: the same with torch._inductor.config.freezing = True
   - ptc:          `ptc compile NAME.pt2` (wall time, empty compile cache; then again: a cache hit),
-                  then the library through scripts/ptc_ctypes.py
+                  then the library through the ptc package (python/ptc)
 Latency = the best (over --rounds rounds) of the median of --reps calls (more when they take less
 than --min-time s, fewer when more than --max-time s) after --warmup calls; the backends take turns within a round, and each round
 first waits (up to --max-wait s) for other processes to leave the CPUs mostly idle. Compile time
@@ -97,7 +97,8 @@ import torch  # noqa: E402
 import torch.utils._pytree as pytree  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ptc_ctypes  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # the ptc package
+import ptc  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,7 +293,7 @@ def ptc_compile(name, folder, libdir, cache):
                 res["cached_compile_s"] = None
             shutil.rmtree(env["PTC_CACHE_DIR"], ignore_errors=True)
             try:
-                res["model"] = ptc_ctypes.PtcModel(lib)
+                res["model"] = ptc.Model(lib)
             except Exception as e:  # noqa: BLE001
                 res["error"] = f"open {lib.name}: {short(e)}"
                 break

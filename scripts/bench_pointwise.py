@@ -5,7 +5,7 @@ Each case is a small pointwise model over tensors far larger than the last-level
 bound by memory traffic. For each, in one process with the same threads (default 2):
   - copy:  torch's `dst.copy_(src)` of one input-sized tensor (the memcpy reference),
   - eager: the model in PyTorch eager,
-  - ptc:   `ptc compile` of the exported model, run through scripts/ptc_ctypes.py into a
+  - ptc:   `ptc compile` of the exported model, run through the ptc package (python/ptc) into a
            preallocated output.
 Bandwidth = (bytes of every input read once + bytes of the output written) / median latency; the
 headline is ptc's bandwidth as a fraction of the copy's (target: >= 0.70).
@@ -38,7 +38,8 @@ os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ptc_ctypes  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # the ptc package
+import ptc  # noqa: E402
 
 torch.set_num_threads(ARGS.threads)
 
@@ -104,7 +105,7 @@ def main():
             subprocess.run([ARGS.ptc_binary, "compile", str(pt2), "-o", str(lib), "-q"], check=True)
             ref = mod(*inputs)
             out = torch.empty_like(ref)
-            with ptc_ctypes.PtcModel(str(lib)) as m:
+            with ptc.Model(str(lib)) as m:
                 m(*inputs, out=[out])
                 err = (out - ref).abs().max().item()
                 t_ptc = median_time(lambda: m(*inputs, out=[out]), ARGS.reps)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "python"))  # the ptc package
 warnings.filterwarnings("ignore")
 
 
@@ -68,7 +69,7 @@ def main():
     import numpy as np
     import torch
 
-    import ptc_ctypes
+    import ptc
     from gpu_profile import gpu_profile
 
     torch.set_num_threads(args.threads)
@@ -176,7 +177,7 @@ def main():
             subprocess.run([args.ptc_binary, "compile", str(pt2), "-o", lib, "--train", "--no-cache", "--device", dev] + tf32_flag + graphs_flag, check=True,
                            capture_output=True)
             row["ptc_compile_s"] = time.perf_counter() - t0
-        t = ptc_ctypes.PtcTrainer(lib)
+        t = ptc.Trainer(lib)
         # ptc writes its outputs into buffers allocated once, as a C++ loop over the ABI does
         # (torch allocates its outputs every step, as it must); --fresh-outputs allocates them per
         # step too. On a machine where fresh memory costs a page fault per 4 KiB (a VM whose freed

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # the ptc package
 
 # name: (B, H, Tq, Tk, D, Dv, causal, mask: None | "bool" | "float" | "bool_allmasked", split_heads)
 CASES = {
@@ -112,7 +113,7 @@ def build(out, ptc, jobs, tf32=False):
 
 
 def check(out, bench, tf32=False):
-    import ptc_ctypes
+    import ptc
     torch.backends.cuda.matmul.allow_tf32 = False
     failures, rows = 0, []
     for case in CASES:
@@ -121,7 +122,7 @@ def check(out, bench, tf32=False):
         module = Sdpa(spec[6], spec[8], spec[1])
         with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
             ref = module(*[a.double() if a.is_floating_point() else a for a in args]).float()
-        m = ptc_ctypes.PtcModel(str(out / f"attn_{case}.so"))
+        m = ptc.Model(str(out / f"attn_{case}.so"))
         got = m(*args)[0]
         torch.cuda.synchronize()
         nan_ok = bool(torch.equal(torch.isnan(got), torch.isnan(ref)))

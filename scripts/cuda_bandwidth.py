@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ptc_ctypes  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # the ptc package
+import ptc  # noqa: E402
 from cuda_check import time_cuda  # noqa: E402
 
 
@@ -78,7 +79,7 @@ def main():
         subprocess.run([args.ptc_binary, "compile", "-q", str(pt2), "-o", str(lib), "--device", "cuda", "--no-cache"], check=True)
         mod = mod.cuda()
         ins = [i.cuda() for i in ins]
-        with torch.inference_mode(), ptc_ctypes.PtcModel(str(lib)) as m:
+        with torch.inference_mode(), ptc.Model(str(lib)) as m:
             outs = [torch.empty(s, dtype=i.dtype, device="cuda") for s, i in zip(m.output_shapes(*ins), m.outputs)]
             run = m.prepare(*ins, out=outs)
             ms = time_cuda(run, args.reps)

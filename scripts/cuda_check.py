@@ -40,7 +40,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ptc_ctypes  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # the ptc package
+import ptc  # noqa: E402
 from gpu_profile import gpu_profile  # noqa: E402
 
 ATOL = RTOL = 1e-4
@@ -128,7 +129,7 @@ def check(libs, only=None, ref_only=False, models=MODELS):
             try:
                 # The Core ATen flavour's module keeps CPU constants: the export flavour is its reference.
                 eager = None if ref_only else load_eager(name, "pt2" if flavour == "core_pt2" else flavour, models)
-                with ptc_ctypes.PtcModel(str(lib)) as m, torch.inference_mode():
+                with ptc.Model(str(lib)) as m, torch.inference_mode():
                     flags = m.manifest.get("flags", {})
                     tf32 = flags.get("precision") in ("tf32", "tf32-conv")
                     row["tf32"] = tf32
@@ -282,7 +283,7 @@ def bench_one(libs, name, lib, ins, reps, models=MODELS):
         for label, path in (("ptc", lib), ("ptc_graphs", libs / f"cuda_{name}_pt2_graphs.so")):
             if not path.exists():
                 continue
-            with ptc_ctypes.PtcModel(str(path)) as m:
+            with ptc.Model(str(path)) as m:
                 outs = [torch.empty(s, dtype=i.dtype, device="cuda") for s, i in zip(m.output_shapes(*ins), m.outputs)]
                 run = m.prepare(*ins, out=outs)  # a C++ caller's per-run cost (no Python marshalling)
                 row[f"{label}_ms"] = time_cuda(run, reps)

@@ -4,7 +4,7 @@
 For each model (scripts/export_models.py's REAL list, exported into models/cache/ on first use,
 with its .core.pt2 and, where torch.jit.trace works, .pt), each flavour is compiled with
 `ptc compile` and every recorded case (two batch sizes / sequence lengths, from one compile)
-runs through the library (scripts/ptc_ctypes.py) and is compared with the outputs PyTorch eager
+runs through the library (the ptc package, python/ptc) and is compared with the outputs PyTorch eager
 recorded at export (tolerances from NAME.expect.json: atol = rtol = 1e-3 for the real models).
 Writes a pass/fail table with the reason of each failure, as markdown and JSON.
 
@@ -54,7 +54,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ptc_ctypes  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # the ptc package
+import ptc  # noqa: E402
 
 
 def real_models():
@@ -111,7 +112,7 @@ def run_flavour(name, flavour, tmp, dtype="float32"):
     expect = json.loads((CACHE / f"{name}.expect.json").read_text())
     atol, rtol = expect["tolerance"]["atol"], expect["tolerance"]["rtol"]
     try:
-        with ptc_ctypes.PtcModel(str(lib)) as m:
+        with ptc.Model(str(lib)) as m:
             worst, ok, why = 0.0, True, ""
             for case in expect["cases"]:
                 ins = [recorded(f) for f in case["inputs"]]

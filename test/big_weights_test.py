@@ -30,11 +30,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "python"))  # the ptc package
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-import ptc_ctypes  # noqa: E402
+import ptc  # noqa: E402
 
 WIDTH = 8192
 PERIOD = 256  # each weight row repeats a random run of this many values: compressible, yet every row differs
@@ -101,16 +102,16 @@ def main():
     print(f"exported {nbytes / 2**30:.2f} GiB of weights in {time.time() - t0:.1f} s "
           f"(deflated archive: {pt2.stat().st_size / 2**20:.0f} MiB)", flush=True)
 
-    def ptc(*args):
+    def run_ptc(*args):
         return subprocess.run([a.ptc_binary, *args], capture_output=True, text=True)
 
-    r = ptc("compile", "-q", str(pt2), "-o", str(work / "embedded.so"), "--no-cache")
+    r = run_ptc("compile", "-q", str(pt2), "-o", str(work / "embedded.so"), "--no-cache")
     check(r.returncode == 1 and "--weights external" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
           f"embedded weights over 2 GiB are refused with one sentence: {r.stderr.strip()[:200]}")
 
     t0 = time.time()
     lib = work / "big.so"
-    r = ptc("compile", "-q", str(pt2), "-o", str(lib), "--weights", "external", "--no-cache")
+    r = run_ptc("compile", "-q", str(pt2), "-o", str(lib), "--weights", "external", "--no-cache")
     check(r.returncode == 0, f"compile --weights external ({time.time() - t0:.1f} s) {r.stderr.strip()[:300]}")
     weights = work / "big.weights"
     check(weights.exists() and weights.stat().st_size >= nbytes, "the weights file holds every weight")
@@ -118,7 +119,7 @@ def main():
 
     before = anon_kib()
     t0 = time.time()
-    m = ptc_ctypes.PtcModel(str(lib))
+    m = ptc.Model(str(lib))
     opened = time.time() - t0
     grown = anon_kib() - before
     check(grown < 64 * 1024, f"ptc_open maps the weights: anonymous memory +{grown / 1024:.1f} MiB ({opened:.1f} s to open "
@@ -131,7 +132,7 @@ def main():
 
     def expect_open_error(fragment, what):
         try:
-            ptc_ctypes.PtcModel(str(lib)).close()
+            ptc.Model(str(lib)).close()
             check(False, what + ": opened anyway")
         except RuntimeError as e:
             check(fragment in str(e), f"{what}: {e}")

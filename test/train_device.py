@@ -1,11 +1,11 @@
 """Shared by the training tests: running their checks against a CUDA training library.
 
 The tests compute torch's reference on the CPU; `trainer(lib, device)` opens a library as
-ptc_ctypes.PtcTrainer and, for a CUDA one (--device cuda), wraps it so that the tests keep
+ptc.Trainer and, for a CUDA one (--device cuda), wraps it so that the tests keep
 passing and reading CPU tensors: inputs and output gradients go to the GPU, outputs, gradients,
 parameters and buffers come back.
 """
-import ptc_ctypes
+import ptc
 
 
 class _CpuCopies:
@@ -61,5 +61,5 @@ class CpuSide:
 
 
 def trainer(lib, device):
-    t = ptc_ctypes.PtcTrainer(lib)
+    t = ptc.Trainer(lib)
     return CpuSide(t) if device == "cuda" else t

@@ -36,13 +36,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "python"))  # the ptc package (train_device.py)
 sys.path.insert(0, str(ROOT / "test"))
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-from test_ctypes import Runner  # noqa: E402
+from python_package_test import Runner  # noqa: E402
 from train_device import trainer  # noqa: E402
 
 TOL = 1e-4

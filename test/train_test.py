@@ -32,13 +32,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "python"))  # the ptc package (train_device.py)
 sys.path.insert(0, str(ROOT / "test"))
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-import ptc_ctypes  # noqa: E402,F401
-from test_ctypes import Runner  # noqa: E402  (one check line each, pass/fail counts)
+from python_package_test import Runner  # noqa: E402  (one check line each, pass/fail counts)
 from train_device import trainer  # noqa: E402
 
 GRAD_TOL = 1e-4

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""End-to-end test of ptc libraries through ctypes (scripts/ptc_ctypes.py), no pytest needed.
+"""End-to-end test of the ptc Python package (python/ptc), no pytest needed.
 
-Compiles models/mlp_dyn.pt2 and models/tfm_dyn.pt2 with `ptc compile` into a temporary folder,
-runs them through ptc_ctypes.PtcModel on several batch sizes / sequence lengths and compares with
+With --install DIR the package is first installed the way users install it (`pip install
+./python`, into DIR with --target) and imported from there; otherwise from python/ in this
+checkout. Compiles models/mlp_dyn.pt2 and models/tfm_dyn.pt2 with `ptc compile` into a temporary
+folder, runs them through ptc.load(...) on several batch sizes / sequence lengths and compares with
 PyTorch eager on the same .pt2 (torch.export.load(...).module()), atol = rtol = 1e-4. Also checks
-the reported signature and that bad inputs raise RuntimeError with a message.
+the reported signature, that bad inputs raise RuntimeError with a message, NumPy arrays in and
+out, ptc.compile on an ExportedProgram and on a path (and its CompileError), and ptc.load on a
+training library.
 
-    .venv/bin/python scripts/test_ctypes.py [--ptc-binary build/ptc] [--keep DIR] [-v]
+    .venv/bin/python test/python_package_test.py [--ptc-binary build/ptc] [--install DIR] [--keep DIR] [-v]
 
 Prints one line per check and 'N passed, N failed'; exit code 0 when all passed, 1 otherwise.
 """
@@ -22,14 +26,13 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 warnings.filterwarnings("ignore", message=".*non-writable.*")
 warnings.filterwarnings("ignore", message=".*LeafSpec.*")
 
 import torch  # noqa: E402
 
-import ptc_ctypes  # noqa: E402
+ptc = None  # the package, imported in main() (from --install's folder or from python/)
 
 ATOL = 1e-4
 RTOL = 1e-4
@@ -64,14 +67,14 @@ def wait_for(path, seconds=120):
         time.sleep(2)
 
 
-def compile_model(ptc, model, out):
+def compile_model(ptc_bin, model, out):
     for attempt in range(3):
-        wait_for(ptc)
-        r = subprocess.run([str(ptc), "compile", str(model), "-o", str(out)],
+        wait_for(ptc_bin)
+        r = subprocess.run([str(ptc_bin), "compile", str(model), "-o", str(out)],
                            capture_output=True, text=True)
         if r.returncode == 0 and out.exists():
             return
-        if attempt < 2 and not os.access(ptc, os.X_OK):  # binary replaced mid-run: retry
+        if attempt < 2 and not os.access(ptc_bin, os.X_OK):  # binary replaced mid-run: retry
             continue
         raise RuntimeError(f"ptc compile {model.name} failed (rc {r.returncode}): "
                            f"{(r.stderr or r.stdout).strip()}")
@@ -106,26 +109,44 @@ def main():
     ap.add_argument("--ptc-binary", default=os.environ.get("PTC_BINARY", str(ROOT / "build" / "ptc")))
     ap.add_argument("--models-dir", default=str(ROOT / "models"))
     ap.add_argument("--keep", help="compile into this folder and keep it")
+    ap.add_argument("--install", help="pip-install the package into this folder first and test that copy")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
 
+    global ptc
+    if args.install:
+        # As a user installs it: pip builds the package from python/ (setuptools from the venv,
+        # no network) into a folder of its own.
+        target = Path(args.install).resolve()
+        shutil.rmtree(target, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                        str(target), str(ROOT / "python")], check=True)
+        sys.path.insert(0, str(target))
+    else:
+        sys.path.insert(0, str(ROOT / "python"))
+    import ptc as package
+    ptc = package
+    if args.install and Path(ptc.__file__).resolve().parent.parent != target:
+        print(f"FAIL the installed package: imported {ptc.__file__}, not from {target}")
+        return 1
+
     torch.manual_seed(0)
-    ptc = Path(args.ptc_binary).resolve()
+    ptc_bin = Path(args.ptc_binary).resolve()
     models = Path(args.models_dir)
     t = Runner(args.verbose)
     if args.keep:
         work = Path(args.keep)
         work.mkdir(parents=True, exist_ok=True)
     else:
-        work = Path(tempfile.mkdtemp(prefix="ptc_ctypes_test_"))
+        work = Path(tempfile.mkdtemp(prefix="ptc_package_test_"))
 
     try:
         libs = {}
         for name in ("mlp_dyn", "tfm_dyn"):
             def build(name=name):
                 start = time.perf_counter()
-                compile_model(ptc, models / f"{name}.pt2", work / f"{name}.so")
-                libs[name] = ptc_ctypes.PtcModel(work / f"{name}.so")
+                compile_model(ptc_bin, models / f"{name}.pt2", work / f"{name}.so")
+                libs[name] = ptc.load(work / f"{name}.so")
                 return f"{time.perf_counter() - start:.1f} s"
             t.check(f"compile+open {name}", build)
 
@@ -246,8 +267,8 @@ def main():
                     ep = torch.export.export(Sdpa(), (q, k, v, m_in))
                     name = f"sdpa_rank{len(lead) + 2}_{'bool' if m_in.dtype == torch.bool else 'float'}"
                     torch.export.save(ep, str(work / f"{name}.pt2"))
-                    compile_model(ptc, work / f"{name}.pt2", work / f"{name}.so")
-                    with ptc_ctypes.PtcModel(str(work / f"{name}.so")) as lib:
+                    compile_model(ptc_bin, work / f"{name}.pt2", work / f"{name}.so")
+                    with ptc.load(str(work / f"{name}.so")) as lib:
                         got = lib(q, k, v, m_in)[0]
                     ref = Sdpa()(q, k, v, m_in)
                     assert not ref[0, ..., 4, :].any(), "torch's fully masked row is not zeros"
@@ -270,14 +291,110 @@ def main():
             model = LinEmb().eval()
             x, ids = torch.randn(3, 5, 16), torch.randint(0, 10, (3, 5))
             torch.export.save(torch.export.export(model, (x, ids)), str(work / "lin_emb.pt2"))
-            compile_model(ptc, work / "lin_emb.pt2", work / "lin_emb.so")
-            with ptc_ctypes.PtcModel(str(work / "lin_emb.so")) as lib, torch.inference_mode():
+            compile_model(ptc_bin, work / "lin_emb.pt2", work / "lin_emb.so")
+            with ptc.load(str(work / "lin_emb.so")) as lib, torch.inference_mode():
                 msg = compare(lib(x, ids)[0], model(x, ids))
                 bad = ids.clone()
                 bad[2, 4] = 10
                 expect_error(lambda: lib(x, bad), RuntimeError, "index 10 is out of range for a dimension of size 10")
             return msg
         t.check("an embedding in a GEMM epilogue, and its index check", lin_emb)
+
+        # ---- the package's own API: NumPy, ptc.compile, CompileError, training libraries ----
+        if "mlp_dyn" in libs:
+            m = libs["mlp_dyn"]
+
+            def numpy_io():
+                import numpy as np
+                x = np.random.default_rng(1).standard_normal((6, 64), dtype=np.float32)
+                (y,) = m(x)
+                assert isinstance(y, np.ndarray) and y.dtype == np.float32 and y.shape == (6, 64), type(y)
+                with torch.inference_mode():
+                    ref = torch.export.load(str(models / "mlp_dyn.pt2")).module()(torch.from_numpy(x))
+                return compare(torch.from_numpy(y), ref)
+            t.check("NumPy arrays in, NumPy arrays out", numpy_io)
+
+        class Small(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.l1, self.l2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+            def forward(self, x):
+                return self.l2(torch.relu(self.l1(x)))
+
+        def compile_exported():
+            torch.manual_seed(5)
+            model = Small().eval()
+            x = torch.randn(3, 8)
+            batch = torch.export.Dim("batch", min=1, max=64)
+            ep = torch.export.export(model, (x,), dynamic_shapes=({0: batch},))
+            lib = ptc.compile(ep, work / "small.so", ptc=ptc_bin)
+            assert Path(lib).is_file() and Path(lib).with_suffix(".h").is_file(), lib
+            msgs = []
+            with ptc.load(lib) as sm, torch.inference_mode():
+                assert type(sm) is ptc.Model, type(sm)
+                for b in (1, 3, 17):
+                    xb = torch.randn(b, 8)
+                    msgs.append(compare(sm(xb)[0], model(xb)))
+            return "; ".join(msgs)
+        t.check("ptc.compile(ExportedProgram) at three batch sizes", compile_exported)
+
+        class Roll(torch.nn.Module):  # torch.roll along dims, and flattened (no dims)
+            def forward(self, x):
+                return torch.roll(x, shifts=(2, -1), dims=(1, 2)) * 2, torch.roll(x, 5)
+
+        def roll():
+            x = torch.randn(2, 5, 6)
+            batch = torch.export.Dim("batch", min=1, max=16)
+            lib = ptc.compile(torch.export.export(Roll(), (x,), dynamic_shapes=({0: batch},)), work / "roll.so", ptc=ptc_bin)
+            msgs = []
+            with ptc.load(lib) as rm:
+                for b in (1, 2, 7):
+                    xb = torch.randn(b, 5, 6)
+                    got, ref = rm(xb), Roll()(xb)
+                    msgs += [compare(got[0], ref[0]), compare(got[1], ref[1])]
+            return f"{len(msgs)} outputs match"
+        t.check("torch.roll compiled (dims, and flattened) at three batch sizes", roll)
+
+        def compile_path():
+            lib = ptc.compile(models / "mlp_dyn.pt2", ptc=ptc_bin, precision="fp32", report=work / "mlp_report.json")
+            assert (work / "mlp_report.json").is_file()
+            try:
+                with ptc.load(lib) as mm:
+                    assert mm.manifest["flags"]["precision"] == "fp32", mm.manifest["flags"]
+            finally:
+                shutil.rmtree(os.path.dirname(lib), ignore_errors=True)  # the fresh folder ptc.compile chose
+            return os.path.basename(lib)
+        t.check("ptc.compile(path) with --precision and --report", compile_path)
+
+        def compile_error():
+            try:
+                ptc.compile(models / "mlp.pt2", work / "never.so", precision="bf16", ptc=ptc_bin)
+            except ptc.CompileError as e:
+                assert e.returncode == 1 and "--precision bf16 is not available for --device cpu" in str(e), str(e)
+                assert not (work / "never.so").exists()
+                return str(e)[:80]
+            raise AssertionError("no CompileError")
+        t.check("ptc.compile raises CompileError with ptc's sentence", compile_error)
+
+        def trainer():
+            lib = ptc.compile(models / "mlp.pt2", work / "mlp_train.so", train=True, ptc=ptc_bin)
+            tr = ptc.load(lib)
+            try:
+                assert isinstance(tr, ptc.Trainer), type(tr)
+                eager = torch.export.load(str(models / "mlp.pt2")).module()
+                x = torch.randn(*tr.inputs[0].sizes)
+                tr.zero_grad()
+                (y,), saved = tr.forward_train(x)
+                with torch.no_grad():
+                    msg = compare(y, eager(x))
+                tr.backward(saved, [torch.ones_like(y)])
+                saved.free()
+                assert any(g.abs().sum() > 0 for g in tr.grads.values()), "no gradient"
+                return msg
+            finally:
+                tr.close()
+        t.check("ptc.load on a --train library gives a Trainer", trainer)
 
         def close_all():
             for lib in libs.values():

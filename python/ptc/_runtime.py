@@ -1,23 +1,12 @@
-#!/usr/bin/env python3
-"""Run a library written by `ptc compile` on torch tensors, through ctypes (include/ptc/runtime.h).
-
-    import torch, ptc_ctypes
-    m = ptc_ctypes.PtcModel("mlp_dyn.so")
-    m.inputs    # [TensorInfo(name='x', dtype=torch.float32, code=7, sizes=['s77', 64])]
-    m.outputs   # [TensorInfo(name='layer_norm', ...)]
-    m.symbols   # [SymbolInfo(name='s77', min=1, max=1024)]   (max None = unbounded)
-    (y,) = m(torch.randn(8, 64))
-    m.close()   # or: with ptc_ctypes.PtcModel(path) as m: ...
+"""The C ABI of a library written by `ptc compile` (include/ptc/runtime.h), through ctypes.
 
 Inputs must be tensors of the model's dtypes on the library's device (CPU, or CUDA for libraries
 compiled with --device cuda, which run on torch's current stream); non-contiguous ones are copied
-to contiguous memory. Outputs are freshly allocated (or written into `out=` tensors). Errors from the library
-(wrong rank, sizes out of a symbol's range, ...) raise RuntimeError(ptc_last_error()).
+to contiguous memory. Outputs are freshly allocated (or written into `out=` tensors). Errors from
+the library (wrong rank, sizes out of a symbol's range, ...) raise RuntimeError(ptc_last_error()).
 
 The library's OpenMP threads follow OMP_NUM_THREADS: set it before the library (or torch, which
 loads an OpenMP runtime too) is loaded.
-
-Dependencies: ctypes + torch (numpy is not needed).
 """
 import ctypes
 import json
@@ -139,8 +128,8 @@ def _declare(lib):
         fn.argtypes = args
 
 
-class PtcModel:
-    """A model in a library written by `ptc compile`, callable on torch tensors."""
+class Model:
+    """A model in a library written by `ptc compile`, callable on torch tensors or NumPy arrays."""
 
     def __init__(self, path, weights_path=None):
         self.path = os.path.abspath(path)
@@ -262,7 +251,10 @@ class PtcModel:
         return shapes
 
     def __call__(self, *tensors, out=None):
-        """Runs the model; returns a tuple of output tensors (the `out` tensors when given)."""
+        """Runs the model; returns a tuple of output tensors (the `out` tensors when given). NumPy
+        arrays in (a CPU library, every input an array, no `out`) give NumPy arrays out."""
+        if tensors and out is None and all(isinstance(t, _np_ndarray()) for t in tensors):
+            return tuple(o.numpy() for o in self(*(_from_numpy(t) for t in tensors)))
         self._require_open()
         arr, keep = self._prepare_inputs(tensors)
         shapes = self._output_shapes(arr, len(tensors))
@@ -338,15 +330,9 @@ class PtcModel:
     def __repr__(self):
         def fmt(i):
             return f"{i.name}: {i.dtype}{i.sizes}"
-        return (f"PtcModel({self.path!r}, inputs=[{', '.join(map(fmt, self.inputs))}], "
+        return (f"ptc.Model({self.path!r}, inputs=[{', '.join(map(fmt, self.inputs))}], "
                 f"outputs=[{', '.join(map(fmt, self.outputs))}], symbols={self.symbols})")
 
-
-if __name__ == "__main__":
-    import sys
-    for p in sys.argv[1:]:
-        with PtcModel(p) as m:
-            print(m)
 
 
 class _CudaArray:
@@ -372,12 +358,12 @@ def _library_tensor(ptr, shape, dtype, device):
     return torch.frombuffer(buf, dtype=dtype, count=n).view(shape) if n else torch.empty(shape, dtype=dtype)
 
 
-class PtcTrainer(PtcModel):
+class Trainer(Model):
     """A training library (`ptc compile --train`): parameters held by the library, a forward
     that keeps what the backward needs, the backward, and fused optimizer steps. For a CUDA
     library (--device cuda) inputs, outputs, params and grads are CUDA tensors.
 
-        t = ptc_ctypes.PtcTrainer("mlp_train.so")
+        t = ptc.load("mlp_train.so")          # a Trainer for a --train library
         t.params["l1.weight"]        # a torch view of the library's parameter (writable)
         t.zero_grad()
         (loss,), saved = t.forward_train(x, target)
@@ -432,7 +418,7 @@ class PtcTrainer(PtcModel):
         handle = ctypes.c_void_p()
         self._check(self._lib.ptc_forward_train(self._m, len(tensors), arr, len(outs), out_arr, ctypes.byref(handle)),
                     "ptc_forward_train")
-        saved = PtcTrainer.Saved(self, handle)
+        saved = Trainer.Saved(self, handle)
         saved.input_shapes = [tuple(t.shape) for t in tensors]
         return tuple(outs), saved
 
@@ -480,3 +466,26 @@ class PtcTrainer(PtcModel):
         """Seeds training-mode dropout (the same seed replays the same masks)."""
         self._check(self._lib.ptc_manual_seed(self._m, seed), "ptc_manual_seed")
 
+
+def _np_ndarray():
+    """numpy.ndarray, or a type nothing is an instance of when NumPy is not installed."""
+    try:
+        import numpy
+        return numpy.ndarray
+    except ImportError:
+        return type("NoNumPy", (), {})
+
+
+def _from_numpy(a):
+    # torch.from_numpy shares the array's memory; a non-contiguous or read-only array is copied.
+    import numpy
+    return torch.from_numpy(numpy.ascontiguousarray(a) if not a.flags.writeable or not a.flags.c_contiguous else a)
+
+
+def load(path, weights_path=None):
+    """Opens a library written by `ptc compile`: a Trainer for a training library (--train), a
+    Model otherwise. weights_path: the weights file of a --weights external library (default:
+    LIB.weights beside it)."""
+    lib = ctypes.CDLL(os.path.abspath(path), mode=getattr(os, "RTLD_LOCAL", 0) | os.RTLD_NOW)
+    training = getattr(lib, "ptc_forward_train", None) is not None
+    return (Trainer if training else Model)(path, weights_path)
