@@ -307,6 +307,17 @@ TEST_CASE("derivatives of norms, softmax and reductions match finite differences
     c.b.g->outputs.push_back(c.b.op(OpKind::Sum, "sall", {{"self", x}}));
     check_gradients(c);
   }
+  {  // var with the default correction (1), with correction 0 keepdim, std, and var_mean's two outputs
+    Case c;
+    Value* x = c.x("x", {3, 4, 5});
+    c.b.g->outputs.push_back(c.b.op(OpKind::VarCorrection, "v", {{"self", x}, {"dim", ints({1})}}));
+    c.b.g->outputs.push_back(c.b.op(OpKind::VarCorrection, "v0", {{"self", x}, {"dim", ints({0, 2})}, {"correction", 0.0}, {"keepdim", true}}));
+    c.b.g->outputs.push_back(c.b.op(OpKind::StdCorrection, "sd", {{"self", x}, {"dim", ints({2})}}));
+    auto vm = c.b.node(OpKind::VarMeanCorrection, "vm", {{"self", x}, {"dim", ints({-1})}});
+    c.b.g->outputs.push_back(vm[0]);
+    c.b.g->outputs.push_back(vm[1]);
+    check_gradients(c);
+  }
   {
     Case c;
     c.b.g->outputs.push_back(c.b.op(OpKind::AdaptiveAvgPool2d, "y", {{"self", c.x("x", {2, 3, 4, 4})}, {"output_size", syms({1, 1})}}));
@@ -546,7 +557,8 @@ TEST_CASE("derivatives of views and data movement match finite differences", "[a
   Value* fl = b.op(OpKind::Flip, "fl", {{"self", x}, {"dims", ints({0, -1})}});
   Value* ro = b.op(OpKind::Roll, "ro", {{"self", x}, {"shifts", syms({1, -3})}, {"dims", ints({0, 2})}});
   Value* rf = b.op(OpKind::Roll, "rf", {{"self", x}, {"shifts", syms({5})}, {"dims", ints({})}});  // flattened
-  for (Value* o : {s, parts[1], st, e, t, pad, u, un, fl, ro, rf}) b.g->outputs.push_back(o);
+  Value* rp = b.op(OpKind::Repeat, "rp", {{"self", x}, {"repeats", syms({2, 1, 3, 2})}});  // a new leading dim
+  for (Value* o : {s, parts[1], st, e, t, pad, u, un, fl, ro, rf, rp}) b.g->outputs.push_back(o);
   check_gradients(c);
 }
 

@@ -1,5 +1,6 @@
 // Derivatives of reductions, normalizations and softmax.
 //   sum/mean:    the gradient broadcast back over the reduced dimensions (/ count for mean)
+//   var:         dx = g 2 (x - mean) / (N - correction); std: the same with g / (2 std)
 //   layer norm:  xhat = (x - mu) rstd;  dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
 //                dxhat = dy w, dw = sum(dy xhat), db = sum(dy) over the leading dimensions
 //   rms norm:    xhat = x r;  dx = r (dxhat - xhat mean(dxhat xhat))
@@ -62,6 +63,40 @@ void mean_all(GradContext& c) {
   for (size_t i = 0; i < x->type.rank(); ++i) dims.push_back(static_cast<int64_t>(i));
   Value* g = divide_by_count(c, c.grad(), x, dims);
   c.add_grad(x, c.b.cast(broadcast_back(c.b, g, x, dims, false), x->type.dtype));
+}
+// var.correction / var_mean.correction / std.correction: dx = g_var * 2 (x - mean) / (N - correction)
+// (+ g_mean / N; std: g_var = g / (2 std)),
+// the gradients broadcast back over the reduced dimensions.
+void var(GradContext& c) {
+  Value* x = c.in("self");
+  Builder& b = c.b;
+  auto dims = reduced_dims(c, "dim", x->type.rank());
+  const bool keep = c.flag("keepdim");
+  const OpKind k = c.n.kind;
+  const bool dim_form = k == OpKind::VarDim || k == OpKind::VarMeanDim || k == OpKind::StdDim;  // `unbiased`: correction 1 or 0
+  const double corr = dim_form ? (c.flag("unbiased") ? 1.0 : 0.0) : c.is_none("correction") ? 1.0 : c.number("correction");
+  sym::Expr n(1);
+  for (int64_t d : dims) n = n * x->type.sizes[static_cast<size_t>(d)];
+  Value* dx = nullptr;
+  if (Value* gv = c.grad(0)) {
+    // std = sqrt(var): its gradient is var's with g / (2 std).
+    if (k == OpKind::StdCorrection || k == OpKind::StdDim) gv = b.div(gv, b.scale(c.out(0), 2.0));
+    Value* d = b.mul(broadcast_back(b, gv, x, dims, keep), b.sub(x, b.mean(x, dims, true)));
+    if (auto k = n.as_const()) {
+      d = b.scale(d, 2.0 / (static_cast<double>(*k) - corr));
+    } else if (corr == static_cast<double>(static_cast<int64_t>(corr))) {
+      d = b.op(OpKind::DivScalar, {{"self", b.scale(d, 2.0)}, {"other", n - static_cast<int64_t>(corr)}});
+    } else {
+      c.fail("--train differentiates var over symbolic sizes with an integer correction only");
+    }
+    dx = d;
+  }
+  if (c.n.outputs.size() > 1)
+    if (Value* gm = c.grad(1)) {
+      Value* d = broadcast_back(b, divide_by_count(c, gm, x, dims), x, dims, keep);
+      dx = dx ? b.add(dx, d) : d;
+    }
+  if (dx) c.add_grad(x, b.cast(dx, x->type.dtype));
 }
 void adaptive_avg_pool2d(GradContext& c) {  // global pooling (output 1x1) only
   Value* x = c.in("self");
@@ -150,6 +185,12 @@ void register_reduce_rules(RuleTable& t) {
   set_rule(t, OpKind::Sum, sum_all);
   set_rule(t, OpKind::MeanDim, mean_dim);
   set_rule(t, OpKind::Mean, mean_all);
+  set_rule(t, OpKind::VarCorrection, var);
+  set_rule(t, OpKind::VarMeanCorrection, var);
+  set_rule(t, OpKind::StdCorrection, var);
+  set_rule(t, OpKind::VarDim, var);
+  set_rule(t, OpKind::VarMeanDim, var);
+  set_rule(t, OpKind::StdDim, var);
   set_rule(t, OpKind::AdaptiveAvgPool2d, adaptive_avg_pool2d);
   set_rule(t, OpKind::UnderscoreAdaptiveAvgPool2d, adaptive_avg_pool2d);
   set_rule(t, OpKind::LayerNorm, layer_norm);

@@ -24,6 +24,23 @@ void permute(GradContext& c) {
   for (size_t i = 0; i < r; ++i) inv[norm_dim(c, dims[i], r)] = static_cast<int64_t>(i);
   c.add_grad(c.in("self"), c.b.permute(c.grad(), inv));
 }
+// repeat: the gradient summed over every tile ([.., r_d * s_d, ..] viewed as [.., r_d, s_d, ..]).
+void repeat(GradContext& c) {
+  Value* x = c.in("self");
+  const std::vector<sym::Expr> rep = c.sym_ints("repeats");
+  const size_t rank = x->type.rank();
+  if (rep.size() < rank) c.fail("repeat: fewer repeats than the input's dimensions");
+  const size_t lead = rep.size() - rank;
+  std::vector<sym::Expr> split;
+  std::vector<int64_t> tiles;
+  for (size_t i = 0; i < rep.size(); ++i) {
+    tiles.push_back(static_cast<int64_t>(split.size()));
+    split.push_back(rep[i]);
+    if (i >= lead) split.push_back(x->type.sizes[i - lead]);
+  }
+  Value* g = c.b.sum(c.b.reshape(c.grad(), split), tiles, false);
+  c.add_grad(x, c.b.cast(g, x->type.dtype));
+}
 // roll: the gradient rolled back (each shift negated; no dims: the flattened roll's inverse).
 void roll(GradContext& c) {
   std::vector<sym::Expr> back;
@@ -174,6 +191,7 @@ void register_view_rules(RuleTable& t_) {
   set_rule(t_, OpKind::Permute, permute);
   set_rule(t_, OpKind::Flip, flip);
   set_rule(t_, OpKind::Roll, roll);
+  set_rule(t_, OpKind::Repeat, repeat);
   set_rule(t_, OpKind::TransposeInt, transpose);
   set_rule(t_, OpKind::T, t);
   set_rule(t_, OpKind::Expand, expand);

@@ -264,6 +264,47 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
   return {gemm(L, p, v, compute), p};
 }
 
+// A convolution's input gradient dx [xs] (= the transposed convolution of g): per group the
+// columns W_g^T [Cg KH KW, Og] x dy_g [Og, N OH OW] (dy regrouped densely to [G, Og, N, OH, OW]),
+// then each input element gathers the columns of the taps that reach it: ih = oh s - p + kh d,
+// i.e. (ih + p - kh d) divisible by s.
+TensorRef conv_input_grad(Lowering& L, const TensorRef& g, const TensorRef& w, const std::vector<int64_t>& st,
+                          const std::vector<int64_t>& pd, const std::vector<int64_t>& dl, int64_t G, const Index& xs, DType dt) {
+  auto kh_ = w.sizes[2].as_const(), kw_ = w.sizes[3].as_const();
+  if (!kh_ || !kw_) L.fail("a convolution's input gradient needs a static kernel size");
+  const int64_t KH = *kh_, KW = *kw_;
+  if (cudnn_f32(L, {dt, w.dtype, g.dtype}))
+    return emit_extern(L, ExternKind::ConvInputGrad, dt, xs, {dense_view(L, w), group_view(L, g, G)}, conv_attrs(st, pd, dl, G));
+  const sym::Expr N = xs[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G)), Cg = w.sizes[1];
+  if (!L.options.conv_as_gemm && Og == sym::Expr(1) && Cg == sym::Expr(1) && dt == DType::Float32 && w.dtype == DType::Float32 &&
+      g.dtype == DType::Float32) {
+    // Depthwise (the columns' GEMM would have depth 1): ptc_conv.h's direct kernel, reading dy
+    // through its strides.
+    return emit_extern(L, ExternKind::ConvInputGrad, dt, xs, {L.as_view(w, L.origin()), L.as_view(regroup(L, g, G), L.origin())},
+                       conv_attrs(st, pd, dl, G));
+  }
+  TensorRef gg = by_group(L, g, G);
+  TensorRef wt = transpose_last(L, reshape(L, w, {sym::Expr(G), Og, Cg * (KH * KW)}));  // [G, Cg KH KW, Og]
+  TensorRef cols = gemm(L, wt, reshape(L, gg, {sym::Expr(G), Og, N * OH * OW}), dt);
+  TensorRef c7 = reshape(L, cols, {sym::Expr(G), Cg, sym::Expr(KH), sym::Expr(KW), N, OH, OW});
+  auto iv = [](const sym::Expr& e) { return index_value(e); };
+  return L.pointwise(dt, xs, [=](const Index& i) {
+    ExprRef total = constant(0, dt);
+    const sym::Expr gi = sym::floordiv(i[1], Cg), ci = sym::mod(i[1], Cg);
+    for (int64_t kh = 0; kh < KH; ++kh)
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        const sym::Expr th = i[2] + (pd[0] - kh * dl[0]), tw = i[3] + (pd[1] - kw * dl[1]);
+        const sym::Expr oh = sym::floordiv(th, sym::Expr(st[0])), ow = sym::floordiv(tw, sym::Expr(st[1]));
+        ExprRef ok = binary(Op::And, binary(Op::Ge, iv(th), iv(0)), binary(Op::Ge, iv(tw), iv(0)));
+        if (st[0] > 1) ok = binary(Op::And, ok, binary(Op::Eq, iv(sym::mod(th, sym::Expr(st[0]))), iv(0)));
+        if (st[1] > 1) ok = binary(Op::And, ok, binary(Op::Eq, iv(sym::mod(tw, sym::Expr(st[1]))), iv(0)));
+        ok = binary(Op::And, ok, binary(Op::And, binary(Op::Lt, iv(oh), iv(OH)), binary(Op::Lt, iv(ow), iv(OW))));
+        total = binary(Op::Add, total, where(ok, cast(c7.at({gi, ci, sym::Expr(kh), sym::Expr(kw), i[0], oh, ow}), dt), constant(0, dt)));
+      }
+    return total;
+  });
+}
+
 }  // namespace
 
 Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
@@ -465,48 +506,22 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       return one(reshape(L, y, out));
     }
     case OpKind::PtcConv2dInputGrad: {
-      // dx [N, C, H, W]: per group the columns W_g^T [Cg KH KW, Og] x dy_g [Og, N OH OW] (dy
-      // regrouped densely to [G, Og, N, OH, OW]), then each input element gathers the columns of
-      // the taps that reach it: ih = oh s - p + kh d, i.e. (ih + p - kh d) divisible by s.
-      TensorRef g = a.tensor("grad_output"), w = a.tensor("weight");
       auto st = two(a.ints("stride"), 1), pd = two(a.ints("padding"), 0), dl = two(a.ints("dilation"), 1);
-      const int64_t G = a.i("groups");
-      const Index xs = a.out_sizes();
+      return one(conv_input_grad(L, a.tensor("grad_output"), a.tensor("weight"), st, pd, dl, a.i("groups"), a.out_sizes(),
+                                 a.out_dtype()));
+    }
+    case OpKind::ConvTranspose2dInput: {
+      // The transposed convolution of x with w [C_in, C_out / groups, KH, KW] is the input
+      // gradient of the convolution by w whose output gradient is x (output_padding only lengthens
+      // the result: conv_input_grad gives the positions no tap reaches zero).
+      TensorRef x = a.tensor("input"), w = a.tensor("weight");
+      if (x.rank() != 4) L.fail("ptc supports 2-D transposed convolution (rank-4 input) so far");
+      auto st = two(a.ints("stride"), 1), pd = two(a.ints("padding"), 0), dl = two(a.ints("dilation"), 1);
       const DType dt = a.out_dtype();
-      auto kh_ = w.sizes[2].as_const(), kw_ = w.sizes[3].as_const();
-      if (!kh_ || !kw_) L.fail("a convolution's input gradient needs a static kernel size");
-      const int64_t KH = *kh_, KW = *kw_;
-      if (cudnn_f32(L, {dt, w.dtype, g.dtype}))
-        return one(emit_extern(L, ExternKind::ConvInputGrad, dt, xs, {dense_view(L, w), group_view(L, g, G)},
-                               conv_attrs(st, pd, dl, G)));
-      const sym::Expr N = xs[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G)), Cg = w.sizes[1];
-      if (!L.options.conv_as_gemm && Og == sym::Expr(1) && Cg == sym::Expr(1) && dt == DType::Float32 && w.dtype == DType::Float32 &&
-          g.dtype == DType::Float32) {
-        // Depthwise (the columns' GEMM would have depth 1): ptc_conv.h's direct kernel, reading dy
-        // through its strides.
-        return one(emit_extern(L, ExternKind::ConvInputGrad, dt, xs, {L.as_view(w, L.origin()), L.as_view(regroup(L, g, G), L.origin())},
-                               conv_attrs(st, pd, dl, G)));
-      }
-      TensorRef gg = by_group(L, g, G);
-      TensorRef wt = transpose_last(L, reshape(L, w, {sym::Expr(G), Og, Cg * (KH * KW)}));  // [G, Cg KH KW, Og]
-      TensorRef cols = gemm(L, wt, reshape(L, gg, {sym::Expr(G), Og, N * OH * OW}), dt);
-      TensorRef c7 = reshape(L, cols, {sym::Expr(G), Cg, sym::Expr(KH), sym::Expr(KW), N, OH, OW});
-      auto iv = [](const sym::Expr& e) { return index_value(e); };
-      return one(L.pointwise(dt, xs, [=](const Index& i) {
-        ExprRef total = constant(0, dt);
-        const sym::Expr gi = sym::floordiv(i[1], Cg), ci = sym::mod(i[1], Cg);
-        for (int64_t kh = 0; kh < KH; ++kh)
-          for (int64_t kw = 0; kw < KW; ++kw) {
-            const sym::Expr th = i[2] + (pd[0] - kh * dl[0]), tw = i[3] + (pd[1] - kw * dl[1]);
-            const sym::Expr oh = sym::floordiv(th, sym::Expr(st[0])), ow = sym::floordiv(tw, sym::Expr(st[1]));
-            ExprRef ok = binary(Op::And, binary(Op::Ge, iv(th), iv(0)), binary(Op::Ge, iv(tw), iv(0)));
-            if (st[0] > 1) ok = binary(Op::And, ok, binary(Op::Eq, iv(sym::mod(th, sym::Expr(st[0]))), iv(0)));
-            if (st[1] > 1) ok = binary(Op::And, ok, binary(Op::Eq, iv(sym::mod(tw, sym::Expr(st[1]))), iv(0)));
-            ok = binary(Op::And, ok, binary(Op::And, binary(Op::Lt, iv(oh), iv(OH)), binary(Op::Lt, iv(ow), iv(OW))));
-            total = binary(Op::Add, total, where(ok, cast(c7.at({gi, ci, sym::Expr(kh), sym::Expr(kw), i[0], oh, ow}), dt), constant(0, dt)));
-          }
-        return total;
-      }));
+      TensorRef y = conv_input_grad(L, x, w, st, pd, dl, a.i("groups"), a.out_sizes(), dt);
+      if (a.is_none("bias")) return one(y);
+      TensorRef bias = a.tensor("bias");
+      return one(L.pointwise(dt, y.sizes, [=](const Index& i) { return binary(Op::Add, y.at(i), cast(bias.at({i[1]}), dt)); }));
     }
     case OpKind::ScaledDotProductAttention: case OpKind::UnderscoreScaledDotProductFlashAttentionForCpu: {
       TensorRef q = a.tensor("query"), k = a.tensor("key"), v = a.tensor("value");

@@ -32,10 +32,88 @@ ExprRef pick(const View& v, DType dt, const Index& at, size_t dim, ExprRef idx) 
   return load_at(v.buffer, dt, base, off, last_index(v));
 }
 
+// upsample_nearest2d / upsample_bilinear2d: torch's scale for one spatial dim, in float32 as its
+// kernels compute it (compute_scales_value; align_corners: (in - 1) / (out - 1)).
+ExprRef upsample_scale(const std::optional<double>& factor, const sym::Expr& in, const sym::Expr& out, bool align_corners) {
+  auto f = [](const sym::Expr& e) { return cast(index_value(e), DType::Float32); };
+  if (align_corners)
+    return select(binary(Op::Gt, index_value(out), index_value(1)),
+                  binary(Op::Div, f(in - 1), f(out - 1)), constant(0, DType::Float32));
+  if (factor && *factor > 0) return constant(static_cast<float>(1.0 / *factor), DType::Float32);
+  return binary(Op::Div, f(in), f(out));
+}
+
+// The nearest source row of output row `dst` (torch's nearest_idx): itself when the sizes are
+// equal, dst / 2 when the output is twice the input, else min(floor(dst * scale), in - 1) in float32.
+ExprRef nearest_source(const sym::Expr& dst, const sym::Expr& in, const sym::Expr& out, const std::optional<double>& factor) {
+  if (out == in) return index_value(dst);
+  if (out == in * 2) return index_value(sym::floordiv(dst, sym::Expr(2)));
+  ExprRef s = upsample_scale(factor, in, out, false);
+  ExprRef src = cast(unary(Op::Floor, binary(Op::Mul, cast(index_value(dst), DType::Float32), s)), DType::Int64);
+  return binary(Op::Min, src, index_value(in - 1));
+}
+
+// Bilinear taps along one dim (torch's area_pixel_compute_source_index and its neighbours): the
+// first source row, the step to the second (0 at the last row) and the second row's weight.
+struct LinearTaps {
+  ExprRef i0, step, w1;
+};
+LinearTaps linear_taps(const sym::Expr& dst, const sym::Expr& in, const sym::Expr& out, bool align_corners,
+                       const std::optional<double>& factor) {
+  const DType F = DType::Float32;
+  ExprRef s = upsample_scale(factor, in, out, align_corners);
+  ExprRef d = cast(index_value(dst), F);
+  ExprRef real = align_corners ? binary(Op::Mul, s, d)
+                               : binary(Op::Max, binary(Op::Sub, binary(Op::Mul, s, binary(Op::Add, d, constant(0.5, F))), constant(0.5, F)),
+                                        constant(0, F));
+  ExprRef i0 = cast(real, DType::Int64);  // real >= 0: truncation is the floor
+  ExprRef step = select(binary(Op::Lt, i0, index_value(in - 1)), index_value(1), index_value(0));
+  return {i0, step, binary(Op::Sub, real, cast(i0, F))};
+}
+
 }  // namespace
 
 Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
   switch (n.kind) {
+    case OpKind::UpsampleNearest2dVec: case OpKind::UpsampleBilinear2dVec: {
+      // Each output element reads the source rows and columns torch's kernels compute, in float32:
+      // loads at computed positions (in range by construction, so unchecked).
+      TensorRef x = a.tensor("input");
+      if (x.rank() != 4) L.fail("upsampling expects a 4-d input (N, C, H, W)");
+      View xv = L.as_view(x, n.name);
+      const Index out = a.out_sizes();
+      std::optional<double> factor[2];
+      if (a.is_none("output_size") && !a.is_none("scale_factors")) {
+        const Arg& sf = a.raw("scale_factors");
+        if (auto v = std::get_if<std::vector<double>>(&sf); v && !v->empty())
+          for (size_t i = 0; i < 2; ++i) factor[i] = (*v)[std::min(i, v->size() - 1)];
+      }
+      const DType dt = x.dtype, acc = dtype_compute(dt);
+      const sym::Expr last = last_index(xv);
+      auto at = [=](const Index& i, ExprRef h, ExprRef w) {  // x[i0, i1, h, w]
+        const sym::Expr base = xv.offset + i[0] * xv.strides[0] + i[1] * xv.strides[1];
+        ExprRef off = binary(Op::Add, binary(Op::Mul, h, index_value(xv.strides[2])), binary(Op::Mul, w, index_value(xv.strides[3])));
+        return cast(load_at(xv.buffer, dt, base, off, last), acc);
+      };
+      if (n.kind == OpKind::UpsampleNearest2dVec)
+        return one(L.pointwise(dt, out, [=](const Index& i) {
+          return cast(at(i, nearest_source(i[2], x.sizes[2], out[2], factor[0]), nearest_source(i[3], x.sizes[3], out[3], factor[1])),
+                      dt);
+        }));
+      const bool align = a.b("align_corners");
+      return one(L.pointwise(dt, out, [=](const Index& i) {
+        const LinearTaps h = linear_taps(i[2], x.sizes[2], out[2], align, factor[0]);
+        const LinearTaps w = linear_taps(i[3], x.sizes[3], out[3], align, factor[1]);
+        const ExprRef one_f = constant(1, acc);
+        ExprRef h0w = cast(binary(Op::Sub, one_f, cast(h.w1, acc)), acc), h1w = cast(h.w1, acc);
+        ExprRef w0w = cast(binary(Op::Sub, one_f, cast(w.w1, acc)), acc), w1w = cast(w.w1, acc);
+        ExprRef h1 = binary(Op::Add, h.i0, h.step), w1 = binary(Op::Add, w.i0, w.step);
+        auto row = [&](ExprRef hr) {
+          return binary(Op::Add, binary(Op::Mul, w0w, at(i, hr, w.i0)), binary(Op::Mul, w1w, at(i, hr, w1)));
+        };
+        return cast(binary(Op::Add, binary(Op::Mul, h0w, row(h.i0)), binary(Op::Mul, h1w, row(h1))), dt);
+      }));
+    }
     case OpKind::Embedding: {  // weight [V, D], indices [*] -> [*, D]
       TensorRef w = a.tensor("weight"), ids = a.tensor("indices");
       if (w.rank() != 2) L.fail("embedding needs a 2-D weight");

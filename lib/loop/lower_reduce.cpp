@@ -1,4 +1,4 @@
-// Reduction lowerings: sum/mean/amax/..., softmax, layer/batch/RMS norm, pooling.
+// Reduction lowerings: sum/mean/amax/..., var, softmax, layer/batch/RMS/group norm, pooling.
 #include <cmath>
 #include <limits>
 
@@ -252,6 +252,37 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       sym::Expr cnt = count_of(x, dims);
       return one(map1(L, s, dt, [cnt, acc, dt](ExprRef v) { return cast(binary(Op::Div, v, cast(index_value(cnt), acc)), dt); }));
     }
+    case OpKind::VarCorrection: case OpKind::VarMeanCorrection: case OpKind::StdCorrection:
+    case OpKind::VarDim: case OpKind::VarMeanDim: case OpKind::StdDim: {
+      // sum((x - mean)^2) / max(N - correction, 0) over `dim` (correction 1 when None), computed
+      // in float32 for half dtypes; std is its square root; var_mean also returns the mean.
+      TensorRef x = a.tensor("self");
+      const DType dt = a.out_dtype(), acc = dtype_compute(dt);
+      auto dims = dims_of(L, a, "dim", x.rank());
+      const bool keep = a.b("keepdim");
+      // (the .dim overloads say `unbiased`: correction 1 or 0)
+      const bool dim_form = n.kind == OpKind::VarDim || n.kind == OpKind::VarMeanDim || n.kind == OpKind::StdDim;
+      const ExprRef corr = dim_form ? c(a.b("unbiased") ? 1 : 0, acc) : a.is_none("correction") ? c(1, acc) : cast(a.scalar("correction", acc), acc);
+      const sym::Expr cnt = count_of(x, dims);
+      TensorRef xf = map1(L, x, acc, [acc](ExprRef v) { return cast(v, acc); });
+      TensorRef sum = L.reduce(xf, dims, true, ReduceOp::Sum, acc, o);
+      TensorRef mean = L.realize(map1(L, sum, acc, [cnt, acc](ExprRef s) { return binary(Op::Div, s, cast(index_value(cnt), acc)); }), o);
+      TensorRef sq = map2(L, xf, mean, acc, [](ExprRef p, ExprRef q) {
+        ExprRef d = binary(Op::Sub, p, q);
+        return binary(Op::Mul, d, d);
+      });
+      TensorRef ss = L.reduce(sq, dims, keep, ReduceOp::Sum, acc, o);
+      const bool root = n.kind == OpKind::StdCorrection || n.kind == OpKind::StdDim;
+      TensorRef var = map1(L, ss, dt, [cnt, corr, acc, dt, root](ExprRef s) {
+        ExprRef denom = binary(Op::Max, binary(Op::Sub, cast(index_value(cnt), acc), corr), c(0, acc));
+        ExprRef v = binary(Op::Div, s, denom);
+        return cast(root ? unary(Op::Sqrt, v) : v, dt);
+      });
+      if (n.kind != OpKind::VarMeanCorrection && n.kind != OpKind::VarMeanDim) return one(var);
+      TensorRef m = map1(L, keep ? mean : reshape(L, mean, a.out_sizes(1)), a.out_dtype(1),
+                         [dt = a.out_dtype(1)](ExprRef v) { return cast(v, dt); });
+      return std::vector<TensorRef>{var, m};
+    }
     case OpKind::Amax: case OpKind::Amin: {
       TensorRef x = a.tensor("self");
       return one(L.reduce(x, dims_of(L, a, "dim", x.rank()), a.b("keepdim"), n.kind == OpKind::Amax ? ReduceOp::Max : ReduceOp::Min,
@@ -295,6 +326,27 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       y = map1(L, y, dt, [dt](ExprRef v) { return cast(v, dt); });
       if (n.kind != OpKind::NativeLayerNorm) return one(y);
       return std::vector<TensorRef>{y, nm.mean, nm.rstd};
+    }
+    case OpKind::GroupNorm: case OpKind::NativeGroupNorm: {
+      // x [N, C, *] normalized over each group of C / G channels and the spatial dims: the
+      // layer-norm building block over [N, G, C / G * prod(*)], then the per-channel affine.
+      TensorRef x = a.tensor("input");
+      if (x.rank() < 2) L.fail("group_norm expects an input of rank 2 or more, got rank ", x.rank());
+      const int64_t G = a.i(n.kind == OpKind::GroupNorm ? "num_groups" : "group");
+      const DType dt = a.out_dtype();
+      const DType compute = dtype_size(dt) < 4 ? DType::Float32 : dt;
+      sym::Expr per = sym::floordiv(x.sizes[1], sym::Expr(G));
+      for (size_t d = 2; d < x.rank(); ++d) per = per * x.sizes[d];
+      const Index grouped{x.sizes[0], sym::Expr(G), per};
+      Normalized nm = normalize(L, reshape(L, x, grouped), {2}, a.f("eps"), compute);
+      TensorRef y = affine(L, reshape(L, nm.y, x.sizes), opt_tensor(a, "weight"), opt_tensor(a, "bias"), size_t{1}, compute);
+      y = map1(L, y, dt, [dt](ExprRef v) { return cast(v, dt); });
+      if (n.kind == OpKind::GroupNorm) return one(y);
+      auto stat = [&](const TensorRef& t, size_t i) {  // [N, G, 1] -> [N, G] in the output's dtype
+        const DType st = a.out_dtype(i);
+        return map1(L, reshape(L, t, {x.sizes[0], sym::Expr(G)}), st, [st](ExprRef v) { return cast(v, st); });
+      };
+      return std::vector<TensorRef>{y, stat(nm.mean, 1), stat(nm.rstd, 2)};
     }
     case OpKind::UnderscoreNativeBatchNormLegitFunctional:  // (only ever seen in training mode)
     case OpKind::BatchNorm: case OpKind::UnderscoreNativeBatchNormLegitNoTraining: case OpKind::NativeBatchNorm:

@@ -224,6 +224,20 @@ Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
                        },
                        nullptr));
     }
+    case OpKind::Repeat: {  // self tiled: out[..., i, ...] reads self[..., i mod size, ...]; leading repeats are new dims
+      TensorRef x = a.tensor("self");
+      const Index rep = a.syms("repeats");
+      if (rep.size() < x.rank()) L.fail("repeat: ", rep.size(), " repeats for an input of rank ", x.rank());
+      const size_t lead = rep.size() - x.rank();
+      const Index xs = x.sizes;
+      return one(remap(L, x, a.out_sizes(),
+                       [lead, xs](const Index& idx) {
+                         Index in(xs.size());
+                         for (size_t d = 0; d < xs.size(); ++d) in[d] = xs[d] == sym::Expr(1) ? sym::Expr(0) : sym::mod(idx[lead + d], xs[d]);
+                         return in;
+                       },
+                       nullptr));
+    }
     case OpKind::Roll: {  // element i of a rolled dim reads (i - shift) mod size: an index remap
       TensorRef x = a.tensor("self");
       const std::vector<int64_t> dims = a.ints("dims");

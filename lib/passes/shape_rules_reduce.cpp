@@ -218,9 +218,11 @@ DType real_of(DType t) {
 
 std::vector<Type> var(Ctx& c) {
   const Type& x = c.tensor("self");
-  if (is_integral(x.dtype, true)) c.fail("var needs a floating tensor, got ", x.str());
+  const OpKind k = c.node.kind;
+  const bool is_std = k == OpKind::StdCorrection || k == OpKind::StdDim;
+  if (is_integral(x.dtype, true)) c.fail(is_std ? "std" : "var", " needs a floating tensor, got ", x.str());
   Type v = reduce(c, x, c.opt_ints("dim"), c.bool_("keepdim"), real_of(x.dtype));
-  if (c.node.kind == OpKind::VarCorrection) return {v};
+  if (k != OpKind::VarMeanCorrection && k != OpKind::VarMeanDim) return {v};
   Type m = v;
   m.dtype = x.dtype;
   return {v, m};
@@ -286,6 +288,10 @@ void add_reduce_rules(RuleTable& t) {
   set_rule(t, K::Argmax, argmax);
   set_rule(t, K::VarCorrection, var);
   set_rule(t, K::VarMeanCorrection, var);
+  set_rule(t, K::StdCorrection, var);
+  set_rule(t, K::VarDim, var);
+  set_rule(t, K::VarMeanDim, var);
+  set_rule(t, K::StdDim, var);
   set_rule(t, K::AnyDim, any_dim);
   set_rule(t, K::AllDim, any_dim);
   set_rule(t, K::AnyDims, any_dims);

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Operators against PyTorch eager, end to end: small modules that use them are exported with a
+dynamic batch, compiled with ptc (the ptc package, python/ptc), run at several batch sizes and
+compared with eager (atol = rtol = 1e-4). Ops with a derivative rule are also compiled with --train
+and their gradients compared with torch.autograd. With nvcc installed, one module holding every op
+is also compiled for CUDA (no GPU is needed to compile).
+
+    .venv/bin/python test/ops_test.py [--ptc-binary build/ptc] [--keep DIR] [-v]
+
+Prints one line per check and 'N passed, N failed'; exit code 0 when all passed, 1 otherwise.
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "test"))
+warnings.filterwarnings("ignore", message=".*non-writable.*")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import ptc  # noqa: E402
+from python_package_test import Runner, compare  # noqa: E402
+
+
+class GroupNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.affine, self.plain = torch.nn.GroupNorm(4, 8), torch.nn.GroupNorm(2, 8, affine=False, eps=1e-3)
+        with torch.no_grad():  # not the identity affine
+            self.affine.weight.uniform_(0.5, 1.5)
+            self.affine.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):  # [b, 8, 5, 6]
+        return self.affine(x), self.plain(x * 3 + 1)
+
+
+class Upsample(torch.nn.Module):
+    def forward(self, x):  # [b, 3, 5, 6]
+        return (F.interpolate(x, scale_factor=2, mode="nearest"), F.interpolate(x, size=(7, 13), mode="nearest"),
+                F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+                F.interpolate(x, size=(9, 11), mode="bilinear", align_corners=True),
+                F.interpolate(x, size=(4, 4), mode="bilinear", align_corners=False))
+
+
+class Repeat(torch.nn.Module):
+    def forward(self, x):  # [b, 3, 4]
+        return x.repeat(1, 2, 3), x.repeat(2, 1, 1, 2)
+
+
+class Var(torch.nn.Module):
+    def forward(self, x):  # [b, 6, 5]
+        v, m = torch.var_mean(x, dim=-1)
+        return (torch.var(x, dim=1), torch.var(x, dim=(1, 2), correction=0, keepdim=True), v, m,
+                torch.std(x, dim=1), torch.std(x, dim=(1, 2), correction=0, keepdim=True))
+
+
+class ConvTranspose(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
+        self.grouped = torch.nn.ConvTranspose2d(4, 4, 4, stride=2, padding=1, groups=2, bias=False)
+        self.dilated = torch.nn.ConvTranspose2d(4, 3, 3, dilation=2)
+
+    def forward(self, x):  # [b, 4, 5, 6]
+        return self.up(x), self.grouped(x), self.dilated(x)
+
+
+class Everything(torch.nn.Module):  # one module with every op above, for the CUDA build
+    def __init__(self):
+        super().__init__()
+        self.gn, self.ct = torch.nn.GroupNorm(2, 4), torch.nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x):  # [b, 4, 5, 6]
+        y = self.ct(self.gn(x))
+        y = F.interpolate(y, scale_factor=2, mode="nearest") + F.interpolate(y, scale_factor=2, mode="bilinear")
+        return y.repeat(1, 2, 1, 1), torch.var(y, dim=1), torch.std(y, dim=(2, 3))
+
+
+MODULES = {  # name: (module, one input of batch size b)
+    "group_norm": (GroupNorm, lambda b: torch.randn(b, 8, 5, 6)),
+    "upsample": (Upsample, lambda b: torch.randn(b, 3, 5, 6)),
+    "repeat": (Repeat, lambda b: torch.randn(b, 3, 4)),
+    "var_std": (Var, lambda b: torch.randn(b, 6, 5)),
+    "conv_transpose2d": (ConvTranspose, lambda b: torch.randn(b, 4, 5, 6)),
+}
+
+
+class TrainVarRepeat(torch.nn.Module):  # derivatives: var (and var_mean's mean), std, repeat
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 4))
+
+    def forward(self, x):  # [4, 3, 8]
+        z = x * self.w.repeat(1, 2)
+        v, m = torch.var_mean(z, dim=-1)
+        return (torch.var(z, dim=1).sum() + (v * m).sum() + torch.std(z, dim=(0, 2)).sum()).reshape(1)
+
+
+def export(module, make, batch=True):
+    x = make(2)
+    shapes = ({0: torch.export.Dim("batch", min=1, max=16)},) if batch else None
+    return torch.export.export(module, (x,), dynamic_shapes=shapes)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ptc-binary", default=os.environ.get("PTC_BINARY", str(ROOT / "build" / "ptc")))
+    ap.add_argument("--keep", help="compile into this folder and keep it")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    exe = Path(args.ptc_binary).resolve()
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="ptc_ops_test_"))
+    work.mkdir(parents=True, exist_ok=True)
+    t = Runner(args.verbose)
+    try:
+        for name, (cls, make) in MODULES.items():
+            def run(name=name, cls=cls, make=make):
+                torch.manual_seed(1)
+                module = cls().eval()
+                lib = ptc.compile(export(module, make), work / f"{name}.so", ptc=exe)
+                msgs = []
+                with ptc.load(lib) as m, torch.inference_mode():
+                    for b in (1, 3, 8):
+                        x = make(b)
+                        got, ref = m(x), module(x)
+                        ref = ref if isinstance(ref, tuple) else (ref,)
+                        assert len(got) == len(ref), (len(got), len(ref))
+                        msgs += [compare(g, r) for g, r in zip(got, ref)]
+                worst = max(float(s.split()[-1]) for s in msgs)
+                return f"{len(msgs)} outputs at batch 1, 3, 8; worst abs err {worst:.1e}"
+            t.check(f"{name} matches eager", run)
+
+        def train():
+            torch.manual_seed(2)
+            module = TrainVarRepeat()
+            x = torch.randn(4, 3, 8)
+            lib = ptc.compile(torch.export.export(module, (x,)), work / "train_var_repeat.so", train=True, ptc=exe)
+            with ptc.load(lib) as tr:
+                with torch.no_grad():
+                    for k, v in module.named_parameters():
+                        tr.params[k].copy_(v)
+                tr.zero_grad()
+                (loss,), saved = tr.forward_train(x)
+                tr.backward(saved, [torch.ones(1)])
+                saved.free()
+                ref = module(x)
+                ref.sum().backward()
+                msg = compare(loss, ref.detach())
+                g, r = tr.grads["w"], module.w.grad
+                if not torch.allclose(g, r, atol=1e-4, rtol=1e-4):
+                    raise AssertionError(f"grad w: max abs error {(g - r).abs().max().item():.3g}")
+                return f"loss {msg}; grad w max abs err {(g - r).abs().max().item():.2e}"
+        t.check("var, var_mean and repeat gradients match torch.autograd (--train)", train)
+
+        nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+        if nvcc:
+            def cuda():
+                torch.manual_seed(3)
+                lib = ptc.compile(export(Everything().eval(), lambda b: torch.randn(b, 4, 5, 6)), work / "everything_cuda.so",
+                                  device="cuda", ptc=exe)
+                return f"{os.path.getsize(lib) >> 10} KiB"
+            t.check("every op above compiles for CUDA (nvcc)", cuda)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"{t.passed} passed, {t.failed} failed")
+    return 0 if t.failed == 0 and t.passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
