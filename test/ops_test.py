@@ -159,6 +159,29 @@ def main():
                 return f"loss {msg}; grad w max abs err {(g - r).abs().max().item():.2e}"
         t.check("var, var_mean and repeat gradients match torch.autograd (--train)", train)
 
+        class TopK(torch.nn.Module):  # topk has a shape rule but no lowering yet
+            def forward(self, x):
+                v, _ = torch.topk(x, 3, dim=-1)
+                return v * 2, x.repeat(1, 2)
+
+        def inspect_lists_refused():
+            import json
+            import subprocess
+            path = work / "topk.pt2"
+            torch.export.save(torch.export.export(TopK(), (torch.randn(4, 8),)), str(path))
+            r = subprocess.run([str(exe), "inspect", "--json", str(path)], capture_output=True, text=True, check=True)
+            refused = json.loads(r.stdout)["refused_ops"]
+            for device in ("cpu", "cuda"):
+                ops = [u["op"] for u in refused[device]]
+                assert ops == ["aten::topk"], (device, ops)  # and not repeat, which lowers
+            try:
+                ptc.compile(path, work / "topk.so", ptc=exe)
+            except ptc.CompileError as e:
+                assert refused["cpu"][0]["reason"] in str(e), (refused["cpu"][0]["reason"], str(e))
+                return refused["cpu"][0]["reason"][-50:]
+            raise AssertionError("compile did not refuse topk")
+        t.check("ptc inspect lists the ops compile would refuse, with compile's sentence", inspect_lists_refused)
+
         nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
         if nvcc:
             def cuda():

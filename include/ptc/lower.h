@@ -7,6 +7,7 @@
 #pragma once
 
 #include <map>
+#include <string>
 #include <vector>
 
 #include "ptc/graph.h"
@@ -45,6 +46,17 @@ struct LowerOptions {
   // (A backend's options: Backend::lower_options, ptc/backend.h.)
 };
 loop::Program lower_to_loops(const Graph& g, const LowerOptions& opts = {});
+
+// A node that lowering refuses, with its one-sentence reason.
+struct Unlowerable {
+  const Node* node = nullptr;
+  std::string reason;
+};
+// Every node of `g` that lower_to_loops with `opts` would refuse (an operator without a lowering,
+// a form of one it does not take), in graph order: the lowering goes on past each with zeros in
+// place of its outputs. It stops at a refused node whose outputs have no known tensor type
+// (what it found so far is returned). `ptc inspect` lists these.
+std::vector<Unlowerable> find_unlowerable(const Graph& g, const LowerOptions& opts = {});
 
 // Runs a loop program on the CPU, slowly and simply (double precision arithmetic, rounded to
 // each buffer's dtype on store): the reference for lowering and scheduling tests.

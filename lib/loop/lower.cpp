@@ -409,4 +409,17 @@ loop::Program lower_to_loops(const Graph& g, const LowerOptions& opts) {
   return L.run();
 }
 
+std::vector<Unlowerable> find_unlowerable(const Graph& g, const LowerOptions& opts) {
+  std::vector<Unlowerable> refused;
+  loop::Lowering L(g);
+  L.options = opts;
+  L.refused = &refused;
+  try {
+    L.run();
+  } catch (const UserError& e) {  // past a refused node whose outputs cannot stand in, or a later step
+    if (refused.empty() || refused.back().node != L.current) refused.push_back({L.current, e.what()});
+  }
+  return refused;
+}
+
 }  // namespace ptc

@@ -97,6 +97,9 @@ class Lowering {
   const Graph& graph;
   LowerOptions options;
   Program prog_;
+  // find_unlowerable: nodes that cannot be lowered are recorded here and stand in as zeros
+  // instead of failing the lowering (null: fail).
+  std::vector<Unlowerable>* refused = nullptr;
 
  private:
   std::map<const Value*, TensorRef> env_;

@@ -137,9 +137,24 @@ TensorRef map2(Lowering& L, const TensorRef& x, const TensorRef& y, DType dt,
 
 std::vector<TensorRef> lower_node(Lowering& L, const Node& n) {
   Args a{L, n};
-  for (auto family : {lower_pointwise, lower_view, lower_reduction, lower_extern, lower_index})
-    if (Lowered r = family(L, n, a)) return std::move(*r);
-  L.fail("ptc cannot lower this operator yet");
+  auto lower = [&]() -> std::vector<TensorRef> {
+    for (auto family : {lower_pointwise, lower_view, lower_reduction, lower_extern, lower_index})
+      if (Lowered r = family(L, n, a)) return std::move(*r);
+    L.fail("ptc cannot lower this operator yet");
+  };
+  if (!L.refused) return lower();
+  try {
+    return lower();
+  } catch (const UserError& e) {  // find_unlowerable: note it, and go on with zeros of the outputs' types
+    L.refused->push_back({&n, e.what()});
+    std::vector<TensorRef> zeros;
+    for (const Value* o : n.outputs) {
+      if (!o->type.is_tensor()) throw;
+      const DType dt = o->type.dtype;
+      zeros.push_back(L.pointwise(dt, o->type.sizes, [dt](const Index&) { return constant(0, dt); }));
+    }
+    return zeros;
+  }
 }
 
 }  // namespace ptc::loop

@@ -1,5 +1,6 @@
-// `ptc inspect MODEL`: the graph as text (or JSON), with weights, an op histogram and the ops
-// ptc does not know yet. `ptc inspect LIB.so`: a compiled library's manifest and signature.
+// `ptc inspect MODEL`: the graph as text (or JSON), with weights, an op histogram, the ops ptc
+// does not know yet and the known ops each backend's compile would still refuse. `ptc inspect
+// LIB.so`: a compiled library's manifest and signature.
 #include <spdlog/spdlog.h>
 
 #include <iostream>
@@ -7,8 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "ptc/backend.h"
+#include "ptc/error.h"
 #include "ptc/frontend.h"
+#include "ptc/lower.h"
 #include "ptc/manifest.h"
+#include "ptc/passes.h"
 
 namespace ptc::cli {
 namespace {
@@ -19,13 +24,52 @@ struct WeightTotals {
   int64_t count = 0, numel = 0, bytes = 0;
 };
 
+// Nodes of one op that a backend's compile would refuse.
+struct Refused {
+  const Node* first = nullptr;
+  int count = 0;
+  std::string reason;  // the first node's sentence
+};
+
 struct Summary {
   std::map<GraphInput::Role, WeightTotals> by_role;
   WeightTotals total;
   std::map<std::string, int> histogram;         // op name -> count
   std::map<std::string, const Node*> unknown;   // op name -> first node using it
   std::map<std::string, int> unknown_count;
+  // Known ops that compile would still refuse, per backend (op name -> nodes), found by running
+  // the graph passes and the lowering as compile does; `not_checked` says why it did not run.
+  std::vector<std::pair<std::string, std::map<std::string, Refused>>> refused;
+  std::string not_checked;
+  std::unique_ptr<Graph> passed;  // the graph after the passes (the refused nodes point into it)
 };
+
+// What `ptc compile` would refuse for each backend: the graph passes, then the lowering, going on
+// past each node it cannot lower (find_unlowerable).
+void check_compile(const Graph& g, Summary& s) {
+  if (!s.unknown.empty()) {
+    s.not_checked = "the unknown ops above stop a compile first";
+    return;
+  }
+  try {
+    bool untyped = false;
+    for (const auto& n : g.nodes())
+      for (const Value* o : n->outputs) untyped = untyped || o->type.kind == Type::Kind::Unknown;
+    std::unique_ptr<Graph> typed = untyped ? propagate_shapes(g, ShapePropMode::Fill) : nullptr;
+    s.passed = run_graph_passes(typed ? *typed : g);
+  } catch (const UserError& e) {
+    s.not_checked = std::string("the graph passes refuse the model: ") + e.what();
+    return;
+  }
+  for (const Backend* b : backends()) {
+    std::map<std::string, Refused> by_op;
+    for (const Unlowerable& u : find_unlowerable(*s.passed, b->lower_options(false))) {
+      Refused& r = by_op[u.node ? u.node->op_name() : "?"];
+      if (r.count++ == 0) r.first = u.node, r.reason = u.reason;
+    }
+    s.refused.emplace_back(b->name(), std::move(by_op));
+  }
+}
 
 Summary summarize(const Graph& g) {
   Summary s;
@@ -47,6 +91,7 @@ Summary summarize(const Graph& g) {
       s.unknown_count[op]++;
     }
   }
+  check_compile(g, s);
   return s;
 }
 
@@ -131,6 +176,16 @@ json to_json(const std::string& path, const Graph& g, const Summary& s) {
     if (!frame.empty()) u["source"] = frame;
     j["unknown_ops"].push_back(u);
   }
+  j["refused_ops"] = json::object();  // known ops each backend's compile would refuse
+  for (const auto& [backend, by_op] : s.refused) {
+    json list = json::array();
+    for (const auto& [op, r] : by_op) {
+      json u{{"op", op}, {"count", r.count}, {"first_node", r.first ? r.first->name : ""}, {"reason", r.reason}};
+      list.push_back(u);
+    }
+    j["refused_ops"][backend] = list;
+  }
+  if (!s.not_checked.empty()) j["refused_ops_not_checked"] = s.not_checked;
   return j;
 }
 
@@ -181,6 +236,15 @@ void print_text(std::ostream& os, const std::string& path, const Graph& g, const
       os << "  " << op << " x" << s.unknown_count.at(op) << " (first: node " << n->name
          << (frame.empty() ? "" : " at " + frame) << ")\n";
     }
+  }
+  if (!s.not_checked.empty()) os << "ops compile would refuse: not checked (" << s.not_checked << ")\n";
+  for (const auto& [backend, by_op] : s.refused) {
+    if (by_op.empty()) {
+      os << "ops --device " << backend << " would refuse: none\n";
+      continue;
+    }
+    os << "ops --device " << backend << " would refuse (" << by_op.size() << "; ptc cannot compile these yet):\n";
+    for (const auto& [op, r] : by_op) os << "  " << op << " x" << r.count << ": " << r.reason << "\n";
   }
 }
 
