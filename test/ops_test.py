@@ -103,6 +103,20 @@ class TrainVarRepeat(torch.nn.Module):  # derivatives: var (and var_mean's mean)
         return (torch.var(z, dim=1).sum() + (v * m).sum() + torch.std(z, dim=(0, 2)).sum()).reshape(1)
 
 
+class TrainUpBlock(torch.nn.Module):  # derivatives: conv_transpose2d, group_norm, nearest upsampling by 2
+    def __init__(self):
+        super().__init__()
+        self.ct = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
+        self.gn = torch.nn.GroupNorm(3, 6)
+        with torch.no_grad():
+            self.gn.weight.uniform_(0.5, 1.5)
+            self.gn.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):  # [2, 4, 3, 4]
+        y = self.gn(self.ct(x))
+        return (F.interpolate(y, scale_factor=2, mode="nearest") * y.repeat(1, 1, 2, 2)).sum().reshape(1)
+
+
 def export(module, make, batch=True):
     x = make(2)
     shapes = ({0: torch.export.Dim("batch", min=1, max=16)},) if batch else None
@@ -158,6 +172,32 @@ def main():
                     raise AssertionError(f"grad w: max abs error {(g - r).abs().max().item():.3g}")
                 return f"loss {msg}; grad w max abs err {(g - r).abs().max().item():.2e}"
         t.check("var, var_mean and repeat gradients match torch.autograd (--train)", train)
+
+        def train_up_block():
+            torch.manual_seed(4)
+            module = TrainUpBlock()
+            x = torch.randn(2, 4, 3, 4)
+            lib = ptc.compile(torch.export.export(module, (x,)), work / "train_up_block.so", train=True, ptc=exe)
+            with ptc.load(lib) as tr:
+                with torch.no_grad():
+                    for k, v in module.named_parameters():
+                        tr.params[k].copy_(v)
+                tr.zero_grad()
+                (loss,), saved = tr.forward_train(x)
+                tr.backward(saved, [torch.ones(1)])
+                saved.free()
+                ref = module(x)
+                ref.sum().backward()
+                compare(loss, ref.detach())
+                worst = 0.0
+                for k, v in module.named_parameters():
+                    g = tr.grads[k]
+                    err = (g - v.grad).abs().max().item()
+                    if not torch.allclose(g, v.grad, atol=1e-4, rtol=1e-4):
+                        raise AssertionError(f"grad {k}: max abs error {err:.3g}")
+                    worst = max(worst, err)
+                return f"{len(tr.grads)} parameter gradients, worst abs err {worst:.2e}"
+        t.check("conv_transpose2d, group_norm and nearest upsampling gradients match torch.autograd (--train)", train_up_block)
 
         class TopK(torch.nn.Module):  # topk has a shape rule but no lowering yet
             def forward(self, x):

@@ -307,6 +307,14 @@ TEST_CASE("derivatives of norms, softmax and reductions match finite differences
     c.b.g->outputs.push_back(c.b.op(OpKind::Sum, "sall", {{"self", x}}));
     check_gradients(c);
   }
+  {  // group norm: affine, and without weight and bias
+    Case c;
+    Value* x = c.x("x", {2, 6, 3, 2});
+    c.b.g->outputs.push_back(c.b.op(OpKind::GroupNorm, "y", {{"input", x}, {"num_groups", int64_t(3)}, {"weight", c.x("w", {6})},
+                                                             {"bias", c.x("b", {6})}, {"eps", 1e-5}}));
+    c.b.g->outputs.push_back(c.b.op(OpKind::GroupNorm, "z", {{"input", x}, {"num_groups", int64_t(2)}, {"eps", 1e-3}}));
+    check_gradients(c);
+  }
   {  // var with the default correction (1), with correction 0 keepdim, std, and var_mean's two outputs
     Case c;
     Value* x = c.x("x", {3, 4, 5});
@@ -356,6 +364,24 @@ TEST_CASE("derivatives of convolution and eval-mode batch norm match finite diff
                                     {"groups", Expr(k.groups)}};
     if (k.bias) args["bias"] = c.x("b", {k.O});
     c.b.g->outputs.push_back(c.b.op(OpKind::Conv2d, "y", args));
+    check_gradients(c);
+  }
+  // Transposed convolutions (w [C_in, C_out / groups, K, K]): stride 2 with output padding and
+  // a bias, two groups, dilation.
+  struct Transposed {
+    int64_t C, O, K, stride, pad, out_pad, dil, groups;
+    bool bias;
+  };
+  for (const Transposed& k : {Transposed{2, 3, 3, 2, 1, 1, 1, 1, true}, Transposed{4, 2, 4, 2, 1, 0, 1, 2, false},
+                              Transposed{2, 2, 3, 1, 0, 0, 2, 1, false}}) {
+    INFO("transposed: C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " groups " << k.groups);
+    Case c;
+    std::map<std::string, Arg> args{{"input", c.x("x", {2, k.C, 4, 5})}, {"weight", c.x("w", {k.C, k.O / k.groups, k.K, k.K})},
+                                    {"stride", syms({k.stride, k.stride})}, {"padding", syms({k.pad, k.pad})},
+                                    {"output_padding", syms({k.out_pad, k.out_pad})}, {"dilation", syms({k.dil, k.dil})},
+                                    {"groups", Expr(k.groups)}};
+    if (k.bias) args["bias"] = c.x("b", {k.O});
+    c.b.g->outputs.push_back(c.b.op(OpKind::ConvTranspose2dInput, "y", args));
     check_gradients(c);
   }
   // A convolution whose output gradient comes from an eval-mode batch norm and a ReLU6: the
@@ -558,7 +584,9 @@ TEST_CASE("derivatives of views and data movement match finite differences", "[a
   Value* ro = b.op(OpKind::Roll, "ro", {{"self", x}, {"shifts", syms({1, -3})}, {"dims", ints({0, 2})}});
   Value* rf = b.op(OpKind::Roll, "rf", {{"self", x}, {"shifts", syms({5})}, {"dims", ints({})}});  // flattened
   Value* rp = b.op(OpKind::Repeat, "rp", {{"self", x}, {"repeats", syms({2, 1, 3, 2})}});  // a new leading dim
-  for (Value* o : {s, parts[1], st, e, t, pad, u, un, fl, ro, rf, rp}) b.g->outputs.push_back(o);
+  Value* x4 = b.op(OpKind::Reshape, "x4", {{"self", x}, {"shape", syms({1, 2, 3, 4})}});
+  Value* up = b.op(OpKind::UpsampleNearest2dVec, "up", {{"input", x4}, {"output_size", syms({6, 4})}, {"scale_factors", Arg{}}});  // x2 rows, x1 columns
+  for (Value* o : {s, parts[1], st, e, t, pad, u, un, fl, ro, rf, rp, up}) b.g->outputs.push_back(o);
   check_gradients(c);
 }
 

@@ -9,6 +9,7 @@
 //       columns W^T dy (one GEMM per group) folded back onto the input (col2im as a gather), or
 //       for a depthwise convolution a direct kernel.
 //   db: dy summed over batch and positions.
+// conv_transpose2d: dx = conv2d(dy, w), dW = ptc::conv2d_weight_grad(input dy, grad_output x).
 // Batch norm in eval mode is an affine map per channel: dx = dy w / sqrt(var + eps),
 // dw = sum(dy xhat), db = sum(dy).
 #include "rules.h"
@@ -17,6 +18,34 @@ namespace ptc::autodiff {
 namespace {
 
 using sym::Expr;
+
+// conv_transpose2d (y = the input gradient of a convolution by w whose output gradient is x):
+// dx is that convolution of dy, dw its weight gradient with dy as the input and x as the output
+// gradient, db dy summed over batch and positions.
+void conv_transpose(GradContext& c) {
+  Builder& b = c.b;
+  Value *x = c.in("input"), *w = c.in("weight"), *g = c.grad();
+  if (x->type.rank() != 4) c.fail("--train differentiates 2-d transposed convolutions (rank-4 input) only yet");
+  auto pair = [&](const char* name, int64_t dflt) {
+    std::vector<int64_t> v = c.ints(name);
+    if (v.empty()) v = {dflt};
+    if (v.size() == 1) v.push_back(v[0]);
+    return v;
+  };
+  auto s = pair("stride", 1), p = pair("padding", 0), d = pair("dilation", 1);
+  const int64_t G = c.integer("groups");
+  const auto& ws = w->type.sizes;
+  if (!ws[2].as_const() || !ws[3].as_const()) c.fail("--train needs a static weight shape");
+  if (!c.is_none("bias")) c.add_grad(c.in("bias"), b.sum(g, {0, 2, 3}, false));
+  if (c.needs(w))
+    c.add_grad(w, b.op(OpKind::PtcConv2dWeightGrad, {{"input", g}, {"grad_output", x},
+                                                     {"kernel_size", std::vector<int64_t>{*ws[2].as_const(), *ws[3].as_const()}},
+                                                     {"stride", s}, {"padding", p}, {"dilation", d}, {"groups", G}}));
+  if (c.needs(x))
+    c.add_grad(x, b.op(OpKind::Conv2d, {{"input", g}, {"weight", w}, {"stride", std::vector<Expr>{s[0], s[1]}},
+                                        {"padding", std::vector<Expr>{p[0], p[1]}}, {"dilation", std::vector<Expr>{d[0], d[1]}},
+                                        {"groups", Expr(G)}}));
+}
 
 void convolution(GradContext& c) {
   Builder& b = c.b;
@@ -144,6 +173,7 @@ void register_conv_rules(RuleTable& t) {
   set_rule(t, OpKind::Conv2d, convolution);
   set_rule(t, OpKind::Convolution, convolution);
   set_rule(t, OpKind::UnderscoreConvolution, convolution);
+  set_rule(t, OpKind::ConvTranspose2dInput, conv_transpose);
   set_rule(t, OpKind::BatchNorm, batch_norm_eval);
   set_rule(t, OpKind::NativeBatchNorm, batch_norm_eval);
   set_rule(t, OpKind::UnderscoreNativeBatchNormLegitNoTraining, batch_norm_eval);

@@ -4,6 +4,7 @@
 //   layer norm:  xhat = (x - mu) rstd;  dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
 //                dxhat = dy w, dw = sum(dy xhat), db = sum(dy) over the leading dimensions
 //   rms norm:    xhat = x r;  dx = r (dxhat - xhat mean(dxhat xhat))
+//   group norm:  layer norm's over each group of channels and positions, the affine per channel
 //   softmax:     dx = y (dy - sum(dy y));  log_softmax: dx = dy - exp(y) sum(dy)
 #include <algorithm>
 
@@ -147,6 +148,40 @@ void layer_norm(GradContext& c) {
   norm_backward(c, x, xhat, rstd, c.in("weight"), c.in("bias"), dims, true);
 }
 
+// group_norm / native_group_norm: layer norm's backward over each group (x viewed as
+// [N, G, C / G * HW]), with the affine per channel.
+void group_norm(GradContext& c) {
+  Builder& b = c.b;
+  Value* x = c.in("input");
+  const bool native = c.n.kind == OpKind::NativeGroupNorm;
+  if (native && (c.grad(1) || c.grad(2))) c.fail("--train does not differentiate native_group_norm's mean and rstd outputs");
+  const int64_t G = c.integer(native ? "group" : "num_groups");
+  const std::vector<sym::Expr>& xs = x->type.sizes;
+  if (xs.size() < 2) c.fail("group_norm expects an input of rank 2 or more");
+  sym::Expr per = sym::floordiv(xs[1], sym::Expr(G));
+  std::vector<int64_t> not_channel{0};
+  for (size_t d = 2; d < xs.size(); ++d) {
+    per = per * xs[d];
+    not_channel.push_back(static_cast<int64_t>(d));
+  }
+  const std::vector<sym::Expr> grouped{xs[0], sym::Expr(G), per};
+  std::vector<sym::Expr> per_channel(xs.size(), sym::Expr(1));  // [C, 1, ...] against [N, C, ...]
+  per_channel[1] = xs[1];
+  per_channel.erase(per_channel.begin());
+  Value* xc = b.sub(b.reshape(x, grouped), b.mean(b.reshape(x, grouped), {2}, true));
+  Value* rstd = b.op(OpKind::Rsqrt, {{"self", b.add_scalar(b.mean(b.mul(xc, xc), {2}, true), c.number("eps"))}});
+  Value* xhat_g = b.mul(xc, rstd);  // [N, G, per]
+  Value* xhat = b.reshape(xhat_g, xs);
+  Value *g = c.grad(), *w = c.in("weight"), *bias = c.in("bias");
+  if (c.needs(w)) c.add_grad(w, b.sum(b.mul(g, xhat), not_channel, false));
+  if (bias && c.needs(bias)) c.add_grad(bias, b.sum(g, not_channel, false));
+  if (!c.needs(x)) return;
+  Value* gx = b.reshape(w ? b.mul(g, b.reshape(w, per_channel)) : g, grouped);
+  Value* inner = b.mul(xhat_g, b.mean(b.mul(gx, xhat_g), {2}, true));
+  Value* d = b.sub(b.sub(gx, b.mean(gx, {2}, true)), inner);
+  c.add_grad(x, b.reshape(b.mul(rstd, d), xs));
+}
+
 void rms_norm(GradContext& c) {
   Builder& b = c.b;
   Value* x = c.in("input");
@@ -185,6 +220,8 @@ void register_reduce_rules(RuleTable& t) {
   set_rule(t, OpKind::Sum, sum_all);
   set_rule(t, OpKind::MeanDim, mean_dim);
   set_rule(t, OpKind::Mean, mean_all);
+  set_rule(t, OpKind::GroupNorm, group_norm);
+  set_rule(t, OpKind::NativeGroupNorm, group_norm);
   set_rule(t, OpKind::VarCorrection, var);
   set_rule(t, OpKind::VarMeanCorrection, var);
   set_rule(t, OpKind::StdCorrection, var);

@@ -41,6 +41,29 @@ void repeat(GradContext& c) {
   Value* g = c.b.sum(c.b.reshape(c.grad(), split), tiles, false);
   c.add_grad(x, c.b.cast(g, x->type.dtype));
 }
+// upsample_nearest2d: each input element's gradient sums the output elements that copy it. Where
+// an output dim is the input's (factor 1) or twice it (factor 2: torch reads row i / 2), that is
+// the gradient viewed [.., H, f_h, W, f_w] and summed over the factors.
+void upsample_nearest(GradContext& c) {
+  Value* x = c.in("input");
+  const auto &in = x->type.sizes, &out = c.out()->type.sizes;
+  if (in.size() != 4) c.fail("--train differentiates 4-d nearest upsampling only");
+  std::vector<sym::Expr> split{in[0], in[1]};
+  std::vector<int64_t> factors;
+  for (size_t d = 2; d < 4; ++d) {
+    split.push_back(in[d]);
+    if (out[d] == in[d] * 2) {
+      factors.push_back(static_cast<int64_t>(split.size()));
+      split.push_back(sym::Expr(2));
+    } else if (!(out[d] == in[d])) {
+      c.fail("--train differentiates nearest upsampling by a factor of 1 or 2 per dimension only yet");
+    }
+  }
+  Value* g = c.b.reshape(c.grad(), split);
+  if (!factors.empty()) g = c.b.sum(g, factors, false);
+  c.add_grad(x, c.b.cast(g, x->type.dtype));
+}
+
 // roll: the gradient rolled back (each shift negated; no dims: the flattened roll's inverse).
 void roll(GradContext& c) {
   std::vector<sym::Expr> back;
@@ -192,6 +215,7 @@ void register_view_rules(RuleTable& t_) {
   set_rule(t_, OpKind::Flip, flip);
   set_rule(t_, OpKind::Roll, roll);
   set_rule(t_, OpKind::Repeat, repeat);
+  set_rule(t_, OpKind::UpsampleNearest2dVec, upsample_nearest);
   set_rule(t_, OpKind::TransposeInt, transpose);
   set_rule(t_, OpKind::T, t);
   set_rule(t_, OpKind::Expand, expand);
