@@ -19,6 +19,14 @@ namespace {
 
 using sym::Expr;
 
+// A convolution's 2-d window argument (stride, padding, dilation): {} -> {dflt, dflt}, {a} -> {a, a}.
+std::vector<int64_t> pair(const GradContext& c, const char* name, int64_t dflt) {
+  std::vector<int64_t> v = c.ints(name);
+  if (v.empty()) v = {dflt};
+  if (v.size() == 1) v.push_back(v[0]);
+  return v;
+}
+
 // conv_transpose2d (y = the input gradient of a convolution by w whose output gradient is x):
 // dx is that convolution of dy, dw its weight gradient with dy as the input and x as the output
 // gradient, db dy summed over batch and positions.
@@ -26,13 +34,7 @@ void conv_transpose(GradContext& c) {
   Builder& b = c.b;
   Value *x = c.in("input"), *w = c.in("weight"), *g = c.grad();
   if (x->type.rank() != 4) c.fail("--train differentiates 2-d transposed convolutions (rank-4 input) only yet");
-  auto pair = [&](const char* name, int64_t dflt) {
-    std::vector<int64_t> v = c.ints(name);
-    if (v.empty()) v = {dflt};
-    if (v.size() == 1) v.push_back(v[0]);
-    return v;
-  };
-  auto s = pair("stride", 1), p = pair("padding", 0), d = pair("dilation", 1);
+  auto s = pair(c, "stride", 1), p = pair(c, "padding", 0), d = pair(c, "dilation", 1);
   const int64_t G = c.integer("groups");
   const auto& ws = w->type.sizes;
   if (!ws[2].as_const() || !ws[3].as_const()) c.fail("--train needs a static weight shape");
@@ -52,13 +54,7 @@ void convolution(GradContext& c) {
   Value *x = c.in("input"), *w = c.in("weight"), *g = c.grad();
   if (c.n.kind != OpKind::Conv2d && c.flag("transposed")) c.fail("--train does not differentiate transposed convolution yet");
   if (x->type.rank() != 4) c.fail("--train differentiates 2-d convolutions (rank-4 input) only yet");
-  auto pair = [&](const char* name, int64_t dflt) {
-    std::vector<int64_t> v = c.ints(name);
-    if (v.empty()) v = {dflt};
-    if (v.size() == 1) v.push_back(v[0]);
-    return v;
-  };
-  auto s = pair("stride", 1), p = pair("padding", 0), d = pair("dilation", 1);
+  auto s = pair(c, "stride", 1), p = pair(c, "padding", 0), d = pair(c, "dilation", 1);
   const int64_t G = c.integer("groups");
   const auto& xs = x->type.sizes;
   const auto& ws = w->type.sizes;
