@@ -132,10 +132,10 @@ class Graph {
   std::vector<Value*> outputs;
   std::map<std::string, TensorData> weights;  // state-dict name -> bytes
   std::map<std::string, sym::Range> symbols;  // dynamic dimensions and their ranges
-  // Buffers the program updates (torch.export's buffer mutations: batch-norm running statistics):
-  // the last updated_buffers.size() outputs are the new contents of the Buffer inputs with these
-  // state-dict names, in order. Inference compiles drop them (drop_buffer_updates); training
-  // libraries keep the buffers and update them on every forward call.
+  // Buffers the program updates (torch.export's buffer mutations, in-place updates of buffers
+  // that functionalize finds, batch-norm running statistics): the last updated_buffers.size()
+  // outputs are the new contents of the Buffer inputs with these state-dict names, in order. A
+  // library holds them as state (inference: loop::Buffer::Kind::State; training: ptc_train.h).
   std::vector<std::string> updated_buffers;
 
   Graph() = default;

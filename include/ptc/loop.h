@@ -101,15 +101,18 @@ sym::Expr reduce_var(int d, const sym::Expr& size);
 bool is_loop_var(const sym::Expr& s);
 
 struct Buffer {
-  enum class Kind : uint8_t { Input, Weight, Temp, Output };
+  // State: a buffer the library holds between runs (a buffer the program updates: a KV cache),
+  // initialized from the weight `weight`, state index `io_index`; kernels may write it in place.
+  // StateNext: the new contents of state `io_index`, copied into it after the run's kernels.
+  enum class Kind : uint8_t { Input, Weight, Temp, Output, State, StateNext };
   std::string name;
   Kind kind = Kind::Temp;
   DType dtype = DType::Float32;
   std::vector<sym::Expr> sizes;    // logical shape
   std::vector<sym::Expr> strides;  // in elements; row-major for buffers ptc allocates
   sym::Expr offset;                // element offset into the storage (inputs/weights views)
-  int io_index = -1;               // Input: user-input position; Output: output position
-  std::string weight;              // Weight: state-dict name in Graph::weights
+  int io_index = -1;               // Input: user-input position; Output: output position; State(Next): state index
+  std::string weight;              // Weight, State: state-dict name in Graph::weights
   sym::Expr numel() const;
 };
 
@@ -121,8 +124,10 @@ enum class ExternKind : uint8_t {
   Convolution,  // NCHW direct convolution; operands {input, weight, bias?}; ConvAttrs
   Attention,    // softmax(scale * q k^T + mask) v over the last two dims, leading dims (<= 2) equal;
                 // operands {q, k, v, mask?} (mask broadcast to [..., Tq, Tk]); AttentionAttrs
-  ScatterAdd,   // out = self; out[.., index[i], ..] += src[i] along ScatterAddAttrs::dim
-                // (torch.scatter_add); operands {self, index, src}, index and src of one shape; an
+  Scatter,      // out = self; out[.., index[i], ..] = src[i] (or += with ScatterAttrs::accumulate)
+                // along ScatterAttrs::dim (torch.scatter_add, index_copy, index_put); operands
+                // {self, index, src}, index and src of one shape (the index may broadcast: stride
+                // 0), or {index, src} when in_place (out already holds self: a state buffer); an
                 // index outside [0, size) fails the run (CPU) as torch does
   ConvWeightGrad,  // out [O, C/groups, KH, KW] = a convolution's weight gradient; operands {input
                    // [N, C, H, W], grad_output laid out [groups, O/groups, N, OH, OW] contiguous};
@@ -159,14 +164,19 @@ struct AttentionAttrs {
   // Over [B, H, T, D]: the output is stored [B, T, H, Dv] (the domain in that order; the result
   // is a permuted view), so merging the heads back is a view.
   bool heads_inner = false;
+  // Grouped-query attention (rank 4): k and v have H / kv_group heads; query head h reads key and
+  // value head h / kv_group.
+  int64_t kv_group = 1;
 };
-struct ScatterAddAttrs {
+struct ScatterAttrs {
   int64_t dim = 0;
+  bool accumulate = true;  // += (scatter_add, index_put with accumulate) or = (index_copy, index_put)
+  bool in_place = false;   // no self operand: the output buffer is self
 };
 struct MaxPoolGradAttrs {
   std::array<int64_t, 2> kernel{1, 1}, stride{1, 1}, padding{0, 0}, dilation{1, 1};
 };
-using ExternAttrs = std::variant<GemmAttrs, ConvAttrs, AttentionAttrs, ScatterAddAttrs, MaxPoolGradAttrs>;
+using ExternAttrs = std::variant<GemmAttrs, ConvAttrs, AttentionAttrs, ScatterAttrs, MaxPoolGradAttrs>;
 // The attributes an extern kind carries, default-initialized.
 ExternAttrs default_attrs(ExternKind k);
 // Whether `a` holds the attributes of kind `k`.
@@ -220,6 +230,10 @@ struct Program {
   std::map<std::string, sym::Range> symbols;
   std::vector<int> inputs;   // buffer ids of user inputs, in order
   std::vector<int> outputs;  // buffer ids of graph outputs, in order
+  // The buffers the program updates (Graph::updated_buffers), by state index: the State buffer,
+  // and the StateNext buffer its new contents go to first (-1: the kernels update it in place).
+  std::vector<int> states;
+  std::vector<int> state_next;
 };
 
 std::string print_expr(const Program& p, const ExprRef& e);

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ptc/graph.h"
@@ -66,17 +67,31 @@ std::vector<Type> infer_node_types(const Node& n);
 //       and sources; verify_graph is empty; applying it again changes nothing.
 std::unique_ptr<Graph> dead_code_elimination(const Graph& g);
 
-// Drops the parameter, buffer and constant inputs that no node reads and no graph output is,
-// and the Graph::weights entries no remaining input names (lowering turns every weight input
+// Drops the parameter, buffer and constant inputs that no node reads and no graph output is
+// (buffers the program updates stay: they are state), and the Graph::weights entries no
+// remaining input names (lowering turns every weight input
 // into a weight buffer that the library stores, used or not). User inputs always stay.
 // Pre/Post: as dead_code_elimination; nodes are unchanged.
 std::unique_ptr<Graph> prune_unused_weights(const Graph& g);
 
-// ---- buffer updates (lib/passes/buffer_updates.cpp) -------------------------------------------
+// ---- in-place updates (lib/passes/functionalize.cpp) -------------------------------------------
 //
-// Drops the graph outputs that update buffers (Graph::updated_buffers), with a warning naming
-// them: an inference library does not keep buffers between calls.
-std::unique_ptr<Graph> drop_buffer_updates(const Graph& g);
+// The functional op an in-place op computes (relu_ -> relu, copy_ -> copy, index_copy_ ->
+// index_copy, index_put_ -> index_put, ...), or nullopt.
+std::optional<OpKind> functional_twin(OpKind k);
+// Makes in-place updates functional, as torch's functionalization does: an op that updates its
+// first argument ("Tensor(a!) self") becomes its functional twin (when it has one), and every
+// later read of that tensor (any earlier version, or a no-op alias of one: alias, detach, `to`
+// to the same dtype, which are dropped) reads the op's result. A buffer updated this way becomes
+// a buffer update (Graph::updated_buffers, its last version a graph output), as torch.export's
+// buffer mutations are read. Refused with a sentence naming the node: an update of a parameter
+// or constant, an update of part of a buffer through a view, and a read of a view or base after
+// an update through the other (their memory is shared; a functional graph cannot express it).
+// An update of a user input is computed and warned about (the library's inputs are const).
+// Pre:  verify_graph(g) is empty.
+// Post: verify_graph is empty; no in-place op with a functional twin is left; nodes keep names
+//       and sources; applying it again changes nothing.
+std::unique_ptr<Graph> functionalize(const Graph& g);
 
 // ---- common-subexpression elimination (lib/passes/cse.cpp) -------------------------------------
 //
@@ -181,7 +196,7 @@ struct GraphPassOptions {
   bool channels_last_weights = false;  // run channels_last_weights (before library_ops_f32)
 };
 
-// The graph passes of `ptc compile`, in order: drop_buffer_updates, fold_batch_norm,
+// The graph passes of `ptc compile`, in order: functionalize, fold_batch_norm,
 // [channels_last_weights,] library_ops_f32, fold_constants, cse, dce, prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
 // a ptc bug); `after(name, graph)`, when given, sees each pass's result (--dump-after).
 // Pre:  verify_graph(g) is empty; every value has its type (read or shape-propagated).

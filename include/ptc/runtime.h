@@ -133,14 +133,21 @@ PTC_API int ptc_zero_grad(ptc_model* model);
  * handle. A handle uses one optimizer. */
 PTC_API int ptc_sgd_step(ptc_model* model, float lr, float momentum, float dampening, float weight_decay, int nesterov);
 PTC_API int ptc_adamw_step(ptc_model* model, float lr, float beta1, float beta2, float eps, float weight_decay);
-/* The buffers the forward updates (batch-norm running statistics, num_batches_tracked of a model
- * exported in train() mode): the library holds them, initialized from the export, and each
- * ptc_forward_train / ptc_run call replaces their contents, as torch's forward in train mode
- * does. info->name is the state-dict name; ptc_buffer_data points at the current contents (of
- * info->dtype, dense), readable and writable between calls; NULL for a bad index. */
+/* ---- State -------------------------------------------------------------------------------
+ *
+ * A library holds the buffers its program updates: an inference library those an export updates
+ * in place or records as buffer mutations (a static KV cache, a step counter), a training library
+ * the batch-norm running statistics and num_batches_tracked of a model exported in train() mode.
+ * They start as the exported values, and each ptc_run (ptc_forward_train) updates them as the
+ * exported module's forward does, so N runs give what N calls of the module give. Runs of a
+ * library with state must not overlap. info->name is the state-dict name; ptc_buffer_data points
+ * at the current contents (of info->dtype, dense; device memory in a CUDA library), readable and
+ * writable between runs; NULL for a bad index. ptc_reset_state (inference libraries) sets every
+ * buffer back to its exported value. A library without state has 0 buffers. */
 PTC_API int ptc_num_buffers(const ptc_model* model);
 PTC_API int ptc_buffer_info(const ptc_model* model, int index, ptc_tensor_info* info);
 PTC_API void* ptc_buffer_data(ptc_model* model, int index);
+PTC_API int ptc_reset_state(ptc_model* model);
 /* Training-mode dropout draws its masks from a counter-based generator (Philox-4x32-10) keyed by
  * this seed and the number of forward calls since it was set (0 at ptc_open): the same seed
  * replays the same masks; each ptc_forward_train (and ptc_run) call draws new ones, and its

@@ -26,17 +26,6 @@ namespace {
 // become their functional twins (same arguments): the backward may then read that input, as
 // AOTAutograd's functionalization allows. Others stay (lowering refuses them with a message).
 void functionalize_inplace(Graph& g) {
-  static const std::pair<OpKind, OpKind> twins[] = {
-      {OpKind::ReluInplace, OpKind::Relu},           {OpKind::SiluInplace, OpKind::Silu},
-      {OpKind::HardswishInplace, OpKind::Hardswish}, {OpKind::HardtanhInplace, OpKind::Hardtanh},
-      {OpKind::AddTensorInplace, OpKind::AddTensor}, {OpKind::SubTensorInplace, OpKind::SubTensor},
-      {OpKind::MulTensorInplace, OpKind::MulTensor}, {OpKind::MulScalarInplace, OpKind::MulScalar},
-      {OpKind::DivTensorInplace, OpKind::DivTensor}, {OpKind::DivScalarInplace, OpKind::DivScalar},
-      {OpKind::SigmoidInplace, OpKind::Sigmoid},     {OpKind::TanhInplace, OpKind::Tanh},
-      {OpKind::GeluInplace, OpKind::Gelu},           {OpKind::HardsigmoidInplace, OpKind::Hardsigmoid},
-      {OpKind::ClampInplace, OpKind::Clamp},         {OpKind::MaskedFillScalarInplace, OpKind::MaskedFillScalar},
-      {OpKind::MaskedFillTensorInplace, OpKind::MaskedFillTensor},
-  };
   const auto& nodes = g.nodes();
   std::unordered_map<const Value*, size_t> last_read;
   for (size_t i = 0; i < nodes.size(); ++i)
@@ -44,16 +33,14 @@ void functionalize_inplace(Graph& g) {
   std::unordered_set<const Value*> outputs(g.outputs.begin(), g.outputs.end());
   for (size_t i = 0; i < nodes.size(); ++i) {
     Node& n = *nodes[i];
-    for (const auto& [inplace, functional] : twins) {
-      if (n.kind != inplace) continue;
-      const Arg* self = n.arg("self");
-      const Value* x = self && std::holds_alternative<Value*>(*self) ? std::get<Value*>(*self) : nullptr;
-      if (!x || last_read[x] != i || outputs.count(x)) break;
-      PTC_CHECK(op_info(functional).schema.args.size() == n.args.size(), "autodiff: ", n.op_name(), " and its functional twin differ");
-      n.kind = functional;
-      n.target = op_info(functional).schema.qualified();
-      break;
-    }
+    std::optional<OpKind> functional = functional_twin(n.kind);
+    if (!functional) continue;
+    const Arg* self = n.arg("self");
+    const Value* x = self && std::holds_alternative<Value*>(*self) ? std::get<Value*>(*self) : nullptr;
+    if (!x || last_read[x] != i || outputs.count(x)) continue;
+    PTC_CHECK(op_info(*functional).schema.args.size() == n.args.size(), "autodiff: ", n.op_name(), " and its functional twin differ");
+    n.kind = *functional;
+    n.target = op_info(*functional).schema.qualified();
   }
 }
 

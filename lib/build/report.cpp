@@ -111,6 +111,14 @@ json make_report(const Graph& g, const loop::Program& p, const sched::Schedule& 
   }
   arena["in_place_buffers"] = in_place;
   j["arena"] = arena;
+  // The buffers the library holds between runs, and whether a run updates each in place (else it
+  // writes the new contents to a second buffer of the same size and copies them over).
+  j["state"] = json::array();
+  for (size_t k = 0; k < p.states.size(); ++k) {
+    const auto& b = p.buffers[p.states[k]];
+    j["state"].push_back({{"buffer", b.weight}, {"bytes", static_cast<size_t>(at_bound(b.numel(), p.symbols, true)) * dtype_size(b.dtype)},
+                          {"in_place", p.state_next[k] < 0}});
+  }
   j["weights"] = {{"bytes", w.total_bytes}, {"tensors", w.entries.size()}};
   j["compile_seconds"] = json::object();
   for (const auto& [stage, secs] : stage_seconds) j["compile_seconds"][stage] = secs;

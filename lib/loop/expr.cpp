@@ -240,7 +240,7 @@ const char* extern_name(ExternKind k) {
     case ExternKind::Gemm: return "gemm";
     case ExternKind::Convolution: return "conv";
     case ExternKind::Attention: return "attention";
-    case ExternKind::ScatterAdd: return "scatter_add";
+    case ExternKind::Scatter: return "scatter";
     case ExternKind::ConvWeightGrad: return "conv_weight_grad";
     case ExternKind::ConvInputGrad: return "conv_input_grad";
     case ExternKind::MaxPoolGrad: return "max_pool_grad";
@@ -253,7 +253,7 @@ ExternAttrs default_attrs(ExternKind k) {
     case ExternKind::Gemm: return GemmAttrs{};
     case ExternKind::Convolution: case ExternKind::ConvWeightGrad: case ExternKind::ConvInputGrad: return ConvAttrs{};
     case ExternKind::Attention: return AttentionAttrs{};
-    case ExternKind::ScatterAdd: return ScatterAddAttrs{};
+    case ExternKind::Scatter: return ScatterAttrs{};
     case ExternKind::MaxPoolGrad: return MaxPoolGradAttrs{};
   }
   return GemmAttrs{};
@@ -275,9 +275,10 @@ std::string print_attrs(const ExternAttrs& attrs) {
        << " groups=" << c->groups << (c->nhwc ? " nhwc" : "");
   } else if (const auto* a = std::get_if<AttentionAttrs>(&attrs)) {
     os << " mask_kind=" << a->mask_kind << " scale=" << a->scale << (a->causal ? " causal" : "")
-       << (a->masked_rows_zero ? " masked_rows_zero" : "") << (a->heads_inner ? " heads_inner" : "");
-  } else if (const auto* sa = std::get_if<ScatterAddAttrs>(&attrs)) {
-    os << " dim=" << sa->dim;
+       << (a->masked_rows_zero ? " masked_rows_zero" : "") << (a->heads_inner ? " heads_inner" : "")
+       << (a->kv_group > 1 ? " kv_group=" + std::to_string(a->kv_group) : "");
+  } else if (const auto* sa = std::get_if<ScatterAttrs>(&attrs)) {
+    os << " dim=" << sa->dim << (sa->accumulate ? " accumulate" : "") << (sa->in_place ? " in_place" : "");
   } else if (const auto* m = std::get_if<MaxPoolGradAttrs>(&attrs)) {
     os << " kernel=" << pair_str(m->kernel) << " stride=" << pair_str(m->stride) << " padding=" << pair_str(m->padding)
        << " dilation=" << pair_str(m->dilation);
@@ -328,6 +329,8 @@ const char* kind_name(Buffer::Kind k) {
     case Buffer::Kind::Weight: return "weight";
     case Buffer::Kind::Temp: return "temp";
     case Buffer::Kind::Output: return "output";
+    case Buffer::Kind::State: return "state";
+    case Buffer::Kind::StateNext: return "state_next";
   }
   return "?";
 }
@@ -338,7 +341,7 @@ std::string print_program(const Program& p) {
   std::ostringstream os;
   for (const auto& b : p.buffers) {
     os << kind_name(b.kind) << " " << b.name << ": " << dtype_short(b.dtype) << sizes_str(b.sizes);
-    if (b.kind == Buffer::Kind::Input || b.kind == Buffer::Kind::Weight) {
+    if (b.kind == Buffer::Kind::Input || b.kind == Buffer::Kind::Weight || b.kind == Buffer::Kind::State) {
       if (b.strides != std::vector<sym::Expr>() ) os << " strides " << sizes_str(b.strides);
       if (!(b.offset == sym::Expr(0))) os << " offset " << b.offset.str();
     }

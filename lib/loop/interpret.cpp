@@ -38,7 +38,7 @@ class Interp {
         size_t n = static_cast<size_t>(eval(buf.numel()));
         if (bytes.size() != n * item) user_error("input ", buf.io_index, " has ", bytes.size(), " bytes, expected ", n * item);
         for (size_t i = 0; i < n; ++i) data_[b].push_back(read_element(bytes.data() + i * item, buf.dtype));
-      } else if (buf.kind == Buffer::Kind::Weight) {
+      } else if (buf.kind == Buffer::Kind::Weight || buf.kind == Buffer::Kind::State) {
         const TensorData& td = g_.weights.at(buf.weight);
         for (size_t i = 0; i + item <= td.storage_bytes; i += item) data_[b].push_back(read_element(td.storage + i, buf.dtype));
       } else {
@@ -47,7 +47,9 @@ class Interp {
     }
     for (const Computation& c : p_.comps) run(c);
     std::vector<std::vector<std::byte>> outs;
-    for (int b : p_.outputs) {
+    std::vector<int> results = p_.outputs;  // then each state's new contents
+    for (size_t k = 0; k < p_.states.size(); ++k) results.push_back(p_.state_next[k] >= 0 ? p_.state_next[k] : p_.states[k]);
+    for (int b : results) {
       const Buffer& buf = p_.buffers[b];
       size_t item = dtype_size(buf.dtype);
       std::vector<std::byte> bytes(data_[b].size() * item);
@@ -220,7 +222,7 @@ class Interp {
       case Computation::Kind::Extern:
         if (c.extern_kind == loop::ExternKind::Gemm) gemm(c, out, dt);
         else if (c.extern_kind == loop::ExternKind::Attention) attention(c, out, dt);
-        else if (c.extern_kind == loop::ExternKind::ScatterAdd) scatter_add(c, out, dt);
+        else if (c.extern_kind == loop::ExternKind::Scatter) scatter(c, out, dt);
         else if (c.extern_kind == loop::ExternKind::ConvWeightGrad) conv_weight_grad(c, out, dt);
         else if (c.extern_kind == loop::ExternKind::ConvInputGrad) conv_input_grad(c, out, dt);
         else if (c.extern_kind == loop::ExternKind::MaxPoolGrad) max_pool_grad(c, out, dt);
@@ -247,20 +249,23 @@ class Interp {
     });
   }
 
-  void scatter_add(const Computation& c, std::vector<double>& out, DType dt) {
-    const loop::View &self = c.operands[0], &index = c.operands[1], &src = c.operands[2];
-    const size_t dim = static_cast<size_t>(c.as<loop::ScatterAddAttrs>().dim);
+  void scatter(const Computation& c, std::vector<double>& out, DType dt) {
+    const loop::ScatterAttrs& sa = c.as<loop::ScatterAttrs>();
+    const size_t first = sa.in_place ? 0 : 1;
+    const loop::View &index = c.operands[first], &src = c.operands[first + 1];
+    const size_t dim = static_cast<size_t>(sa.dim);
     std::vector<int64_t> n;
     for (const auto& s : c.domain) n.push_back(eval(s));
     size_t pos = 0;
-    for_each(c.domain, 'x', [&](const std::vector<int64_t>& idx) { out.at(pos++) = at(self, idx); });
+    if (!sa.in_place) for_each(c.domain, 'x', [&](const std::vector<int64_t>& idx) { out.at(pos++) = at(c.operands[0], idx); });
     for_each(index.sizes, 'x', [&](const std::vector<int64_t>& idx) {
       int64_t k = static_cast<int64_t>(at(index, idx));
-      if (k < 0 || k >= n[dim])
-        user_error("node '", c.origin, "': index ", k, " is out of range for a dimension of size ", n[dim]);
+      if (k < 0 || k >= (n.empty() ? 1 : n[dim]))
+        user_error("node '", c.origin, "': index ", k, " is out of range for a dimension of size ", n.empty() ? 1 : n[dim]);
       int64_t off = 0;
       for (size_t d = 0; d < n.size(); ++d) off = off * n[d] + (d == dim ? k : idx[d]);
-      out.at(static_cast<size_t>(off)) = round_to(out.at(static_cast<size_t>(off)) + at(src, idx), dt);
+      double& o = out.at(static_cast<size_t>(off));
+      o = round_to(sa.accumulate ? o + at(src, idx) : at(src, idx), dt);
     });
   }
 
@@ -385,6 +390,7 @@ class Interp {
         for (int64_t j = 0; j < Tk; ++j) {
           std::vector<int64_t> iq = idx, ik = idx;
           ik[r - 2] = j;
+          if (r == 4) ik[1] /= a.kv_group;  // grouped-query attention: query head h reads key head h / kv_group
           double s = 0;
           for (int64_t d = 0; d < D; ++d) {
             iq[r - 1] = ik[r - 1] = d;
@@ -408,6 +414,7 @@ class Interp {
       }
       double acc = 0;
       std::vector<int64_t> iv = idx;
+      if (r == 4) iv[1] /= a.kv_group;
       for (int64_t j = 0; j < Tk; ++j) {
         iv[r - 2] = j;
         acc += prob[static_cast<size_t>(j)] * at(v, iv);

@@ -284,8 +284,9 @@ void drop_unread(Program& p) {
       checks = checks || e->op == Op::CheckIndex;
       for (const auto& a : e->args) pending.push_back(a.get());
     }
-    checks = checks || (c.kind == Computation::Kind::Extern && c.extern_kind == ExternKind::ScatterAdd);
-    keep[i] = read[static_cast<size_t>(c.out)] || checks || p.buffers[static_cast<size_t>(c.out)].kind == Buffer::Kind::Output;
+    checks = checks || (c.kind == Computation::Kind::Extern && c.extern_kind == ExternKind::Scatter);
+    const Buffer::Kind k = p.buffers[static_cast<size_t>(c.out)].kind;
+    keep[i] = read[static_cast<size_t>(c.out)] || checks || k == Buffer::Kind::Output || k == Buffer::Kind::State || k == Buffer::Kind::StateNext;
     if (!keep[i]) continue;
     for (int b : loads) read[static_cast<size_t>(b)] = true;
     for (const View& v : c.operands) read[static_cast<size_t>(v.buffer)] = true;
@@ -319,12 +320,27 @@ Program Lowering::run() {
       const TensorData& td = graph.weights.at(in.target);
       b.strides = td.type.strides;
       b.offset = td.type.storage_offset;
+      auto st = std::find(graph.updated_buffers.begin(), graph.updated_buffers.end(), in.target);
+      if (in.role == GraphInput::Role::Buffer && st != graph.updated_buffers.end()) {
+        // A buffer the program updates: state the library holds, a dense copy of the tensor.
+        b.kind = Buffer::Kind::State;
+        b.io_index = static_cast<int>(st - graph.updated_buffers.begin());
+        if (!td.type.static_numel() || static_cast<size_t>(*td.type.static_numel()) * dtype_size(td.type.dtype) != td.storage_bytes ||
+            !(b.offset == sym::Expr(0)) || !(b.strides == row_major_strides(b.sizes)))
+          user_error(graph.name, ": buffer '", in.target, "' is updated by the program but is not a contiguous tensor of its own; ptc holds such state as dense tensors");
+      }
     }
     prog_.buffers.push_back(b);
     int id = static_cast<int>(prog_.buffers.size()) - 1;
     if (b.kind == Buffer::Kind::Input) prog_.inputs.push_back(id);
     env_[v] = of_view(View{id, b.sizes, b.strides, b.offset}, b.dtype);
+    if (b.kind == Buffer::Kind::State) state_values[v] = id;
   }
+  prog_.states.assign(graph.updated_buffers.size(), -1);
+  prog_.state_next.assign(graph.updated_buffers.size(), -1);
+  for (const auto& [v, id] : state_values) prog_.states[static_cast<size_t>(prog_.buffers[id].io_index)] = id;
+  for (size_t k = 0; k < prog_.states.size(); ++k)
+    if (prog_.states[k] < 0) user_error(graph.name, ": the program updates buffer '", graph.updated_buffers[k], "', which is no buffer input");
   for (const auto& n : graph.nodes())
     for (const Value* v : n->inputs()) uses_[v]++;
   for (const Value* o : graph.outputs) uses_[o]++;
@@ -367,9 +383,30 @@ Program Lowering::run() {
   }
   current = nullptr;
 
+  const size_t num_user_outputs = graph.outputs.size() - graph.updated_buffers.size();
   for (size_t i = 0; i < graph.outputs.size(); ++i) {
     const Value* o = graph.outputs[i];
     const TensorRef& t = ref(o);
+    if (i >= num_user_outputs) {  // a state's new contents: in place, or into a StateNext buffer copied after the run
+      const size_t k = i - num_user_outputs;
+      const int sbuf = prog_.states[k];
+      const Buffer& sb = prog_.buffers[static_cast<size_t>(sbuf)];
+      if (t.view && t.view->buffer == sbuf && t.view->offset == sb.offset && t.view->sizes == sb.sizes && t.view->strides == sb.strides)
+        continue;
+      if (!(t.sizes == sb.sizes) || t.dtype != sb.dtype)
+        user_error(graph.name, ": the new contents of buffer '", graph.updated_buffers[k], "' have another shape or dtype than the buffer");
+      int buf = new_buffer("state_next", t.dtype, t.sizes);
+      Computation c;
+      c.kind = Computation::Kind::Pointwise;
+      c.out = buf;
+      c.domain = t.sizes;
+      c.body = cast(t.at(loop_vars(t.sizes)), t.dtype);
+      emit(std::move(c));
+      prog_.buffers[buf].kind = Buffer::Kind::StateNext;
+      prog_.buffers[buf].io_index = static_cast<int>(k);
+      prog_.state_next[k] = buf;
+      continue;
+    }
     // The output is a temporary's storage in its flat order (e.g. a GEMM's [B*T, V] result
     // returned as [B, T, V]): that buffer becomes the output, shaped as the graph returns it,
     // instead of being copied (GPT-2's logits: a 103 MB copy at batch 4).

@@ -145,9 +145,11 @@ struct Attention {
   TensorRef out;
   std::optional<TensorRef> probs;
 };
+// kv_group > 1 (rank 4): grouped-query attention, k and v with H / kv_group heads, query head h
+// reading head h / kv_group.
 Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const TensorRef& v, std::optional<TensorRef> mask,
                     bool bool_mask_keeps, bool causal, double scale, DType compute, bool masked_rows_zero,
-                    bool need_probs = false);
+                    bool need_probs = false, int64_t kv_group = 1);
 
 // A GEMM operand's view. A computed tensor read with its last two dims swapped (x^T of a weight
 // gradient) is stored in its own order and read through swapped strides: the GEMM takes either
@@ -170,6 +172,52 @@ View gemm_operand(Lowering& L, const TensorRef& t) {
   return L.as_view(t, L.origin());
 }
 
+// repeat_kv as transformers writes it: x [B, Hkv, T, D] -> unsqueeze(x, 2) -> expand to
+// [B, Hkv, g, T, D] (-> clone, in the Core ATen form) -> reshape / view / _unsafe_view to
+// [B, Hkv * g, T, D]; returns x and sets *group to g when `v` is that, else nullptr.
+struct GroupedHeads {
+  const Value *k = nullptr, *v = nullptr;
+  int64_t group = 1;
+};
+const Value* repeated_heads(const Value* v, int64_t* group) {
+  auto producer = [](const Value* x, std::initializer_list<OpKind> kinds) -> const Node* {
+    if (!x || !x->producer) return nullptr;
+    for (OpKind k : kinds)
+      if (x->producer->kind == k) return x->producer;
+    return nullptr;
+  };
+  auto first = [](const Node* n) { return std::get<Value*>(n->args.at(0)); };
+  const Node* r = producer(v, {OpKind::Reshape, OpKind::View, OpKind::UnderscoreUnsafeView});
+  const Value* ex = r ? first(r) : nullptr;
+  if (const Node* c = producer(ex, {OpKind::Clone, OpKind::Contiguous})) ex = first(c);  // (Core ATen: clone + _unsafe_view)
+  const Node* e = producer(ex, {OpKind::Expand});
+  const Node* u = e ? producer(first(e), {OpKind::Unsqueeze}) : nullptr;
+  if (!u) return nullptr;
+  const Value* x = first(u);
+  const Type &xt = x->type, &et = e->outputs[0]->type, &vt = v->type;
+  const Arg* dim = u->arg("dim");
+  if (xt.rank() != 4 || et.rank() != 5 || vt.rank() != 4 || !dim || !std::holds_alternative<int64_t>(*dim) || std::get<int64_t>(*dim) != 2)
+    return nullptr;
+  auto g = et.sizes[2].as_const();
+  if (!g || *g < 1 || !(et.sizes[1] == xt.sizes[1]) || !(vt.sizes[1] == xt.sizes[1] * *g)) return nullptr;
+  for (size_t d : {size_t(0), size_t(2), size_t(3)})
+    if (!(vt.sizes[d] == xt.sizes[d]) || !(et.sizes[d == 0 ? 0 : d + 1] == xt.sizes[d])) return nullptr;
+  *group = *g;
+  return x;
+}
+std::optional<GroupedHeads> grouped_heads(Lowering& L, const Node& n) {
+  const Arg *ka = n.arg("key"), *va = n.arg("value");
+  if (!ka || !va || !std::holds_alternative<Value*>(*ka) || !std::holds_alternative<Value*>(*va)) return std::nullopt;
+  GroupedHeads h;
+  int64_t gk = 0, gv = 0;
+  h.k = repeated_heads(std::get<Value*>(*ka), &gk);
+  h.v = repeated_heads(std::get<Value*>(*va), &gv);
+  if (!h.k || !h.v || gk != gv || gk < 2) return std::nullopt;
+  (void)L;
+  h.group = gk;
+  return h;
+}
+
 }  // namespace
 
 TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
@@ -188,7 +236,7 @@ namespace {
 
 // The fused extern applies to float32 q, k, v of rank 2..4 with equal leading dims (and head
 // sizes up to max_head when that is set).
-bool fusable(const TensorRef& q, const TensorRef& k, const TensorRef& v, DType compute, int64_t max_head) {
+bool fusable(const TensorRef& q, const TensorRef& k, const TensorRef& v, DType compute, int64_t max_head, int64_t kv_group) {
   if (compute != DType::Float32 || q.rank() < 2 || q.rank() > 4 || k.rank() != q.rank() || v.rank() != q.rank()) return false;
   if (max_head > 0)
     for (const TensorRef* t : {&q, &v}) {
@@ -197,15 +245,33 @@ bool fusable(const TensorRef& q, const TensorRef& k, const TensorRef& v, DType c
     }
   for (const TensorRef* t : {&q, &k, &v})
     if (t->dtype != DType::Float32) return false;
-  for (size_t d = 0; d + 2 < q.rank(); ++d)
-    if (!(q.sizes[d] == k.sizes[d]) || !(q.sizes[d] == v.sizes[d])) return false;
+  if (kv_group > 1 && q.rank() != 4) return false;
+  for (size_t d = 0; d + 2 < q.rank(); ++d) {
+    const sym::Expr kd = d == 1 && kv_group > 1 ? k.sizes[d] * kv_group : k.sizes[d];
+    const sym::Expr vd = d == 1 && kv_group > 1 ? v.sizes[d] * kv_group : v.sizes[d];
+    if (!(q.sizes[d] == kd) || !(q.sizes[d] == vd)) return false;
+  }
   return true;
 }
 
+// k / v of grouped-query attention as the query heads see them: head h is kv head h / group.
+TensorRef expand_heads(Lowering& L, const TensorRef& t, const sym::Expr& heads, int64_t group) {
+  Index sizes = t.sizes;
+  sizes[1] = heads;
+  return L.pointwise(t.dtype, sizes, [t, group](const Index& i) {
+    return t.at({i[0], sym::floordiv(i[1], sym::Expr(group)), i[2], i[3]});
+  });
+}
+
 Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const TensorRef& v, std::optional<TensorRef> mask,
-                    bool bool_mask_keeps, bool causal, double scale, DType compute, bool masked_rows_zero, bool need_probs) {
+                    bool bool_mask_keeps, bool causal, double scale, DType compute, bool masked_rows_zero, bool need_probs,
+                    int64_t kv_group) {
   const size_t r = q.rank();
-  if (L.options.fused_attention && !need_probs && fusable(q, k, v, compute, L.options.max_fused_head)) {
+  const bool fuse = L.options.fused_attention && !need_probs && fusable(q, k, v, compute, L.options.max_fused_head, kv_group);
+  if (kv_group > 1 && !fuse)
+    return attention(L, q, expand_heads(L, k, q.sizes[1], kv_group), expand_heads(L, v, q.sizes[1], kv_group), mask, bool_mask_keeps,
+                     causal, scale, compute, masked_rows_zero, need_probs);
+  if (fuse) {
     std::vector<View> ops{L.as_view(q, L.origin()), L.as_view(k, L.origin()), L.as_view(v, L.origin())};
     int64_t kind = 0;  // ptc_rt::kMaskNone / Keep / Drop / Add
     if (mask) {
@@ -227,6 +293,7 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
     attrs.causal = causal;
     attrs.scale = scale;
     attrs.masked_rows_zero = masked_rows_zero;
+    attrs.kv_group = kv_group;
     if (L.options.attention_heads_inner && r == 4) {  // stored [B, T, H, Dv], returned as [B, H, T, Dv]
       attrs.heads_inner = true;
       return {permute(L, emit_extern(L, ExternKind::Attention, DType::Float32, {out[0], out[2], out[1], out[3]}, std::move(ops), attrs),
@@ -526,15 +593,29 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
     case OpKind::ScaledDotProductAttention: case OpKind::UnderscoreScaledDotProductFlashAttentionForCpu: {
       TensorRef q = a.tensor("query"), k = a.tensor("key"), v = a.tensor("value");
       if (a.f("dropout_p") != 0) L.fail("attention dropout is not supported for inference compiles");
-      if (n.arg("enable_gqa") && a.b("enable_gqa")) L.fail("grouped-query attention (enable_gqa) is not supported yet");
+      int64_t group = 1;
+      if (n.arg("enable_gqa") && a.b("enable_gqa")) {  // k / v with fewer heads than q
+        std::optional<int64_t> hq, hk;
+        if (q.rank() == 4 && k.rank() == 4) {
+          hq = q.sizes[1].as_const();
+          hk = k.sizes[1].as_const();
+        }
+        if (!hq || !hk || *hk <= 0 || *hq % *hk) L.fail("grouped-query attention needs 4-d q, k, v with a whole number of query heads per key head");
+        group = *hq / *hk;
+      } else if (auto src = grouped_heads(L, n)) {  // k, v repeated over each head group (transformers' repeat_kv)
+        k = L.ref(src->k);
+        v = L.ref(src->v);
+        group = src->group;
+      }
       DType dt = a.out_dtype();
       DType compute = dtype_size(dt) < 4 ? DType::Float32 : dt;
       double scale = a.is_none("scale") ? 1.0 / std::sqrt(static_cast<double>(q.sizes.back().as_const().value_or(0))) : a.f("scale");
       if (a.is_none("scale") && !q.sizes.back().as_const()) L.fail("attention with a symbolic head size needs an explicit scale");
       std::optional<TensorRef> mask;
       if (!a.is_none("attn_mask")) mask = a.tensor("attn_mask");
-      TensorRef out =
-          attention(L, q, k, v, mask, /*bool_mask_keeps=*/true, a.b("is_causal"), scale, compute, /*masked_rows_zero=*/true).out;
+      TensorRef out = attention(L, q, k, v, mask, /*bool_mask_keeps=*/true, a.b("is_causal"), scale, compute, /*masked_rows_zero=*/true,
+                                /*need_probs=*/false, group)
+                          .out;
       if (compute != dt) out = map1(L, out, dt, [dt](ExprRef e) { return cast(e, dt); });
       if (n.outputs.size() == 1) return one(out);
       Lowering* lp = &L;

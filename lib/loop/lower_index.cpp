@@ -71,6 +71,46 @@ LinearTaps linear_taps(const sym::Expr& dst, const sym::Expr& in, const sym::Exp
   return {i0, step, binary(Op::Sub, real, cast(i0, F))};
 }
 
+// self with self[.., index[i], ..] = src[.., i, ..] (+= when accumulating) along `dim`: a Scatter
+// extern whose index is the 1-d `index` broadcast over src's shape. The write goes straight into
+// a state buffer when self is that buffer's current contents and this node its only reader (a
+// KV-cache update: the cache is not copied).
+TensorRef scatter_along(Lowering& L, const Node& n, const TensorRef& x, int64_t dim, const TensorRef& index, const TensorRef& src,
+                        bool accumulate) {
+  const size_t d = static_cast<size_t>(dim);
+  if (index.rank() > 1) L.fail("the index must be 1-d, got ", index.rank(), " dimensions");
+  if (src.rank() != x.rank()) L.fail("the source has rank ", src.rank(), ", self rank ", x.rank());
+  for (size_t e = 0; e < x.rank(); ++e)
+    if (e != d && !(src.sizes[e] == x.sizes[e]))
+      L.fail("the source's size ", src.sizes[e].str(), " in dimension ", e, " differs from self's ", x.sizes[e].str());
+  if (index.rank() == 1 && !(index.sizes[0] == src.sizes[d]))
+    L.fail("the index has ", index.sizes[0].str(), " entries for ", src.sizes[d].str(), " source slices");
+  if (src.dtype != x.dtype) L.fail("the source's dtype ", dtype_name(src.dtype), " differs from self's ", dtype_name(x.dtype));
+  View iv = L.as_view(index, L.origin());
+  View bi{iv.buffer, src.sizes, Index(src.rank(), sym::Expr(0)), iv.offset};
+  if (index.rank() == 1) bi.strides[d] = iv.strides[0];
+  View sv = L.as_view(src, L.origin());
+  ScatterAttrs at{dim, accumulate, false};
+  const Value* self = std::get<Value*>(n.args.at(0));
+  auto st = L.state_values.find(self);
+  if (st != L.state_values.end() && L.uses(self) == 1) {
+    const int buf = st->second;
+    const Buffer& b = L.prog_.buffers[static_cast<size_t>(buf)];
+    Computation c;
+    c.kind = Computation::Kind::Extern;
+    c.extern_kind = ExternKind::Scatter;
+    c.out = buf;
+    c.domain = b.sizes;
+    c.operands = {bi, sv};
+    at.in_place = true;
+    c.attrs = at;
+    L.emit(std::move(c));
+    L.state_values[n.outputs.at(0)] = buf;
+    return L.of_view(View{buf, b.sizes, b.strides, b.offset}, b.dtype);
+  }
+  return emit_extern(L, ExternKind::Scatter, x.dtype, x.sizes, {L.as_view(x, L.origin()), bi, sv}, at);
+}
+
 }  // namespace
 
 Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
@@ -136,13 +176,40 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
         return pick(xv, dt, idx, static_cast<size_t>(dim), index.at(idx));
       }));
     }
-    case OpKind::ScatterAdd: {  // an extern: a data-dependent accumulation (ExternKind::ScatterAdd)
+    case OpKind::ScatterAdd: {  // an extern: a data-dependent accumulation (ExternKind::Scatter)
       TensorRef x = a.tensor("self"), index = a.tensor("index"), src = a.tensor("src");
       int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
       for (size_t d = 0; d < x.rank(); ++d)
         if (index.sizes[d] != src.sizes[d]) L.fail("scatter_add needs index and src of one shape (got ", index.sizes[d].str(), " and ", src.sizes[d].str(), ")");
-      return one(emit_extern(L, ExternKind::ScatterAdd, x.dtype, x.sizes,
-                             {L.as_view(x, L.origin()), L.as_view(index, L.origin()), L.as_view(src, L.origin())}, ScatterAddAttrs{dim}));
+      return one(emit_extern(L, ExternKind::Scatter, x.dtype, x.sizes,
+                             {L.as_view(x, L.origin()), L.as_view(index, L.origin()), L.as_view(src, L.origin())}, ScatterAttrs{dim}));
+    }
+    case OpKind::IndexCopy: case OpKind::IndexCopyInplace: {  // self[.., index[i], ..] = source[.., i, ..] along dim
+      TensorRef x = a.tensor("self"), index = a.tensor("index"), src = a.tensor("source");
+      int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      if (x.rank() == 0) L.fail("index_copy of a 0-d tensor is not supported");
+      return one(scatter_along(L, n, x, dim, index, src, false));
+    }
+    case OpKind::IndexPut: case OpKind::IndexPutInplace: {  // self[indices] = values (+= with accumulate)
+      TensorRef x = a.tensor("self");
+      const Arg& raw = a.raw("indices");
+      const auto* list = std::get_if<std::vector<Value*>>(&raw);
+      int64_t dim = -1;
+      for (size_t d = 0; list && d < list->size(); ++d) {
+        if (!(*list)[d]) continue;
+        if (dim >= 0) L.fail("index_put with more than one index tensor is not supported yet (one index tensor, the other dimensions taken whole)");
+        dim = static_cast<int64_t>(d);
+      }
+      if (dim < 0) L.fail("index_put needs an index tensor");
+      TensorRef index = L.ref((*list)[static_cast<size_t>(dim)]);
+      if (index.rank() > 1) L.fail("index_put with a ", index.rank(), "-d index tensor is not supported yet (a 1-d one is)");
+      Index vsizes = x.sizes;
+      vsizes[static_cast<size_t>(dim)] = index.rank() == 1 ? index.sizes[0] : sym::Expr(1);
+      TensorRef values = L.broadcast_to(a.tensor("values"), vsizes);
+      if (index.rank() == 0) {  // one position along dim: the values' dim has size 1
+        index = L.pointwise(index.dtype, {sym::Expr(1)}, [index](const Index&) { return index.at({}); });
+      }
+      return one(scatter_along(L, n, x, dim, index, values, a.b("accumulate")));
     }
     case OpKind::IndexSelect: {  // out[..., k, ...] = self[..., index[k], ...]
       TensorRef x = a.tensor("self"), index = a.tensor("index");

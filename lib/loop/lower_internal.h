@@ -97,6 +97,9 @@ class Lowering {
   const Graph& graph;
   LowerOptions options;
   Program prog_;
+  // Values whose contents are a state buffer's current contents, whole (the buffer's input, and
+  // the results of scatters written into it in place), and that buffer's id.
+  std::map<const Value*, int> state_values;
   // find_unlowerable: nodes that cannot be lowered are recorded here and stand in as zeros
   // instead of failing the lowering (null: fail).
   std::vector<Unlowerable>* refused = nullptr;

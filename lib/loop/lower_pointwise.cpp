@@ -292,9 +292,14 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
         return clamp(cast(bx.at(i), dt), lo ? cast(lo->at(i), dt) : nullptr, hi ? cast(hi->at(i), dt) : nullptr);
       }));
     }
-    case OpKind::UnderscoreToCopy: case OpKind::ToDtype: case OpKind::ToDtypeLayout: case OpKind::TypeAs: {
+    case OpKind::UnderscoreToCopy: case OpKind::ToDtype: case OpKind::ToDtypeLayout: case OpKind::ToDevice: case OpKind::TypeAs: {
       DType dt = a.out_dtype();
       return out(map1(L, a.tensor("self"), dt, [dt](ExprRef x) { return cast(x, dt); }));
+    }
+    case OpKind::Copy: case OpKind::CopyInplace: {  // src broadcast to self's sizes, in self's dtype
+      TensorRef x = a.tensor("self");
+      DType dt = x.dtype;
+      return out(map1(L, L.broadcast_to(a.tensor("src"), x.sizes), dt, [dt](ExprRef v) { return cast(v, dt); }));
     }
     case OpKind::Full: return out(full(L, a.out_sizes(), a.scalar("fill_value", a.out_dtype())));
     case OpKind::FullLike: return out(full(L, a.out_sizes(), a.scalar("fill_value", a.out_dtype())));

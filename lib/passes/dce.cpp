@@ -31,6 +31,7 @@ std::unique_ptr<Graph> prune_unused_weights(const Graph& g) {
   std::unordered_set<std::string> used_targets;
   for (const GraphInput& in : g.inputs)
     if (in.role == GraphInput::Role::User || uses.count(in.value)) used_targets.insert(in.target);
+  used_targets.insert(g.updated_buffers.begin(), g.updated_buffers.end());  // state, read or not
   rewrite::GraphRewriter rw(g, [&](const GraphInput& in) {
     return in.role == GraphInput::Role::User || used_targets.count(in.target) > 0;
   });

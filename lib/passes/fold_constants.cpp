@@ -10,6 +10,7 @@
 // Constant input; folded values read only by other folded nodes just disappear. A frontier value that is a plain view of a weight shares the weight's storage
 // (no byte copied, and the CPU weight layout stores one storage once); any other folded value
 // gets freshly owned bytes in the layout of the value's recorded type.
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <unordered_map>
@@ -126,8 +127,11 @@ bool is_contiguous(const CVal& v) {
 class Evaluator {
  public:
   explicit Evaluator(const Graph& g) {
-    for (const GraphInput& in : g.inputs)
+    for (const GraphInput& in : g.inputs) {
+      // (a buffer the program updates is state: its contents change from run to run)
+      if (std::find(g.updated_buffers.begin(), g.updated_buffers.end(), in.target) != g.updated_buffers.end()) continue;
       if (const TensorData* td = rewrite::weight_of(g, in.value)) weights_[in.value] = td;
+    }
   }
 
   // The constant for a tensor value, if it is one (a weight with a static layout in a supported

@@ -19,7 +19,7 @@ std::unique_ptr<Graph> run_pass_list(const Graph& g, const std::vector<std::pair
 std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after,
                                         const GraphPassOptions& opts) {
   std::vector<std::pair<const char*, GraphPass>> passes = {
-      {"drop_buffer_updates", drop_buffer_updates},
+      {"functionalize", functionalize},
       {"fold_batch_norm", fold_batch_norm},
   };
   // (channels_last_weights first: it finds the weights themselves, before library_ops_f32

@@ -229,6 +229,39 @@ std::vector<Type> scatter_add(Ctx& c) {
   return {make_contiguous(x, x.dtype, x.sizes)};
 }
 
+// copy / copy_: src broadcast to self's sizes in self's dtype; self's type (the in-place form
+// returns self).
+std::vector<Type> copy(Ctx& c) {
+  const Type &x = c.tensor("self"), &src = c.tensor("src");
+  if (src.rank() > x.rank() || !(broadcast_shapes(c, x.sizes, src.sizes) == x.sizes)) c.fail("cannot copy ", src.str(), " into ", x.str());
+  if (c.node.kind == OpKind::CopyInplace) return {x};
+  return {make_contiguous(x, x.dtype, x.sizes)};
+}
+
+// index_copy / index_copy_: self[.., index[i], ..] = source[.., i, ..] along dim; self's type.
+std::vector<Type> index_copy(Ctx& c) {
+  const Type &x = c.tensor("self"), &i = c.tensor("index"), &src = c.tensor("source");
+  int64_t dim = c.dim_arg("dim", static_cast<int64_t>(x.rank()));
+  if (i.rank() > 1 || !is_integral(i.dtype, false)) c.fail("index must be a 1-d integer tensor, got ", i.str());
+  if (src.rank() != x.rank()) c.fail("source ", src.str(), " must have self's rank ", x.str());
+  if (src.dtype != x.dtype) c.fail("source ", src.str(), " must have self's dtype ", x.str());
+  (void)dim;
+  if (c.node.kind == OpKind::IndexCopyInplace) return {x};
+  return {make_contiguous(x, x.dtype, x.sizes)};
+}
+
+// index_put / index_put_: self[indices] = values (or += with accumulate); self's type.
+std::vector<Type> index_put(Ctx& c) {
+  const Type &x = c.tensor("self"), &v = c.tensor("values");
+  std::vector<const Type*> idx = c.tensors("indices");
+  if (idx.size() > x.rank()) c.fail("has ", idx.size(), " indices for a tensor of rank ", x.rank());
+  for (const Type* t : idx)
+    if (t && !is_integral(t->dtype, false)) c.fail("index tensors must be integers, got ", t->str(), " (boolean masks are not supported)");
+  if (v.dtype != x.dtype) c.fail("values ", v.str(), " must have self's dtype ", x.str());
+  if (c.node.kind == OpKind::IndexPutInplace) return {x};
+  return {make_contiguous(x, x.dtype, x.sizes)};
+}
+
 // im2col: [N, C, H, W] -> [N, C * KH * KW, OH * OW] (unbatched: without N).
 std::vector<Type> im2col(Ctx& c) {
   const Type& x = c.tensor("self");
@@ -394,6 +427,9 @@ void add_data_rules(RuleTable& t) {
   set_rule(t, K::IndexSelect, index_select);
   set_rule(t, K::Gather, gather);
   set_rule(t, K::ScatterAdd, scatter_add);
+  for (K k : {K::Copy, K::CopyInplace}) set_rule(t, k, copy);
+  for (K k : {K::IndexCopy, K::IndexCopyInplace}) set_rule(t, k, index_copy);
+  for (K k : {K::IndexPut, K::IndexPutInplace}) set_rule(t, k, index_put);
   set_rule(t, K::Im2col, im2col);
   set_rule(t, K::MaxPool2dWithIndicesBackward, max_pool2d_backward);
   set_rule(t, K::Embedding, embedding);

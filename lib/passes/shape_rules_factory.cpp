@@ -200,6 +200,7 @@ void add_factory_rules(RuleTable& t) {
   set_rule(t, K::UnderscoreToCopy, to_copy);
   set_rule(t, K::ToDtype, to_dtype);
   set_rule(t, K::ToDtypeLayout, to_dtype_layout);
+  set_rule(t, K::ToDevice, to_dtype);  // (ptc ignores devices: the library's device is the compile's)
   set_rule(t, K::UnderscoreAssertTensorMetadata, assert_tensor_metadata);
   for (K k : {K::NewZeros, K::NewOnes}) set_rule(t, k, new_factory);
   set_rule(t, K::TypeAs, type_as);

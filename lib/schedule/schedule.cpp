@@ -273,7 +273,7 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
                        c.extern_kind == loop::ExternKind::ConvWeightGrad || c.extern_kind == loop::ExternKind::ConvInputGrad ||
                        c.extern_kind == loop::ExternKind::MaxPoolGrad
                    ? Kernel::Kind::Conv
-               : c.extern_kind == loop::ExternKind::ScatterAdd  ? Kernel::Kind::Scatter
+               : c.extern_kind == loop::ExternKind::Scatter  ? Kernel::Kind::Scatter
                                                                 : Kernel::Kind::Attention;
       size_t j = next_free(i + 1);
       const bool epilogue_kind = c.extern_kind == loop::ExternKind::Gemm || c.extern_kind == loop::ExternKind::Convolution ||

@@ -119,6 +119,7 @@ def _declare(lib):
         "ptc_num_buffers": (ctypes.c_int, [P]),
         "ptc_buffer_info": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(_TensorInfo)]),
         "ptc_buffer_data": (ctypes.c_void_p, [P, ctypes.c_int]),
+        "ptc_reset_state": (ctypes.c_int, [P]),
     })
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name, None)
@@ -310,6 +311,26 @@ class Model:
         run.keep = (keep, outs)
         return run
 
+    # -- state -----------------------------------------------------------------------------------
+    def buffers(self):
+        """The buffers the library holds as state (a KV cache; batch-norm running statistics of a
+        training library), as copies by state-dict name: each run updates them. Empty for a
+        library without state."""
+        out = {}
+        if getattr(self._lib, "ptc_num_buffers", None) is None:
+            return out
+        for i in range(self._lib.ptc_num_buffers(self._m)):
+            info = self._info(self._lib.ptc_buffer_info, i)
+            ptr = self._lib.ptc_buffer_data(self._m, i)
+            out[info.name] = _library_tensor(ptr, info.sizes, info.dtype, self.device).clone()
+        return out
+
+    def reset_state(self):
+        """Sets every state buffer back to its exported value (a new sequence for a KV cache)."""
+        if getattr(self._lib, "ptc_reset_state", None) is None:
+            raise RuntimeError(f"{self.path}: this library has no ptc_reset_state")
+        self._check(self._lib.ptc_reset_state(self._m), "ptc_reset_state")
+
     def close(self):
         if getattr(self, "_m", None) is not None:
             self._lib.ptc_close(self._m)
@@ -451,16 +472,6 @@ class Trainer(Model):
 
     def adamw_step(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         self._check(self._lib.ptc_adamw_step(self._m, lr, betas[0], betas[1], eps, weight_decay), "ptc_adamw_step")
-
-    def buffers(self):
-        """The buffers the forward updates (batch-norm running statistics), as copies by
-        state-dict name (each forward call moves them, so no view stays valid)."""
-        out = {}
-        for i in range(self._lib.ptc_num_buffers(self._m)):
-            info = self._info(self._lib.ptc_buffer_info, i)
-            ptr = self._lib.ptc_buffer_data(self._m, i)
-            out[info.name] = _library_tensor(ptr, info.sizes, info.dtype, self.device).clone()
-        return out
 
     def manual_seed(self, seed):
         """Seeds training-mode dropout (the same seed replays the same masks)."""

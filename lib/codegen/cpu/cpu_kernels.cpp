@@ -432,15 +432,19 @@ void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kerne
   os << indent << "  ptc_rt::attention_call(a);\n" << indent << "}\n";
 }
 
-// scatter_add: out = self, then out[.., index[i], ..] += src[i] along `dim`. The accumulation is
-// parallel over blocks of the last dimension when dim is not the last (no two threads then touch
-// one output element), else over the leading dimensions; an index out of range fails the run.
+// scatter: out = self, then out[.., index[i], ..] += src[i] (or = src[i]) along `dim`; in place,
+// out already holds self (a state buffer). The writes are parallel over blocks of the last
+// dimension when dim is not the last (no two threads then touch one output element), else over
+// the leading dimensions; an index out of range fails the run.
 void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& in) {
   const Computation& c = p.comps[k.comps.front()];
-  const loop::View &self = c.operands[0], &index = c.operands[1], &src = c.operands[2];
-  const size_t r = c.domain.size(), dim = static_cast<size_t>(c.as<loop::ScatterAddAttrs>().dim);
-  if (dtype_compute(p.buffers[c.out].dtype) != p.buffers[c.out].dtype)
+  const loop::ScatterAttrs& at = c.as<loop::ScatterAttrs>();
+  const size_t first = at.in_place ? 0 : 1;
+  const loop::View &index = c.operands[first], &src = c.operands[first + 1];
+  const size_t r = c.domain.size(), dim = static_cast<size_t>(at.dim);
+  if (at.accumulate && dtype_compute(p.buffers[c.out].dtype) != p.buffers[c.out].dtype)
     user_error("the CPU scatter_add does not support ", dtype_name(p.buffers[c.out].dtype), " yet (", c.origin, ")");
+  const char* op = at.accumulate ? " += " : " = ";
   auto elem = [](const loop::View& v, const std::vector<std::string>& i) { return view_element(v, i); };
   std::vector<std::string> iv;
   for (size_t d = 0; d < r; ++d) iv.push_back("i" + std::to_string(d));
@@ -449,22 +453,23 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
   for (size_t d = 0; d < r; ++d)
     os << in << "const int64_t n" << d << " = " << cpp_index(c.domain[d]) << ", m" << d << " = " << cpp_index(index.sizes[d])
        << "; (void)n" << d << "; (void)m" << d << ";\n";
-  // out = self
-  if (r > 0) os << in << "#pragma omp parallel for schedule(static)\n";
   std::string ind = in;
-  for (size_t d = 0; d < r; ++d) {
-    os << ind << "for (int64_t i" << d << " = 0; i" << d << " < n" << d << "; ++i" << d << ")\n";
-    ind += "  ";
+  if (!at.in_place) {  // out = self
+    if (r > 0) os << in << "#pragma omp parallel for schedule(static)\n";
+    for (size_t d = 0; d < r; ++d) {
+      os << ind << "for (int64_t i" << d << " = 0; i" << d << " < n" << d << "; ++i" << d << ")\n";
+      ind += "  ";
+    }
+    os << ind << out_elem(iv) << " = " << elem(c.operands[0], iv) << ";\n";
   }
-  os << ind << out_elem(iv) << " = " << elem(self, iv) << ";\n";
   if (r == 0) {  // one element: index 0 is the only valid one
     os << in << "(void)ptc_ix(static_cast<int64_t>(" << elem(index, {}) << "), 1, ptc_node);\n"
-       << in << out_elem({}) << " += " << elem(src, {}) << ";\n";
+       << in << out_elem({}) << op << elem(src, {}) << ";\n";
     return;
   }
   // torch's rule: index no larger than self in the other dimensions (else out of bounds).
   for (size_t d = 0; d < r; ++d)
-    if (d != dim) os << in << "if (m" << d << " > n" << d << ") return \"scatter_add: the index is larger than self in dimension " << d << "\";\n";
+    if (d != dim) os << in << "if (m" << d << " > n" << d << ") return \"scatter: the index is larger than self in dimension " << d << "\";\n";
   std::vector<std::string> target = iv;
   target[dim] = "k";
   if (dim + 1 < r) {
@@ -488,7 +493,7 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
     os << ind << "{\n";
   }
   os << ind << "  const int64_t k = ptc_ix(static_cast<int64_t>(" << elem(index, iv) << "), n" << dim << ", ptc_node);\n"
-     << ind << "  " << out_elem(target) << " += " << elem(src, iv) << ";\n" << ind << "}\n";
+     << ind << "  " << out_elem(target) << op << elem(src, iv) << ";\n" << ind << "}\n";
   os << in << "}\n";
 }
 

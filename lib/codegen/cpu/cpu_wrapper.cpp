@@ -20,7 +20,7 @@ const WeightLayout::Entry* WeightLayout::find(const std::string& name) const {
 WeightLayout layout_weights(const loop::Program& p, const Graph& g, bool external) {
   std::vector<std::string> names;
   for (const auto& b : p.buffers)
-    if (b.kind == loop::Buffer::Kind::Weight) names.push_back(b.weight);
+    if (b.kind == loop::Buffer::Kind::Weight || b.kind == loop::Buffer::Kind::State) names.push_back(b.weight);
   return layout_weight_names(names, g, external);
 }
 
@@ -74,6 +74,8 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
      << "struct ptc_model {\n  const unsigned char* weights;\n" << (weights.external ? "  ptc_rt::MappedWeights map;\n" : "")
      << "  void* prepared[" << s.kernels.size() + 1 << "];  // per kernel: constants prepared at ptc_open, or nullptr\n"
      << "  ptc_rt::WorkspacePool pool;  // arenas kept between runs\n"
+     << "  void* state[" << std::max<size_t>(p.states.size(), 1) << "] = {};       // the buffers the program updates (ptc_state.inc)\n"
+     << "  void* state_next[" << std::max<size_t>(p.states.size(), 1) << "] = {};\n"
      << "};\n\n"
      << "namespace ptc_gen {  // the kernels, in kernels_*.cpp\n";
   std::vector<size_t> preparing;
@@ -86,6 +88,11 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
   }
   os << "}  // namespace ptc_gen\n\nnamespace {\n\n";
   wrapper::emit_metadata(os, p, s, names);
+  wrapper::emit_state_tables(os, p, weights);
+  os << "void* state_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }\n"
+     << "void state_free(void* q) { std::free(q); }\n"
+     << "int state_copy(void* dst, const void* src, size_t n) {\n  std::memcpy(dst, src, n);\n  return PTC_OK;\n}\n"
+     << "#include \"ptc_state.inc\"\n\n";
 
   // The computation.
   os << "int check_data(int, const ptc_tensor*, int, const ptc_tensor*) { return PTC_OK; }\n";
@@ -108,6 +115,8 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
       os << "  ptc_gen::" << cpu::kernel_function_name(ki) << "(sym, bufs);\n";
     os << "  PTC_PROFILE_END(" << ki << ");\n";
   }
+  for (size_t k = 0; k < p.states.size(); ++k)  // the state's new contents, now that every kernel has read the old
+    if (p.state_next[k] >= 0) os << "  std::memcpy(model->state[" << k << "], model->state_next[" << k << "], kStateBytes[" << k << "]);\n";
   os << "  model->pool.release(arena);\n  return PTC_OK;\n}\n\n";
   // Constants prepared once per model instance (e.g. Winograd-transformed convolution weights).
   // A kernel whose preparation fails (out of memory) transforms its constants per call instead.
@@ -121,6 +130,7 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
   // library has the same functions as C++ functions in its namespace.
   os << (part.empty() ? "extern \"C\" {\n" : "") << "#include \"ptc_cpu_open.inc\"\n" << (part.empty() ? "}  // extern \"C\"\n" : "") << "\n";
   wrapper::emit_abi_functions(os, part.empty());
+  if (part.empty()) os << "extern \"C\" {\n#include \"ptc_state_abi.inc\"\n}  // extern \"C\"\n";
   if (!part.empty()) os << "}  // namespace " << part_ns << "\n";
   LibrarySource src;
   src.files.emplace_back(file_prefix + "model.cpp", os.str());

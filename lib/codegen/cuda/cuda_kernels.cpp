@@ -576,19 +576,22 @@ void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kerne
   os << "  return ptc_cuda::attention(a, stream);\n}\n\n";
 }
 
-// scatter_add: out = self (one thread per element), then one thread per index element adds its
-// src element at the indexed position (atomicAdd: several indices may name one position).
-// torch refuses an index larger than self in a dimension other than `dim` (checked on the host);
-// an index value out of range is skipped (CUDA kernels do not report bad indices yet, as
-// gathers read row 0 for them).
+// scatter: out = self (one thread per element; skipped in place, where out already holds self),
+// then one thread per index element adds (atomicAdd: several indices may name one position) or
+// stores its src element at the indexed position. torch refuses an index larger than self in a
+// dimension other than `dim` (checked on the host); an index value out of range is skipped (CUDA
+// kernels do not report bad indices yet, as gathers read row 0 for them).
 void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
   const Computation& c = p.comps[k.comps.front()];
-  const loop::View &self = c.operands[0], &ix = c.operands[1], &src = c.operands[2];
+  const loop::ScatterAttrs& at = c.as<loop::ScatterAttrs>();
+  const size_t first = at.in_place ? 0 : 1;
+  const loop::View &ix = c.operands[first], &src = c.operands[first + 1];
   const DType dt = p.buffers[c.out].dtype;
-  if (dt != DType::Float32 && dt != DType::Float64)
+  if (at.accumulate && dt != DType::Float32 && dt != DType::Float64)
     user_error("the CUDA scatter_add supports float32 and float64 only so far (", c.origin, ")");
-  const size_t r = c.domain.size(), dim = static_cast<size_t>(c.as<loop::ScatterAddAttrs>().dim);
-  const std::vector<int> bufs{self.buffer, ix.buffer, src.buffer, c.out};
+  const size_t r = c.domain.size(), dim = static_cast<size_t>(at.dim);
+  std::vector<int> bufs{ix.buffer, src.buffer, c.out};
+  if (!at.in_place) bufs.insert(bufs.begin(), c.operands[0].buffer);
   std::vector<int> uniq;
   for (int b : bufs)
     if (std::find(uniq.begin(), uniq.end(), b) == uniq.end()) uniq.push_back(b);
@@ -596,7 +599,7 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
   std::vector<std::string> iv;
   for (size_t d = 0; d < r; ++d) iv.push_back("x" + std::to_string(d));
   auto out_at = [&](const std::vector<std::string>& i) { return dense_element(c.out, i); };
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = at.in_place ? 1 : 0; pass < 2; ++pass) {
     os << "__global__ void __launch_bounds__(" << kBlock << ") ptc_kernel_" << index << (pass ? "_add" : "_copy") << "(";
     emit_params(os, p, uniq, syms);
     os << ") {\n";
@@ -607,13 +610,16 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
     os << "  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
     decompose_into(os, "i", pass ? m : n, 'x', 0, "    ");
     if (!pass) {
-      os << "    " << out_at(iv) << " = " << elem(self, iv) << ";\n";
+      os << "    " << out_at(iv) << " = " << elem(c.operands[0], iv) << ";\n";
     } else {
       std::vector<std::string> target = iv;
       if (r > 0) target[dim] = "t";
       os << "    const int64_t t = static_cast<int64_t>(" << elem(ix, iv) << ");\n";
       os << "    if (t < 0 || t >= " << (r > 0 ? n[dim] : std::string("1")) << ") continue;\n";
-      os << "    atomicAdd(&" << out_at(target) << ", " << elem(src, iv) << ");\n";
+      if (at.accumulate)
+        os << "    atomicAdd(&" << out_at(target) << ", " << elem(src, iv) << ");\n";
+      else
+        os << "    " << out_at(target) << " = " << elem(src, iv) << ";\n";
     }
     os << "  }\n}\n\n";
   }
@@ -622,10 +628,11 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
   std::vector<std::string> hn = sizes(os, c.domain, "", "  ");
   std::vector<std::string> hm = sizes(os, ix.sizes, "m", "  ");
   for (size_t d = 0; d < r; ++d)
-    if (d != dim) os << "  if (" << hm[d] << " > " << hn[d] << ") return \"scatter_add: the index is larger than self in dimension " << d << "\";\n";
-  os << "  const int64_t total = " << cpp_product(hn) << ", count = " << cpp_product(hm) << ";\n";
-  os << "  if (total > 0) ptc_kernel_" << index << "_copy<<<ptc_cuda::grid_for(total, " << kBlock << "), " << kBlock << ", 0, stream>>>("
-     << call_args(p, uniq, syms) << ");\n";
+    if (d != dim) os << "  if (" << hm[d] << " > " << hn[d] << ") return \"scatter: the index is larger than self in dimension " << d << "\";\n";
+  os << "  const int64_t total = " << cpp_product(hn) << ", count = " << cpp_product(hm) << ";\n  (void)total;\n";
+  if (!at.in_place)
+    os << "  if (total > 0) ptc_kernel_" << index << "_copy<<<ptc_cuda::grid_for(total, " << kBlock << "), " << kBlock << ", 0, stream>>>("
+       << call_args(p, uniq, syms) << ");\n";
   os << "  if (total > 0 && count > 0) ptc_kernel_" << index << "_add<<<ptc_cuda::grid_for(count, " << kBlock << "), " << kBlock
      << ", 0, stream>>>(" << call_args(p, uniq, syms) << ");\n  return nullptr;\n}\n\n";
 }

@@ -36,7 +36,10 @@ LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, co
      << "  unsigned char* ws = nullptr;\n  cudaEvent_t done = nullptr;\n};\n#endif\n\n"
      << "struct ptc_model {\n  unsigned char* weights = nullptr;  // device\n  cublasLtHandle_t lt = nullptr;\n"
      << "  ptc_cuda::GemmPlans* plans = nullptr;\n  ptc_cuda::ConvPlans* conv = nullptr;  // with cuDNN convolutions\n"
-     << "  cudaMemPool_t pool = nullptr;  // the runs' workspaces (ptc_cuda::pool_create)\n#ifdef PTC_CUDA_GRAPHS\n  std::mutex mu;\n  std::vector<GraphEntry> graphs;\n#endif\n};\n\n"
+     << "  cudaMemPool_t pool = nullptr;  // the runs' workspaces (ptc_cuda::pool_create)\n"
+     << "  void* state[" << std::max<size_t>(p.states.size(), 1) << "] = {};  // device: the buffers the program updates (ptc_state.inc)\n"
+     << "  void* state_next[" << std::max<size_t>(p.states.size(), 1) << "] = {};\n"
+     << "#ifdef PTC_CUDA_GRAPHS\n  std::mutex mu;\n  std::vector<GraphEntry> graphs;\n#endif\n};\n\n"
      << "namespace ptc_gen {\n\n";
   for (size_t ki = 0; ki < s.kernels.size(); ++ki) cuda::emit_kernel(os, p, s, ki, names.syms);
   os << "}  // namespace ptc_gen\n\nnamespace {\n\n";
@@ -47,6 +50,13 @@ LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, co
 
   os << "constexpr bool kTrainingPart = " << (part.empty() ? "false" : "true") << ";\n\n";
   os << "#include \"ptc_cuda_model.inc\"\n\n";
+  wrapper::emit_state_tables(os, p, weights);
+  os << "void* state_alloc(size_t n) {\n  void* q = nullptr;\n  return cudaMalloc(&q, n) == cudaSuccess ? q : nullptr;\n}\n"
+     << "void state_free(void* q) {\n  if (q) cudaFree(q);\n}\n"
+     << "int state_copy(void* dst, const void* src, size_t n) {  // device to device (the weights are on the device)\n"
+     << "  cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyDeviceToDevice);\n"
+     << "  return e == cudaSuccess ? PTC_OK : cuda_fail(\"resetting the state\", e);\n}\n"
+     << "#include \"ptc_state.inc\"\n\n";
   // launch_all: with `need` set, the device workspace this run needs (*need); else every
   // launch in order on `stream` with that workspace (nullptr when it needs none).
   os << "const char* launch_all(ptc_model* model, const ptc_tensor* in, ptc_tensor* out, const int64_t* sym, cudaStream_t stream,\n"
@@ -64,12 +74,17 @@ LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, co
      << wrapper::math_modes_literal(opts.math) << ", " << (part.empty() ? "true" : "false") << "};\n";
   os << "  const char* err = nullptr;\n";
   for (size_t ki = 0; ki < s.kernels.size(); ++ki) os << "  if (!err) err = ptc_gen::ptc_launch_" << ki << "(sym, bufs, stream, ctx);\n";
+  for (size_t k = 0; k < p.states.size(); ++k)  // the state's new contents, after every kernel has read the old
+    if (p.state_next[k] >= 0)
+      os << "  if (!err && cudaMemcpyAsync(model->state[" << k << "], model->state_next[" << k << "], kStateBytes[" << k
+         << "], cudaMemcpyDeviceToDevice, stream) != cudaSuccess) err = \"copying the new state\";\n";
   os << "  if (!err) {\n    cudaError_t e = cudaGetLastError();\n    if (e != cudaSuccess) err = cudaGetErrorString(e);\n  }\n";
   os << "  return err;\n}\n\n";
   os << "#include \"ptc_cuda_run.inc\"\n\n";
   os << "constexpr size_t kEmbeddedWeightsBytes = " << weights.total_bytes << ";  // (embedded weights)\n\n}  // namespace\n\n";
   os << (part.empty() ? "extern \"C\" {\n" : "") << "#include \"ptc_cuda_open.inc\"\n" << (part.empty() ? "}  // extern \"C\"\n" : "") << "\n";
   wrapper::emit_abi_functions(os, part.empty());
+  if (part.empty()) os << "extern \"C\" {\n#include \"ptc_state_abi.inc\"\n}  // extern \"C\"\n";
   if (!part.empty()) os << "}  // namespace " << part_ns << "\n";
   LibrarySource src;
   src.files.emplace_back(part.empty() ? "model.cu" : part + "_model.cu", os.str());

@@ -62,7 +62,7 @@ std::string attention_fields(const loop::Computation& c, const std::string& inde
   for (size_t d = 0; d < lead; ++d) dims[2 - lead + d] = cpp_index(dom[d]);
   os << indent << "a.mask_kind = " << at.mask_kind << "; a.causal = " << (at.causal ? "true" : "false")
      << "; a.scale = " << codegen::literal(at.scale, DType::Float32) << "; a.masked_rows_zero = " << (at.masked_rows_zero ? "true" : "false")
-     << (heads_inner ? "; a.o_heads_inner = true" : "") << ";\n";
+     << (heads_inner ? "; a.o_heads_inner = true" : "") << (at.kv_group > 1 ? "; a.kv_group = " + std::to_string(at.kv_group) : "") << ";\n";
   os << indent << "a.B = " << dims[0] << "; a.H = " << dims[1] << "; a.Tq = " << cpp_index(dom[r - 2])
      << "; a.Tk = " << cpp_index(c.operands[1].sizes[r - 2]) << "; a.D = " << cpp_index(c.operands[0].sizes[r - 1])
      << "; a.Dv = " << cpp_index(dom[r - 1]) << ";\n";
@@ -153,7 +153,7 @@ AbiNames abi_names(const loop::Program& p, const Graph& g) {
   for (const auto& [name, r] : p.symbols) names.syms.push_back(name);
   for (const auto& in : g.inputs)
     if (in.role == GraphInput::Role::User) names.in.push_back(in.value->name);
-  for (const Value* o : g.outputs) names.out.push_back(o->name);
+  for (size_t i = 0; i + g.updated_buffers.size() < g.outputs.size(); ++i) names.out.push_back(g.outputs[i]->name);
 
   // Every symbol must be bound by some input dimension that is exactly that symbol.
   std::set<std::string> bindable;
@@ -292,6 +292,28 @@ void emit_metadata(std::ostream& os, const loop::Program& p, const sched::Schedu
 
 }
 
+void emit_state_tables(std::ostream& os, const loop::Program& p, const WeightLayout& weights) {
+  std::vector<std::string> names;
+  for (int id : p.states) names.push_back(p.buffers[id].weight);
+  emit_tensor_infos(os, p, p.states, "States", names);
+  os << "constexpr int kNumStates = " << p.states.size() << ";\n";
+  os << "const size_t kStateBytes[] = {";
+  for (size_t k = 0; k < p.states.size(); ++k) {
+    const Buffer& b = p.buffers[p.states[k]];
+    PTC_CHECK(b.numel().as_const(), "state ", b.weight, " has a symbolic size");
+    os << (k ? ", " : "") << *b.numel().as_const() * static_cast<int64_t>(dtype_size(b.dtype));
+  }
+  os << (p.states.empty() ? "0" : "") << "};\nconst size_t kStateInit[] = {";  // byte offsets of the initial contents in the weights
+  for (size_t k = 0; k < p.states.size(); ++k) {
+    const WeightLayout::Entry* e = weights.find(p.buffers[p.states[k]].weight);
+    PTC_CHECK(e, "state ", p.buffers[p.states[k]].weight, " has no place in the blob");
+    os << (k ? ", " : "") << e->offset;
+  }
+  os << (p.states.empty() ? "0" : "") << "};\nconst bool kStateStaged[] = {";  // a run writes new contents to state_next first
+  for (size_t k = 0; k < p.states.size(); ++k) os << (k ? ", " : "") << (p.state_next[k] >= 0 ? "true" : "false");
+  os << (p.states.empty() ? "false" : "") << "};\n\n";
+}
+
 void emit_workspace_plan(std::ostream& os, const loop::Program& p, const sched::Schedule& s) {
   // The workspace: temporaries placed by lifetime (ptc_arena.h), sized now that symbols are known.
   std::vector<sched::Lifetime> lives = sched::temp_lifetimes(p, s);
@@ -361,6 +383,12 @@ void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Sc
         continue;  // placed above (or elided by the schedule)
       case Buffer::Kind::Output:
         os << "  " << T << "* b" << id << " = static_cast<" << T << "*>(out[" << b.io_index << "].data);\n";
+        break;
+      case Buffer::Kind::State:
+        os << "  " << T << "* b" << id << " = static_cast<" << T << "*>(model->state[" << b.io_index << "]);\n";
+        break;
+      case Buffer::Kind::StateNext:
+        os << "  " << T << "* b" << id << " = static_cast<" << T << "*>(model->state_next[" << b.io_index << "]);\n";
         break;
     }
     os << "  (void)b" << id << ";\n";

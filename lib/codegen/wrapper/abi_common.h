@@ -32,6 +32,12 @@ struct AbiNames {
 // The names; a user error when a symbol is not the size of any input dimension.
 AbiNames abi_names(const loop::Program& p, const Graph& g);
 void emit_metadata(std::ostream& os, const loop::Program& p, const sched::Schedule& s, const AbiNames& names);
+// The tables of the buffers the library holds as state (Program::states): kStates (their
+// ptc_tensor_info, named by state-dict name), kNumStates, kStateBytes, kStateInit (the initial
+// contents' byte offset in the weights) and kStateStaged (whether a run writes the new contents
+// to model->state_next first, copied over model->state after the kernels). Inside the anonymous
+// namespace, before ptc_state.inc.
+void emit_state_tables(std::ostream& os, const loop::Program& p, const WeightLayout& weights);
 // c_linkage false: plain C++ functions (a training library's part, inside its namespace).
 void emit_abi_functions(std::ostream& os, bool c_linkage = true);
 // Inside run_impl, with the symbols declared: plans the temporaries' arena for these sizes

@@ -66,13 +66,18 @@ std::string generate_model_header(const loop::Program& p, const Graph& g) {
     ins.push_back(&p.buffers[p.inputs[k++]]);
     in_names.push_back(ident(in.value->name, used));
   }
-  os << "  // Runs the model; each input is a dense row-major buffer with its sizes. Thread-safe.\n";
+  const bool state = !p.states.empty();
+  if (state)
+    os << "  // Runs the model; each input is a dense row-major buffer with its sizes. Each run updates the\n"
+       << "  // state the library holds (" << p.states.size() << " buffers, e.g. a KV cache): runs must not overlap.\n";
+  else
+    os << "  // Runs the model; each input is a dense row-major buffer with its sizes. Thread-safe.\n";
   for (size_t i = 0; i < ins.size(); ++i) os << "  //   " << in_names[i] << ": " << shape_comment(*ins[i]) << "\n";
   os << "  Outputs run(";
   for (size_t i = 0; i < ins.size(); ++i)
     os << (i ? ", " : "") << "const " << elem_type(ins[i]->dtype) << "* " << in_names[i] << ", const std::vector<int64_t>& "
        << in_names[i] << "_sizes";
-  os << ") const {\n";
+  os << (state ? ") {\n" : ") const {\n");
   os << "    ptc_tensor in[" << std::max<size_t>(ins.size(), 1) << "] = {";
   for (size_t i = 0; i < ins.size(); ++i)
     os << (i ? ", " : "") << "{const_cast<" << elem_type(ins[i]->dtype) << "*>(" << in_names[i] << "), " << wrapper::dtype_code(ins[i]->dtype)
@@ -87,7 +92,11 @@ std::string generate_model_header(const loop::Program& p, const Graph& g) {
        << "    out[" << i << "] = ptc_tensor{o." << n << ".data(), " << wrapper::dtype_code(b.dtype) << ", " << b.sizes.size() << ", o." << n << "_sizes.data()};\n";
   }
   os << "    if (ptc_run(model_, " << ins.size() << ", in, " << p.outputs.size() << ", out) != PTC_OK) throw std::runtime_error(ptc_last_error());\n"
-     << "    return o;\n  }\n\n private:\n  ptc_model* model_ = nullptr;\n};\n\n}  // namespace ptc_" << cls << "\n";
+     << "    return o;\n  }\n\n";
+  if (state)
+    os << "  // Sets the state back to its exported values (a new sequence: an empty KV cache).\n"
+       << "  void reset_state() {\n    if (ptc_reset_state(model_) != PTC_OK) throw std::runtime_error(ptc_last_error());\n  }\n\n";
+  os << " private:\n  ptc_model* model_ = nullptr;\n};\n\n}  // namespace ptc_" << cls << "\n";
   return os.str();
 }
 

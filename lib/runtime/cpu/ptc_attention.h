@@ -82,7 +82,7 @@ inline void attention(const AttentionArgs& a) {
             GemmArgs g{};  // S = Q K^T (K read as the [N, K] weight layout)
             g.M = nq; g.N = nk; g.K = a.D;
             g.A = q; g.lda_m = a.qs[2]; g.lda_k = a.qs[3];
-            g.B = a.k + b * a.ks[0] + h * a.ks[1] + j0 * a.ks[2]; g.ldb_k = a.ks[3]; g.ldb_n = a.ks[2];
+            g.B = a.k + b * a.ks[0] + (h / a.kv_group) * a.ks[1] + j0 * a.ks[2]; g.ldb_k = a.ks[3]; g.ldb_n = a.ks[2];
             g.C = s; g.ldc_m = BK;
             gemm(g);
             mask_block(a, b, h, i0, nq, j0, nk, s, bm);
@@ -112,7 +112,7 @@ inline void attention(const AttentionArgs& a) {
             GemmArgs pv{};  // O += P V
             pv.M = nq; pv.N = a.Dv; pv.K = nk;
             pv.A = s; pv.lda_m = BK; pv.lda_k = 1;
-            pv.B = a.v + b * a.vs[0] + h * a.vs[1] + j0 * a.vs[2]; pv.ldb_k = a.vs[2]; pv.ldb_n = a.vs[3];
+            pv.B = a.v + b * a.vs[0] + (h / a.kv_group) * a.vs[1] + j0 * a.vs[2]; pv.ldb_k = a.vs[2]; pv.ldb_n = a.vs[3];
             pv.C = o; pv.ldc_m = a.Dv;
             pv.beta = 1.f;
             gemm(pv);

@@ -53,6 +53,7 @@ struct AttentionArgs {
   float scale;
   bool causal = false;
   bool masked_rows_zero = false;  // a row with every key masked: zeros (SDPA) or NaN (fused MHA)
+  int64_t kv_group = 1;           // grouped-query attention: head h reads k / v head h / kv_group
 };
 void attention_call(const AttentionArgs& a);
 

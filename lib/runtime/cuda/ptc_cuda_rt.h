@@ -197,6 +197,7 @@ struct Attention {
   bool masked_rows_zero = false;
   bool o_heads_inner = false;     // o is [B, Tq, H, Dv] instead
   bool tf32 = false;              // TF32 tensor cores (Ctx::math.attention) where the head sizes allow
+  int64_t kv_group = 1;           // grouped-query attention: head h reads k / v head h / kv_group
 };
 const char* attention(const Attention& a, cudaStream_t stream);
 

@@ -533,8 +533,8 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a,
   const int nq = static_cast<int>(std::min<int64_t>(kTBQ, a.Tq - i0));
   const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
   const float* qbase = a.q + b * a.qs[0] + h * a.qs[1];
-  const float* kbase = a.k + b * a.ks[0] + h * a.ks[1];
-  const float* vbase = a.v + b * a.vs[0] + h * a.vs[1];
+  const float* kbase = a.k + b * a.ks[0] + (h / a.kv_group) * a.ks[1];
+  const float* vbase = a.v + b * a.vs[0] + (h / a.kv_group) * a.vs[1];
   stage_rows(sq, kTBQ, ldqk, Dp, qbase, i0, nq, D, a.qs[2], a.qs[3], qvec, AsF32{});
   float m[4], l[4], acc[4][DVT][4];
 #pragma unroll
@@ -719,8 +719,8 @@ __global__ void __launch_bounds__(32 * WARPS) attention_mma_kernel(Attention a, 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
   const float* qbase = a.q + b * a.qs[0] + h * a.qs[1];
-  const float* kbase = a.k + b * a.ks[0] + h * a.ks[1];
-  const float* vbase = a.v + b * a.vs[0] + h * a.vs[1];
+  const float* kbase = a.k + b * a.ks[0] + (h / a.kv_group) * a.ks[1];
+  const float* vbase = a.v + b * a.vs[0] + (h / a.kv_group) * a.vs[1];
   auto qat = [&](int64_t r, int d) { return r < a.Tq && d < D ? tf32_bits(qbase[r * a.qs[2] + d * a.qs[3]]) : 0u; };
   uint32_t qf[KD][4];
 #pragma unroll
