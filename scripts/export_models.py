@@ -416,6 +416,24 @@ def _distilbert():
     return HFWrapper(DistilBertModel(DistilBertConfig()).eval(), "last_hidden_state")
 
 
+def _decoder(family):
+    """A decoder LLM from transformers (random weights) in a small configuration with every
+    feature of its family: grouped-query attention (Phi: multi-head), rotary embeddings (Phi:
+    partial), RMSNorm + SwiGLU (Phi: LayerNorm + GELU), tied embeddings (Llama, Qwen2)."""
+    def build():
+        import transformers as tf
+        common = dict(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
+                      max_position_embeddings=1024)
+        cfg, cls = {
+            "llama": (lambda: tf.LlamaConfig(num_key_value_heads=2, tie_word_embeddings=True, **common), tf.LlamaForCausalLM),
+            "mistral": (lambda: tf.MistralConfig(num_key_value_heads=2, **common), tf.MistralForCausalLM),
+            "qwen2": (lambda: tf.Qwen2Config(num_key_value_heads=2, tie_word_embeddings=True, **common), tf.Qwen2ForCausalLM),
+            "phi": (lambda: tf.PhiConfig(num_key_value_heads=8, partial_rotary_factor=0.5, **common), tf.PhiForCausalLM),
+        }[family]
+        return HFWrapper(cls(cfg()).eval(), "logits")
+    return build
+
+
 def _ids_cases(vocab, shapes):
     def make(gen):
         return [(torch.randint(0, vocab, s, generator=gen, dtype=torch.int64),) for s in shapes]
@@ -424,6 +442,8 @@ def _ids_cases(vocab, shapes):
 
 _IMG_DYN = {"x": {0: Dim("batch", min=1, max=64)}}
 _IDS_DYN = {"input_ids": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=2, max=512)}}
+# (Dim.AUTO for the decoders' length: a named Dim trips a guard of their causal mask in torch 2.11)
+_DECODER_DYN = {"input_ids": {0: Dim("batch", min=1, max=64), 1: Dim.AUTO}}
 _REAL_TOL = (1e-3, 1e-3)
 
 REAL = collections.OrderedDict(
@@ -462,6 +482,10 @@ REAL = collections.OrderedDict(
              tol=_REAL_TOL, desc="transformers T5EncoderModel(T5Config()) (t5-small) -> last_hidden_state"),
         Spec("distilbert", _distilbert, _ids_cases(30522, [(2, 16), (3, 40)]), dynamic=_IDS_DYN,
              tol=_REAL_TOL, desc="transformers DistilBertModel(DistilBertConfig()) -> last_hidden_state"),
+    ] + [
+        Spec(f, _decoder(f), _ids_cases(32000, [(2, 16), (3, 40)]), dynamic=_DECODER_DYN, tol=_REAL_TOL,
+             desc=f"transformers {f} decoder (4 layers, hidden 512, random weights) -> logits; decode step: test/llm_test.py")
+        for f in ["llama", "mistral", "qwen2", "phi"]
     ]
 )
 

@@ -72,15 +72,49 @@ class ConvTranspose(torch.nn.Module):
         return self.up(x), self.grouped(x), self.dilated(x)
 
 
+class IndexUpdates(torch.nn.Module):  # index_copy, index_put (one index tensor, = and +=), scatter, argmin
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("idx", torch.tensor([4, 0, 2]))
+        self.register_buffer("dup", torch.tensor([1, 3, 1]))
+        self.register_buffer("cols", torch.tensor([[3, 0], [1, 4], [2, 2], [0, 1], [4, 3], [1, 0]]))
+
+    def forward(self, x):  # [b, 6, 5]
+        v = x[:, :3] * 2
+        put = x.clone()
+        put[:, self.idx] = v
+        acc = torch.ops.aten.index_put(x, [None, self.dup], v, True)
+        ix = self.cols.expand(x.shape[0], 6, 2)
+        return (x.index_copy(1, self.idx, v), put, acc, x.scatter(2, ix, x * 3), x.scatter(2, ix, 1.5),
+                x.argmin(dim=2), x.argmax(dim=1))
+
+
+class Counter(torch.nn.Module):  # buffers updated in place: the library holds them between runs
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(5))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("last", torch.zeros(3, 5))
+
+    def forward(self, x):  # [3, 5]
+        self.total.add_(x.sum(0))
+        self.calls.add_(1)
+        prev = self.last.clone()
+        self.last.copy_(x)
+        return x * self.total + prev, self.calls * 2
+
+
 class Everything(torch.nn.Module):  # one module with every op above, for the CUDA build
     def __init__(self):
         super().__init__()
         self.gn, self.ct = torch.nn.GroupNorm(2, 4), torch.nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1)
+        self.register_buffer("idx", torch.tensor([1, 3]))
 
     def forward(self, x):  # [b, 4, 5, 6]
         y = self.ct(self.gn(x))
         y = F.interpolate(y, scale_factor=2, mode="nearest") + F.interpolate(y, scale_factor=2, mode="bilinear")
-        return y.repeat(1, 2, 1, 1), torch.var(y, dim=1), torch.std(y, dim=(2, 3))
+        z = y[:, :, 0].index_copy(2, self.idx, y[:, :, 1, :2])  # (argmin: no CUDA arg-reductions yet)
+        return y.repeat(1, 2, 1, 1), torch.var(y, dim=1), torch.std(y, dim=(2, 3)), z, z.scatter(2, self.idx.expand(z.shape[0], 4, 2), 0.5)
 
 
 MODULES = {  # name: (module, one input of batch size b)
@@ -89,6 +123,7 @@ MODULES = {  # name: (module, one input of batch size b)
     "repeat": (Repeat, lambda b: torch.randn(b, 3, 4)),
     "var_std": (Var, lambda b: torch.randn(b, 6, 5)),
     "conv_transpose2d": (ConvTranspose, lambda b: torch.randn(b, 4, 5, 6)),
+    "index_updates": (IndexUpdates, lambda b: torch.randn(b, 6, 5)),
 }
 
 
@@ -180,6 +215,49 @@ def main():
                 lambda: check_training(TrainVarRepeat, torch.randn(4, 3, 8), "train_var_repeat.so", 2))
         t.check("conv_transpose2d, group_norm and nearest upsampling gradients match torch.autograd (--train)",
                 lambda: check_training(TrainUpBlock, torch.randn(2, 4, 3, 4), "train_up_block.so", 4))
+
+        def state():
+            """A library with state: 4 runs against 4 calls of the module, the buffers, a reset."""
+            torch.manual_seed(5)
+            module = Counter().eval()
+            ep = torch.export.export(Counter(), (torch.randn(3, 5),))
+            lib = ptc.compile(ep, work / "counter.so", ptc=exe)
+            with ptc.load(lib) as m:
+                for step in range(4):
+                    x = torch.randn(3, 5)
+                    got, ref = m(x), module(x)
+                    for g, r in zip(got, ref):
+                        compare(g, r)
+                bufs = m.buffers()
+                assert sorted(bufs) == ["calls", "last", "total"], sorted(bufs)
+                for k, v in module.named_buffers():
+                    compare(bufs[k], v)
+                m.reset_state()
+                assert all(float(v.abs().max()) == 0 for v in m.buffers().values()), m.buffers()
+                x = torch.randn(3, 5)
+                got, ref = m(x), Counter()(x)
+                for g, r in zip(got, ref):
+                    compare(g, r)
+            return "4 runs, the buffers and a reset as the module"
+        t.check("a module that updates its buffers in place: the library holds them (state)", state)
+
+        class ViewUpdate(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("cache", torch.zeros(4, 5))
+
+            def forward(self, x):  # [2, 5]
+                self.cache[:2].copy_(x)
+                return self.cache * 2
+
+        def view_update_refused():
+            try:
+                ptc.compile(torch.export.export(ViewUpdate(), (torch.randn(2, 5),)), work / "view_update.so", ptc=exe)
+            except ptc.CompileError as e:
+                assert "through a view" in str(e) and "buffer 'cache'" in str(e), str(e)
+                return str(e)[-60:]
+            raise AssertionError("compile did not refuse an update through a view")
+        t.check("an update of part of a buffer through a view is refused with one sentence", view_update_refused)
 
         class TopK(torch.nn.Module):  # topk has a shape rule but no lowering yet
             def forward(self, x):

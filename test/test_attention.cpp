@@ -1,8 +1,10 @@
 // The fused flash-style attention of generated CPU code (lib/runtime/cpu/ptc_attention.h)
 // against a double-precision softmax(q k^T * scale + mask) v: query and key blocks (Tq > 64,
 // Tk > 256), Tq != Tk, causal, bool masks (keep / drop where true), additive float masks,
-// broadcast (stride 0) masks, strided q / k / v, and rows whose keys are all masked (zeros, as
-// torch's scaled_dot_product_attention gives, or NaN, as its fused multi-head attention gives).
+// broadcast (stride 0) masks, strided q / k / v, rows whose keys are all masked (zeros, as
+// torch's scaled_dot_product_attention gives, or NaN, as its fused multi-head attention gives),
+// masks that keep a window of keys per row (the key range is narrowed to what a block keeps) and
+// grouped-query attention (kv_group).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -19,6 +21,8 @@ struct Problem {
   int mask_kind;  // ptc_rt::kMask*
   bool causal;
   bool strided;   // q, k, v as [B, T, H, D] buffers viewed as [B, H, T, D]
+  int64_t group = 1;    // grouped-query attention: k and v have H / group heads
+  bool window = false;  // bool masks keep (drop) a window of keys per row, some rows none
 };
 
 // max |got - ref| / max |ref|; NaN where the reference is NaN must be NaN.
@@ -31,19 +35,21 @@ double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, boo
   std::vector<float> q, k, v, o(static_cast<size_t>(p.B * p.H * p.Tq * p.Dv), -7.f), fmask;
   std::vector<uint8_t> bmask;
   fill(q, static_cast<size_t>(p.B * p.H * p.Tq * p.D));
-  fill(k, static_cast<size_t>(p.B * p.H * p.Tk * p.D));
-  fill(v, static_cast<size_t>(p.B * p.H * p.Tk * p.Dv));
+  const int64_t Hkv = p.H / p.group;
+  fill(k, static_cast<size_t>(p.B * Hkv * p.Tk * p.D));
+  fill(v, static_cast<size_t>(p.B * Hkv * p.Tk * p.Dv));
   ptc_rt::AttentionArgs a{};
-  auto strides = [&](int64_t T, int64_t D, int64_t* s) {
+  auto strides = [&](int64_t T, int64_t D, int64_t H, int64_t* s) {
     if (p.strided) {  // [B, T, H, D]
-      s[0] = T * p.H * D; s[1] = D; s[2] = p.H * D; s[3] = 1;
+      s[0] = T * H * D; s[1] = D; s[2] = H * D; s[3] = 1;
     } else {
-      s[0] = p.H * T * D; s[1] = T * D; s[2] = D; s[3] = 1;
+      s[0] = H * T * D; s[1] = T * D; s[2] = D; s[3] = 1;
     }
   };
-  a.q = q.data(); strides(p.Tq, p.D, a.qs);
-  a.k = k.data(); strides(p.Tk, p.D, a.ks);
-  a.v = v.data(); strides(p.Tk, p.Dv, a.vs);
+  a.q = q.data(); strides(p.Tq, p.D, p.H, a.qs);
+  a.k = k.data(); strides(p.Tk, p.D, Hkv, a.ks);
+  a.v = v.data(); strides(p.Tk, p.Dv, Hkv, a.vs);
+  a.kv_group = p.group;
   a.o = o.data();
   a.B = p.B; a.H = p.H; a.Tq = p.Tq; a.Tk = p.Tk; a.D = p.D; a.Dv = p.Dv;
   a.scale = 1.f / std::sqrt(static_cast<float>(p.D));
@@ -58,6 +64,13 @@ double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, boo
   } else if (p.mask_kind != ptc_rt::kMaskNone) {
     bmask.resize(static_cast<size_t>(p.B * p.Tq * p.Tk));
     for (auto& e : bmask) e = rng() % 4 != 0;  // 3 in 4 true
+    if (p.window)  // row i keeps keys [lo, hi) (Drop: drops all but those); every 9th row keeps none
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t i = 0; i < p.Tq; ++i) {
+          const int64_t lo = (i * 37) % p.Tk, hi = i % 9 == 4 ? lo : std::min(p.Tk, lo + 1 + (i * 13) % 50);
+          for (int64_t j = 0; j < p.Tk; ++j)
+            bmask[static_cast<size_t>((b * p.Tq + i) * p.Tk + j)] = (j >= lo && j < hi) == (p.mask_kind == ptc_rt::kMaskKeep);
+        }
     if (all_masked_row)  // row 1 of image 0: no key allowed
       for (int64_t j = 0; j < p.Tk; ++j) bmask[static_cast<size_t>(p.Tk + j)] = p.mask_kind == ptc_rt::kMaskKeep ? 0 : 1;
     a.mask = bmask.data();
@@ -73,7 +86,7 @@ double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, boo
         for (int64_t j = 0; j < p.Tk; ++j) {
           double acc = 0;
           for (int64_t d = 0; d < p.D; ++d)
-            acc += double(q[b * a.qs[0] + h * a.qs[1] + i * a.qs[2] + d]) * k[b * a.ks[0] + h * a.ks[1] + j * a.ks[2] + d];
+            acc += double(q[b * a.qs[0] + h * a.qs[1] + i * a.qs[2] + d]) * k[b * a.ks[0] + (h / p.group) * a.ks[1] + j * a.ks[2] + d];
           acc *= a.scale;
           const size_t mi = static_cast<size_t>((b * p.Tq + i) * p.Tk + j);
           if (p.mask_kind == ptc_rt::kMaskAdd) acc += fmask[mi];
@@ -87,7 +100,8 @@ double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, boo
         for (auto& e : s) sum += (e = mx == -INFINITY ? 0 : std::exp(e - mx));
         for (int64_t d = 0; d < p.Dv; ++d) {
           double ref = 0;
-          for (int64_t j = 0; j < p.Tk; ++j) ref += s[static_cast<size_t>(j)] * v[b * a.vs[0] + h * a.vs[1] + j * a.vs[2] + d];
+          for (int64_t j = 0; j < p.Tk; ++j)
+            ref += s[static_cast<size_t>(j)] * v[b * a.vs[0] + (h / p.group) * a.vs[1] + j * a.vs[2] + d];
           const float got = o[static_cast<size_t>(((b * p.H + h) * p.Tq + i) * p.Dv + d)];
           if (sum == 0) {  // a row with no key: zeros (SDPA) or NaN (fused MHA)
             if (masked_rows_zero ? got != 0.f : !std::isnan(got)) return INFINITY;
@@ -114,11 +128,16 @@ TEST_CASE("fused attention matches softmax(q k^T * scale + mask) v", "[attention
       {2, 2, 33, 270, 16, 16, ptc_rt::kMaskKeep, false, false},
       {2, 2, 33, 270, 16, 16, ptc_rt::kMaskDrop, false, true},     // strided q / k / v
       {1, 3, 70, 70, 16, 16, ptc_rt::kMaskAdd, true, true},
+      {1, 4, 1, 512, 16, 16, ptc_rt::kMaskKeep, false, false, 2, true},    // a decode step: GQA, one row, a window
+      {2, 6, 90, 600, 8, 8, ptc_rt::kMaskKeep, false, true, 3, true},      // windows across query and key blocks
+      {1, 2, 70, 300, 8, 8, ptc_rt::kMaskDrop, false, false, 1, true},
+      {1, 4, 65, 300, 8, 8, ptc_rt::kMaskNone, true, false, 4, false},     // GQA, causal
   };
   for (const Problem& p : cases) {
     INFO("B H Tq Tk D Dv = " << p.B << " " << p.H << " " << p.Tq << " " << p.Tk << " " << p.D << " " << p.Dv << ", mask "
-                             << p.mask_kind << ", causal " << p.causal << ", strided " << p.strided);
-    CHECK(run(p, rng) < 1e-5);
+                             << p.mask_kind << ", causal " << p.causal << ", strided " << p.strided << ", group " << p.group
+                             << ", window " << p.window);
+    CHECK(run(p, rng, false, p.window) < 1e-5);
   }
   // A row with every key masked is NaN or zeros (and the other rows are right).
   CHECK(run({1, 2, 5, 300, 8, 8, ptc_rt::kMaskKeep, false, false}, rng, true) < 1e-5);

@@ -329,7 +329,7 @@ void register_pointwise_rules(RuleTable& t) {
                    OpKind::GtScalar, OpKind::LeScalar, OpKind::GeScalar, OpKind::LtTensor, OpKind::GtTensor, OpKind::LeTensor,
                    OpKind::GeTensor, OpKind::NeTensor, OpKind::LogicalNot, OpKind::LogicalAnd, OpKind::LogicalOr,
                    OpKind::BitwiseNot, OpKind::BitwiseAndTensor, OpKind::UnderscoreAndTensor, OpKind::Isnan, OpKind::Isinf,
-                   OpKind::AnyDim, OpKind::AnyDims, OpKind::Any, OpKind::AllDim, OpKind::Argmax, OpKind::FloorDivide,
+                   OpKind::AnyDim, OpKind::AnyDims, OpKind::Any, OpKind::AllDim, OpKind::Argmax, OpKind::Argmin, OpKind::FloorDivide,
                    OpKind::UnderscoreAssertTensorMetadata})
     set_no_gradient(t, k);
 }

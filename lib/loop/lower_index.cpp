@@ -184,6 +184,25 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
       return one(emit_extern(L, ExternKind::Scatter, x.dtype, x.sizes,
                              {L.as_view(x, L.origin()), L.as_view(index, L.origin()), L.as_view(src, L.origin())}, ScatterAttrs{dim}));
     }
+    case OpKind::ScatterSrc: case OpKind::ScatterValue: {  // out = self; out[.., index[i], ..] = src[i] (or value)
+      TensorRef x = a.tensor("self"), index = a.tensor("index");
+      int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
+      TensorRef src = index;
+      if (n.kind == OpKind::ScatterSrc) {
+        src = a.tensor("src");
+      } else {
+        ExprRef v = a.scalar("value", x.dtype);
+        src = L.pointwise(x.dtype, index.sizes, [v](const Index&) { return v; });
+      }
+      for (size_t d = 0; d < x.rank(); ++d) {  // torch: the index no larger than src in any dimension
+        auto ni = index.sizes[d].as_const(), ns = src.sizes[d].as_const();
+        if (ni && ns && *ni > *ns) L.fail("scatter's index is larger than src in dimension ", d, " (", *ni, " > ", *ns, ")");
+      }
+      View sv = L.as_view(src, L.origin());
+      sv.sizes = index.sizes;  // only the index's extent of src is read
+      return one(emit_extern(L, ExternKind::Scatter, x.dtype, x.sizes,
+                             {L.as_view(x, L.origin()), L.as_view(index, L.origin()), sv}, ScatterAttrs{dim, false, false}));
+    }
     case OpKind::IndexCopy: case OpKind::IndexCopyInplace: {  // self[.., index[i], ..] = source[.., i, ..] along dim
       TensorRef x = a.tensor("self"), index = a.tensor("index"), src = a.tensor("source");
       int64_t dim = normalize_dim(L, a.i("dim"), x.rank());

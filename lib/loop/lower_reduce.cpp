@@ -293,9 +293,10 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       bool keep = n.arg("keepdim") && a.b("keepdim");
       return one(L.reduce(x, dims_of(L, a, "dim", x.rank()), keep, n.kind == OpKind::AllDim ? ReduceOp::All : ReduceOp::Any, DType::Bool, o));
     }
-    case OpKind::Argmax: {
+    case OpKind::Argmax: case OpKind::Argmin: {
       TensorRef x = a.tensor("self");
-      return one(L.reduce(x, dims_of(L, a, "dim", x.rank()), a.b("keepdim"), ReduceOp::ArgMax, DType::Int64, o));
+      const ReduceOp op = n.kind == OpKind::Argmax ? ReduceOp::ArgMax : ReduceOp::ArgMin;
+      return one(L.reduce(x, dims_of(L, a, "dim", x.rank()), a.b("keepdim"), op, DType::Int64, o));
     }
     case OpKind::MaxDim: {
       TensorRef x = a.tensor("self");

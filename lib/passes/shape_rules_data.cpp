@@ -220,6 +220,19 @@ std::vector<Type> gather(Ctx& c) {
 }
 
 // scatter_add: self's shape; index and src of one rank with self, index no larger than src.
+std::vector<Type> scatter(Ctx& c) {  // scatter.src / scatter.value: self with self[index] = src (or value)
+  const Type &x = c.tensor("self"), &i = c.tensor("index");
+  c.dim_arg("dim", static_cast<int64_t>(x.rank()));
+  if (i.rank() != x.rank()) c.fail("self ", x.str(), " and index ", i.str(), " must have one rank");
+  if (!is_integral(i.dtype, false)) c.fail("index must be an integer tensor, got ", i.str());
+  if (c.node.kind == OpKind::ScatterSrc) {
+    const Type& src = c.tensor("src");
+    if (src.rank() != x.rank()) c.fail("src ", src.str(), " must have self's rank ", x.str());
+    if (src.dtype != x.dtype) c.fail("src ", src.str(), " must have self's dtype ", x.str());
+  }
+  return {make_contiguous(x, x.dtype, x.sizes)};
+}
+
 std::vector<Type> scatter_add(Ctx& c) {
   const Type &x = c.tensor("self"), &i = c.tensor("index"), &src = c.tensor("src");
   c.dim_arg("dim", static_cast<int64_t>(x.rank()));
@@ -427,6 +440,7 @@ void add_data_rules(RuleTable& t) {
   set_rule(t, K::IndexSelect, index_select);
   set_rule(t, K::Gather, gather);
   set_rule(t, K::ScatterAdd, scatter_add);
+  for (K k : {K::ScatterSrc, K::ScatterValue}) set_rule(t, k, scatter);
   for (K k : {K::Copy, K::CopyInplace}) set_rule(t, k, copy);
   for (K k : {K::IndexCopy, K::IndexCopyInplace}) set_rule(t, k, index_copy);
   for (K k : {K::IndexPut, K::IndexPutInplace}) set_rule(t, k, index_put);

@@ -285,7 +285,7 @@ void add_reduce_rules(RuleTable& t) {
   set_rule(t, K::Amax, amax);
   set_rule(t, K::Amin, amax);
   set_rule(t, K::MaxDim, max_dim);
-  set_rule(t, K::Argmax, argmax);
+  for (K k : {K::Argmax, K::Argmin}) set_rule(t, k, argmax);
   set_rule(t, K::VarCorrection, var);
   set_rule(t, K::VarMeanCorrection, var);
   set_rule(t, K::StdCorrection, var);

@@ -7,8 +7,11 @@
 // sum l; earlier partial outputs rescaled by exp(m_old - m_new)), and the block's contribution
 // P V added into the output rows (a serial GEMM with beta = 1). Memory beyond q, k, v and o is
 // one BQ x BK block per thread: no Tq x Tk score matrix, whatever the sequence length. Causal
-// attention skips the key blocks wholly above the diagonal. A row whose keys are all masked is
-// zeros (masked_rows_zero: scaled_dot_product_attention) or NaN (the fused multi-head attention).
+// attention skips the key blocks wholly above the diagonal, and a bool mask the keys before the
+// first and after the last that any row of the query block keeps: a decode step over a static KV
+// cache (its mask keeps positions up to the current one) reads only the cache's live part. A row
+// whose keys are all masked is zeros (masked_rows_zero: scaled_dot_product_attention) or NaN (the
+// fused multi-head attention).
 #pragma once
 
 #include <algorithm>
@@ -55,6 +58,31 @@ inline void mask_block(const AttentionArgs& a, int64_t b, int64_t h, int64_t i0,
   }
 }
 
+// Narrows [*beg, *end) to the keys from the first to the last that a bool mask keeps for any of
+// rows i0 .. i0 + nq (empty when it keeps none). One row when the mask is the same for every row.
+inline void kept_keys(const AttentionArgs& a, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t* beg, int64_t* end) {
+  const bool keep_true = a.mask_kind == kMaskKeep;
+  int64_t lo = *end, hi = *beg;
+  const int64_t rows = a.ms[2] == 0 ? std::min<int64_t>(nq, 1) : nq;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* m = static_cast<const uint8_t*>(a.mask) + b * a.ms[0] + h * a.ms[1] + (i0 + r) * a.ms[2];
+    auto kept = [&](int64_t j) { return (m[j * a.ms[3]] != 0) == keep_true; };
+    for (int64_t j = *beg; j < std::min(lo, *end); ++j)
+      if (kept(j)) {
+        lo = j;
+        break;
+      }
+    for (int64_t j = *end; j-- > std::max(hi, *beg);)
+      if (kept(j)) {
+        hi = j + 1;
+        break;
+      }
+  }
+  if (lo >= hi) lo = hi = *beg;
+  *beg = lo;
+  *end = hi;
+}
+
 }  // namespace attention_detail
 
 inline void attention(const AttentionArgs& a) {
@@ -76,8 +104,9 @@ inline void attention(const AttentionArgs& a) {
           std::fill(m, m + nq, ninf);
           std::fill(l, l + nq, 0.f);
           // Causal: keys past the block's last query row contribute nothing.
-          const int64_t kend = a.causal ? std::min(a.Tk, i0 + nq) : a.Tk;
-          for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+          int64_t kbeg = 0, kend = a.causal ? std::min(a.Tk, i0 + nq) : a.Tk;
+          if (a.mask_kind == kMaskKeep || a.mask_kind == kMaskDrop) kept_keys(a, b, h, i0, nq, &kbeg, &kend);
+          for (int64_t j0 = kbeg; j0 < kend; j0 += BK) {
             const int64_t nk = std::min(BK, kend - j0);
             GemmArgs g{};  // S = Q K^T (K read as the [N, K] weight layout)
             g.M = nq; g.N = nk; g.K = a.D;

@@ -440,9 +440,12 @@ bool gemm_run(const GemmArgs& g, int64_t batch, const OffFn& off, Ep5& ep, void*
   }
 
   const double flops = 2.0 * static_cast<double>(M) * N * K * batch;
-  int64_t P = max_threads();
-  P = std::max<int64_t>(1, std::min<int64_t>(P, static_cast<int64_t>(flops / 2e6)));
   const bool direct = PackB::kStrided && !g.B_packed && use_direct(g);
+  // Threads: one per 2 MFLOP; the direct path (matrix-vector-like, bound by streaming B: a decode
+  // step's projections) also one per 256 KiB of B, which one thread cannot stream at full speed.
+  const double work = std::max(flops / 2e6, direct ? 4.0 * static_cast<double>(N) * K * batch / 262144.0 : 0.0);
+  int64_t P = max_threads();
+  P = std::max<int64_t>(1, std::min<int64_t>(P, static_cast<int64_t>(work)));
 
   const int64_t ptf = per_thread_floats(M, N, K);
   float* wsa = nullptr;
