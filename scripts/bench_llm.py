@@ -74,7 +74,9 @@ def main():
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(ROOT / "python"))
+    sys.path.insert(0, str(ROOT / "scripts"))
     import ptc
+    from export_models import HFWrapper  # input_ids -> logits
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
     from transformers.integrations.executorch import convert_and_export_with_cache
 
@@ -89,16 +91,8 @@ def main():
     work = Path(args.work or tempfile.mkdtemp(prefix="ptc-bench-llm-"))
     work.mkdir(parents=True, exist_ok=True)
 
-    class Logits(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids):
-            return self.m(input_ids=input_ids, use_cache=False).logits
-
     ids = torch.randint(0, args.vocab, (1, args.prefill))
-    ep_full = torch.export.export(Logits(model), (ids,))
+    ep_full = torch.export.export(HFWrapper(model, "logits"), (ids,))
     torch.export.save(ep_full, work / "prefill.pt2")
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static", max_length=args.max_cache,
                                                cache_config={"batch_size": 1, "max_cache_len": args.max_cache})

@@ -26,7 +26,9 @@ import warnings
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 import ptc  # noqa: E402
+from export_models import HFWrapper  # noqa: E402  (input_ids -> logits)
 
 warnings.filterwarnings("ignore")
 TOL = 1e-3
@@ -58,19 +60,10 @@ def make_model(family, seed=0):
     return model
 
 
-class Logits(torch.nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids):
-        return self.m(input_ids=input_ids, use_cache=False).logits
-
-
 def export_full(model, path):
     ids = torch.randint(0, VOCAB, (2, 16))
     dims = ({0: torch.export.Dim("batch", min=1, max=8), 1: torch.export.Dim.AUTO},)
-    ep = torch.export.export(Logits(model), (ids,), dynamic_shapes=dims)
+    ep = torch.export.export(HFWrapper(model, "logits"), (ids,), dynamic_shapes=dims)
     torch.export.save(ep, path)
     return ep
 

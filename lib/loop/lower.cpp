@@ -150,15 +150,19 @@ TensorRef Lowering::realize(const TensorRef& t, const std::string& origin, bool 
     TensorRef stored = reshape(*this, realize(*t.reshaped_from, origin), t.sizes);
     if (stored.view) return stored;
   }
-  int buf = new_buffer("buf", t.dtype, t.sizes);
+  int buf = store(t, "buf");
+  return of_view(View{buf, t.sizes, prog_.buffers[buf].strides, 0}, t.dtype);
+}
+
+int Lowering::store(const TensorRef& t, const std::string& prefix) {
+  int buf = new_buffer(prefix, t.dtype, t.sizes);
   Computation c;
   c.kind = Computation::Kind::Pointwise;
   c.out = buf;
   c.domain = t.sizes;
   c.body = cast(t.at(loop_vars(t.sizes)), t.dtype);
-  c.origin = origin;
-  emit(std::move(c));
-  return of_view(View{buf, t.sizes, prog_.buffers[buf].strides, 0}, t.dtype);
+  emit(std::move(c));  // (its origin: the graph nodes in the body)
+  return buf;
 }
 
 View Lowering::as_view(const TensorRef& t, const std::string& origin) {
@@ -395,13 +399,7 @@ Program Lowering::run() {
         continue;
       if (!(t.sizes == sb.sizes) || t.dtype != sb.dtype)
         user_error(graph.name, ": the new contents of buffer '", graph.updated_buffers[k], "' have another shape or dtype than the buffer");
-      int buf = new_buffer("state_next", t.dtype, t.sizes);
-      Computation c;
-      c.kind = Computation::Kind::Pointwise;
-      c.out = buf;
-      c.domain = t.sizes;
-      c.body = cast(t.at(loop_vars(t.sizes)), t.dtype);
-      emit(std::move(c));
+      int buf = store(t, "state_next");
       prog_.buffers[buf].kind = Buffer::Kind::StateNext;
       prog_.buffers[buf].io_index = static_cast<int>(k);
       prog_.state_next[k] = buf;
@@ -418,13 +416,7 @@ Program Lowering::run() {
       prog_.buffers[buf].sizes = t.view->sizes;
       prog_.buffers[buf].strides = t.view->strides;
     } else {
-      buf = new_buffer("out", t.dtype, t.sizes);
-      Computation c;
-      c.kind = Computation::Kind::Pointwise;
-      c.out = buf;
-      c.domain = t.sizes;
-      c.body = cast(t.at(loop_vars(t.sizes)), t.dtype);
-      emit(std::move(c));
+      buf = store(t, "out");
     }
     Buffer& b = prog_.buffers[buf];
     b.kind = Buffer::Kind::Output;

@@ -70,6 +70,8 @@ class Lowering {
   TensorRef reduce(const TensorRef& in, std::vector<int64_t> dims, bool keepdim, ReduceOp op,
                    DType out_dtype, const std::string& origin);
   int new_buffer(const std::string& prefix, DType dt, const Index& sizes);
+  // A new row-major buffer named after `prefix` holding `t` (one pointwise computation); its id.
+  int store(const TensorRef& t, const std::string& prefix);
   // Records a computation; its origin lists every graph node whose work it contains.
   void emit(Computation c);
   // Broadcasts `t` to `sizes` (numpy rules, aligned from the right).
