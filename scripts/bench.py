@@ -8,6 +8,10 @@ For each model, in one process and with the same number of threads everywhere
   - inductor-frz: the same with torch._inductor.config.freezing = True
   - ptc:          `ptc compile NAME.pt2` (wall time, empty compile cache; then again: a cache hit),
                   then the library through the ptc package (python/ptc)
+  - with --peers: ONNX Runtime (ORT_ENABLE_ALL, intra_op_num_threads = n) and OpenVINO (CPU, the
+                  LATENCY hint, INFERENCE_NUM_THREADS = n, INFERENCE_PRECISION_HINT from
+                  --peer-precision) on torch.onnx.export(the same ExportedProgram, dynamo=True);
+                  their set-up time (session / compile_model), error and precision are reported
 Latency = the best (over --rounds rounds) of the median of --reps calls (more when they take less
 than --min-time s, fewer when more than --max-time s) after --warmup calls; the backends take turns within a round, and each round
 first waits (up to --max-wait s) for other processes to leave the CPUs mostly idle. Compile time
@@ -19,6 +23,7 @@ max |ptc - eager| over all outputs (and whether it is within atol = rtol = 1e-4)
     .venv/bin/python scripts/bench.py --real resnet18 --json out.json
     .venv/bin/python scripts/bench.py --models mlp_dyn:256 tfm_dyn:4,64 --no-inductor
     .venv/bin/python scripts/bench.py --real bert --real-sizes 1,128
+    .venv/bin/python scripts/bench.py --models --real resnet18 --peers --no-inductor
 
 Model specs: NAME (sizes of the export's example inputs) or NAME:V1,V2,... (values of the
 symbolic sizes, in the order they first appear in the inputs: tfm_dyn:8,128 = batch 8, seq 128).
@@ -73,6 +78,12 @@ def parse_args():
                     help="longest wait for a quiet machine per round, seconds (0: never wait)")
     ap.add_argument("--no-inductor", action="store_true", help="skip torch.compile (slow on 2 cores)")
     ap.add_argument("--no-freezing", action="store_true", help="skip the freezing Inductor variant")
+    ap.add_argument("--peers", action="store_true",
+                    help="also time ONNX Runtime and OpenVINO (scripts/requirements-bench.txt) on an ONNX export "
+                         "(torch.onnx.export(..., dynamo=True)) of the same ExportedProgram")
+    ap.add_argument("--peer-precision", choices=["fp32", "bf16"], default="fp32",
+                    help="OpenVINO's inference precision hint (its default on AMX CPUs is bf16); ONNX Runtime's "
+                         "CPU provider computes in fp32 either way")
     ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
     ap.add_argument("--ptc-flavour", choices=["auto", "export", "core"], default="auto",
                     help="which .pt2 ptc compiles (auto: NAME.pt2, else NAME.core.pt2)")
@@ -347,6 +358,57 @@ def inductor_startup():
         return None, short(e)
 
 
+def peers(name, folder, ep, inputs, libdir, cache):
+    """ONNX Runtime and OpenVINO on an ONNX export of `ep` (once per model): {key: (fn, info)}."""
+    import numpy as np
+    res = {}
+    onnx_path = libdir / f"{name}.onnx"
+    if name not in cache:
+        t0 = time.perf_counter()
+        try:
+            torch.onnx.export(ep, tuple(inputs), str(onnx_path), dynamo=True, optimize=True, verbose=False)
+            cache[name] = {"export_s": time.perf_counter() - t0, "error": None}
+        except Exception as e:  # noqa: BLE001
+            cache[name] = {"error": f"torch.onnx.export: {short(e)}"}
+    if cache[name]["error"]:
+        return {"ort": (None, {"error": cache[name]["error"]}), "ov": (None, {"error": cache[name]["error"]})}
+    feeds_np = [t.numpy() for t in inputs]
+    try:
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.intra_op_num_threads = ARGS.threads
+        so.inter_op_num_threads = 1
+        t0 = time.perf_counter()
+        sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+        setup = time.perf_counter() - t0
+        names = [i.name for i in sess.get_inputs()]
+        feeds = dict(zip(names, feeds_np))
+        res["ort"] = (lambda: sess.run(None, feeds), {"setup_s": setup, "precision": "fp32", "version": ort.__version__})
+    except Exception as e:  # noqa: BLE001
+        res["ort"] = (None, {"error": f"onnxruntime: {short(e)}"})
+    try:
+        import openvino as ov
+        core = ov.Core()
+        prec = {"fp32": "f32", "bf16": "bf16"}[ARGS.peer_precision]
+        t0 = time.perf_counter()
+        cm = core.compile_model(str(onnx_path), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": ARGS.threads,
+                                                        "INFERENCE_PRECISION_HINT": prec})
+        setup = time.perf_counter() - t0
+        req = cm.create_infer_request()
+        hint = cm.get_property("INFERENCE_PRECISION_HINT")  # what it runs in (an ov.Type: f32, bf16)
+        ran = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
+
+        def run_ov():
+            req.infer(feeds_np)
+            return [req.get_output_tensor(i).data.copy() for i in range(len(cm.outputs))]
+        res["ov"] = (run_ov, {"setup_s": setup, "precision": ran, "version": ov.__version__})
+    except Exception as e:  # noqa: BLE001
+        res["ov"] = (None, {"error": f"openvino: {short(e)}"})
+    del np
+    return res
+
+
 def bench_one(spec, libdir, ptc_cache, gen):
     name, _, vals = spec.partition(":")
     values = [int(v) for v in vals.replace("x", ",").split(",") if v] if vals else []
@@ -396,6 +458,22 @@ def bench_one(spec, libdir, ptc_cache, gen):
             row["ptc_error"] = short(e)
             print(f"   ptc: run FAILED: {row['ptc_error']}", flush=True)
 
+    # ---- peers: ONNX Runtime and OpenVINO
+    if ARGS.peers:
+        for key, (fn, info) in peers(name, folder, ep, inputs, libdir, PEER_CACHE).items():
+            if fn is None:
+                row[f"{key}_error"] = info["error"]
+                print(f"   {key}: FAILED: {info['error']}", flush=True)
+                continue
+            with torch.inference_mode():
+                out = [torch.from_numpy(o) for o in fn()]
+            err, ok, why = max_err(out, ref)
+            row.update({f"{key}_setup_s": info["setup_s"], f"{key}_precision": info["precision"],
+                        f"{key}_version": info["version"], f"{key}_max_abs_err": err})
+            fns[key] = fn
+            print(f"   {key} {info['version']}: set-up {info['setup_s']:.2f} s, {info['precision']}, "
+                  f"max abs err {err:.2e}", flush=True)
+
     # ---- torch.compile
     if not ARGS.no_inductor:
         variants = [("inductor", False)] + ([] if ARGS.no_freezing else [("inductor_freezing", True)])
@@ -440,6 +518,9 @@ def bench_one(spec, libdir, ptc_cache, gen):
     return row
 
 
+PEER_CACHE = {}
+
+
 def ratio(a, b):
     return a / b if a is not None and b else None
 
@@ -448,6 +529,9 @@ def table(rows):
     cols = ["model", "inputs", "eager ms", "ind ms", "ind-frz ms", "ptc ms", "eager/ptc",
             "ind/ptc", "ind-frz/ptc", "ind c s", "ind-frz c s", "ptc c s", "ptc hit s", "ind c/ptc c",
             "ind-frz c/ptc c", "ptc err", "load"]
+    peers_on = any("ort_ms" in r or "ov_ms" in r for r in rows)
+    if peers_on:
+        cols += ["ort ms", "ov ms", "ort/ptc", "ov/ptc", "ort err", "ov err", "ort setup s", "ov setup s", "ov prec"]
     lines = []
     for r in rows:
         def f(v, fmt):
@@ -467,7 +551,10 @@ def table(rows):
             f(g("ptc_compile_s"), ".2f"), f(g("ptc_cached_compile_s"), ".2f"),
             f(ratio(g("inductor_compile_s"), g("ptc_compile_s")), ".1f"),
             f(ratio(g("inductor_freezing_compile_s"), g("ptc_compile_s")), ".1f"),
-            errs, f(g("other_load_cores"), ".1f")])
+            errs, f(g("other_load_cores"), ".1f")] +
+            ([f(g("ort_ms"), ".3f"), f(g("ov_ms"), ".3f"), f(ratio(g("ort_ms"), ptc_ms), ".2f"), f(ratio(g("ov_ms"), ptc_ms), ".2f"),
+              f(g("ort_max_abs_err"), ".1e"), f(g("ov_max_abs_err"), ".1e"), f(g("ort_setup_s"), ".2f"), f(g("ov_setup_s"), ".2f"),
+              g("ov_precision") or "-"] if peers_on else []))
     widths = [max(len(c), *(len(l[i]) for l in lines)) if lines else len(c) for i, c in enumerate(cols)]
     out = ["| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths)) + " |",
            "|" + "|".join("-" * (w + 2) for w in widths) + "|"]

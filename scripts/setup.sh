@@ -29,18 +29,19 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.ptc-requirements
-if ! cmp -s scripts/requirements.txt "$stamp"; then
-  echo "setup: installing Python packages (scripts/requirements.txt)"
+# (scripts/requirements-bench.txt: ONNX Runtime and OpenVINO, the peers of scripts/bench.py --peers)
+if ! cat scripts/requirements.txt scripts/requirements-bench.txt | cmp -s - "$stamp"; then
+  echo "setup: installing Python packages (scripts/requirements.txt, scripts/requirements-bench.txt)"
   # torch with its CUDA libraries unpacks to about 5 GiB; --no-cache-dir keeps pip from holding a
   # second copy of the wheels in ~/.cache/pip.
   free_gib=$(df -Pk .venv | awk 'NR==2 {print int($4 / 1048576)}')
   if ! .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir \
-         -r scripts/requirements.txt; then
+         -r scripts/requirements.txt -r scripts/requirements-bench.txt; then
     echo "setup: pip could not install scripts/requirements.txt (${free_gib} GiB was free under" \
          "$(pwd)/.venv; the packages need about 8 GiB while installing)" >&2
     exit 1
   fi
-  cp scripts/requirements.txt "$stamp"
+  cat scripts/requirements.txt scripts/requirements-bench.txt > "$stamp"
 fi
 TORCH_DIR=$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 
