@@ -74,8 +74,7 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
      << "struct ptc_model {\n  const unsigned char* weights;\n" << (weights.external ? "  ptc_rt::MappedWeights map;\n" : "")
      << "  void* prepared[" << s.kernels.size() + 1 << "];  // per kernel: constants prepared at ptc_open, or nullptr\n"
      << "  ptc_rt::WorkspacePool pool;  // arenas kept between runs\n"
-     << "  void* state[" << std::max<size_t>(p.states.size(), 1) << "] = {};       // the buffers the program updates (ptc_state.inc)\n"
-     << "  void* state_next[" << std::max<size_t>(p.states.size(), 1) << "] = {};\n"
+     << wrapper::state_members(p)
      << "};\n\n"
      << "namespace ptc_gen {  // the kernels, in kernels_*.cpp\n";
   std::vector<size_t> preparing;
@@ -130,7 +129,6 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
   // library has the same functions as C++ functions in its namespace.
   os << (part.empty() ? "extern \"C\" {\n" : "") << "#include \"ptc_cpu_open.inc\"\n" << (part.empty() ? "}  // extern \"C\"\n" : "") << "\n";
   wrapper::emit_abi_functions(os, part.empty());
-  if (part.empty()) os << "extern \"C\" {\n#include \"ptc_state_abi.inc\"\n}  // extern \"C\"\n";
   if (!part.empty()) os << "}  // namespace " << part_ns << "\n";
   LibrarySource src;
   src.files.emplace_back(file_prefix + "model.cpp", os.str());

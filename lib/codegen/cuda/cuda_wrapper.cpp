@@ -37,8 +37,7 @@ LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, co
      << "struct ptc_model {\n  unsigned char* weights = nullptr;  // device\n  cublasLtHandle_t lt = nullptr;\n"
      << "  ptc_cuda::GemmPlans* plans = nullptr;\n  ptc_cuda::ConvPlans* conv = nullptr;  // with cuDNN convolutions\n"
      << "  cudaMemPool_t pool = nullptr;  // the runs' workspaces (ptc_cuda::pool_create)\n"
-     << "  void* state[" << std::max<size_t>(p.states.size(), 1) << "] = {};  // device: the buffers the program updates (ptc_state.inc)\n"
-     << "  void* state_next[" << std::max<size_t>(p.states.size(), 1) << "] = {};\n"
+     << wrapper::state_members(p)  // (device pointers)
      << "#ifdef PTC_CUDA_GRAPHS\n  std::mutex mu;\n  std::vector<GraphEntry> graphs;\n#endif\n};\n\n"
      << "namespace ptc_gen {\n\n";
   for (size_t ki = 0; ki < s.kernels.size(); ++ki) cuda::emit_kernel(os, p, s, ki, names.syms);
@@ -84,7 +83,6 @@ LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, co
   os << "constexpr size_t kEmbeddedWeightsBytes = " << weights.total_bytes << ";  // (embedded weights)\n\n}  // namespace\n\n";
   os << (part.empty() ? "extern \"C\" {\n" : "") << "#include \"ptc_cuda_open.inc\"\n" << (part.empty() ? "}  // extern \"C\"\n" : "") << "\n";
   wrapper::emit_abi_functions(os, part.empty());
-  if (part.empty()) os << "extern \"C\" {\n#include \"ptc_state_abi.inc\"\n}  // extern \"C\"\n";
   if (!part.empty()) os << "}  // namespace " << part_ns << "\n";
   LibrarySource src;
   src.files.emplace_back(part.empty() ? "model.cu" : part + "_model.cu", os.str());

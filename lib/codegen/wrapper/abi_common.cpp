@@ -408,7 +408,14 @@ void emit_buffer_table(std::ostream& os, const loop::Program& p, const sched::Sc
 void emit_abi_functions(std::ostream& os, bool c_linkage) {
   if (c_linkage) os << "extern \"C\" {\n";
   os << "#include \"ptc_abi.inc\"\n";
-  if (c_linkage) os << "}  // extern \"C\"\n";
+  // A library's state ABI (a training library's part has none: ptc_train_abi.inc is the library's)
+  if (c_linkage) os << "#include \"ptc_state_abi.inc\"\n}  // extern \"C\"\n";
+}
+
+std::string state_members(const loop::Program& p) {
+  const size_t n = std::max<size_t>(p.states.size(), 1);
+  return "  void* state[" + std::to_string(n) + "] = {};  // the buffers the program updates (ptc_state.inc)\n" +
+         "  void* state_next[" + std::to_string(n) + "] = {};\n";
 }
 
 }  // namespace ptc::wrapper

@@ -38,7 +38,9 @@ void emit_metadata(std::ostream& os, const loop::Program& p, const sched::Schedu
 // to model->state_next first, copied over model->state after the kernels). Inside the anonymous
 // namespace, before ptc_state.inc.
 void emit_state_tables(std::ostream& os, const loop::Program& p, const WeightLayout& weights);
-// c_linkage false: plain C++ functions (a training library's part, inside its namespace).
+// The state members of `struct ptc_model` (state[], state_next[]: host or device pointers).
+std::string state_members(const loop::Program& p);
+// c_linkage true (a library): with the state ABI (ptc_state_abi.inc); false: plain C++ functions (a training library's part, inside its namespace).
 void emit_abi_functions(std::ostream& os, bool c_linkage = true);
 // Inside run_impl, with the symbols declared: plans the temporaries' arena for these sizes
 // (ptc_arena.h) into `const size_t ws_bytes` and `offs[]`.
