@@ -19,6 +19,13 @@
 #                torch.compile (default and reduce-overhead) and ptc (with and without
 #                --cuda-graphs) side by side, with the geomeans
 #   bench-exact  the same with TF32 off everywhere (exact fp32 on both sides)
+#   suite-bf16, suite-fp16
+#                every real model with --precision bf16 / fp16 against eager under torch.autocast
+#                (the relative-RMS rule of cuda_check.py --autocast)
+#   bench-bf16, bench-fp16
+#                the bench with --precision bf16 / fp16 against eager and torch.compile under
+#                torch.autocast, at the small sizes and at serving sizes (CNNs at batch 32,
+#                transformers at 16x128)
 # NO_INDUCTOR=1 leaves torch.compile out of the benches (eager and ptc only).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -32,6 +39,8 @@ SUITE="resnet18 resnet50 mobilenet_v2 vit_b_16 vit_small_patch16_224 mobilenet_v
        densenet121 convnext_tiny resnet50d efficientnet_b0 bert gpt2 t5_encoder distilbert"
 SIX="mobilenet_v2 resnet18 resnet50 bert gpt2 vit_small_patch16_224"
 SIZES="mobilenet_v2:8 resnet18:8 resnet50:32 bert:8,128 gpt2:4,128 vit_small_patch16_224:8"
+SERVING="mobilenet_v2:32 resnet18:32 resnet50:32 bert:16,128 gpt2:16,128 vit_small_patch16_224:32 efficientnet_b0:32
+         convnext_tiny:32 densenet121:32 distilbert:16,128"
 inductor=()
 [ "${NO_INDUCTOR:-0}" = 1 ] && inductor=(--no-inductor)
 # cuDNN for the libraries: torch's pip package where the system has none.
@@ -48,13 +57,17 @@ run() {  # run STEP-NAME COMMAND...: time it, remember a failure, go on
 }
 # bench PRECISION DIR: compile the six (and their --cuda-graphs builds), check, bench
 bench() {
-  local flag=()
-  [ "$1" = exact ] || flag=("--$1")
+  local flag=() sizes=$SIZES models=$SIX
+  case $1 in
+    exact) ;;
+    bf16 | fp16) flag=(--autocast "$1"); sizes="$SIZES $SERVING"; models="$SIX efficientnet_b0 convnext_tiny densenet121 distilbert" ;;
+    *) flag=("--$1") ;;
+  esac
   mkdir -p "$2"
   # the suite step's exports, where it ran
   if [ "$2" != "$work/exact" ] && [ -d "$work/exact/models" ] && [ ! -e "$2/models" ]; then ln -s "$(readlink -f "$work/exact/models")" "$2/models"; fi
-  PRECISION=$1 GRAPHS=1 bash scripts/cuda_real_check.sh "$ptc" "$2" $SIX &&
-    python3 scripts/cuda_check.py --libs "$2/libs" --models-dir "$2/models" "${flag[@]}" "${inductor[@]}" --no-check --sizes $SIZES
+  PRECISION=$1 GRAPHS=1 bash scripts/cuda_real_check.sh "$ptc" "$2" $models &&
+    python3 scripts/cuda_check.py --libs "$2/libs" --models-dir "$2/models" "${flag[@]}" "${inductor[@]}" --no-check --sizes $sizes
 }
 for step in "${steps[@]}"; do
   case $step in
@@ -65,7 +78,9 @@ for step in "${steps[@]}"; do
     suite) run suite bash scripts/cuda_real_check.sh "$ptc" "$work/exact" $SUITE ;;
     bench) run "bench (torch's default precision)" bench tf32-conv "$work/default" ;;
     bench-exact) run "bench (exact fp32)" bench exact "$work/exact" ;;
-    *) echo "unknown step '$step' (fixtures memcheck small bandwidth suite bench bench-exact)" >&2; exit 2 ;;
+    suite-bf16 | suite-fp16) run "$step" env PRECISION="${step#suite-}" bash scripts/cuda_real_check.sh "$ptc" "$work/${step#suite-}" $SUITE ;;
+    bench-bf16 | bench-fp16) run "bench (${step#bench-})" bench "${step#bench-}" "$work/${step#bench-}" ;;
+    *) echo "unknown step '$step' (fixtures memcheck small bandwidth suite bench bench-exact suite-bf16 suite-fp16 bench-bf16 bench-fp16)" >&2; exit 2 ;;
   esac
 done
 exit $status

@@ -22,6 +22,11 @@ checked with TF32_TOL whatever the flag.
 --tf32-conv: torch's own defaults, TF32 for cuDNN convolutions only (torch.backends.cudnn.allow_tf32
 = True, torch.backends.cuda.matmul.allow_tf32 = False), for libraries compiled with
 `ptc compile --precision tf32-conv`; they are checked as tf32 ones are.
+--autocast bf16|fp16: eager and torch.compile run under torch.autocast("cuda", dtype), for libraries
+compiled with `ptc compile --precision bf16 / fp16` (a library whose manifest names one of these is
+checked by this rule whatever the flag): ptc's error against exact-fp32 eager (the GPU's, and the
+recorded CPU outputs), as an RMS relative to the output's RMS, is at most AUTOCAST_WORSE times
+autocast eager's own, plus 1e-6.
 --sizes MODEL:D0[,D1] ...: bench these models at these leading input dimensions instead (batch, or
 batch and sequence length; random inputs), e.g. --sizes resnet50:32 bert:8,128; the geomean of
 eager/ptc and of best-torch.compile/ptc over them is printed.
@@ -52,6 +57,31 @@ TF32_TOL = 1e-2
 # ... or, past that, at most this many times torch's own TF32 error against the exact record.
 TF32_VS_TORCH = 1.5
 FLAVOURS = {"pt2": ".pt2", "core_pt2": ".core.pt2", "pt": ".pt"}
+AUTOCAST_WORSE = 1.5
+AUTOCAST = None  # --autocast: torch.bfloat16 / torch.float16 for eager and torch.compile
+HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast_ctx(dtype):
+    import contextlib
+    return torch.autocast("cuda", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def rel_rms(got, ref):
+    got, ref = got.double().cpu(), ref.double().cpu()
+    scale = ref.pow(2).mean().sqrt().item() if ref.numel() else 0.0
+    return (got - ref).pow(2).mean().sqrt().item() / (scale or 1.0) if ref.numel() else 0.0
+
+
+def autocast_rule(got, auto, ref32):
+    """(worst ptc error, worst autocast error, ok): ptc's relative RMS error against ref32 is at
+    most AUTOCAST_WORSE times autocast eager's, plus 1e-6, on every output."""
+    ok, wp, wa = True, 0.0, 0.0
+    for g, a, r in zip(got, auto, ref32):
+        ep, ea = rel_rms(g, r), rel_rms(a, r)
+        ok = ok and ep <= AUTOCAST_WORSE * ea + 1e-6
+        wp, wa = max(wp, ep), max(wa, ea)
+    return wp, wa, ok
 
 
 def load_eager(name, flavour, models=MODELS):
@@ -133,6 +163,7 @@ def check(libs, only=None, ref_only=False, models=MODELS):
                     flags = m.manifest.get("flags", {})
                     tf32 = flags.get("precision") in ("tf32", "tf32-conv")
                     row["tf32"] = tf32
+                    half_precision = HALF.get(flags.get("precision"))
                     for case in expect["cases"]:
                         ins = [recorded(models, f).cuda() for f in case["inputs"]]
                         refs = [recorded(models, f) for f in case["outputs"]]
@@ -144,6 +175,23 @@ def check(libs, only=None, ref_only=False, models=MODELS):
                         torch.cuda.synchronize()
                         e1, ok1 = 0.0, True
                         torch_tf32_err = None
+                        if half_precision is not None:  # --precision bf16 / fp16: the autocast rule
+                            want = flat(eager(*ins)) if eager is not None else refs
+                            if eager is not None:
+                                with autocast_ctx(half_precision):
+                                    auto = flat(eager(*ins))
+                                e1, ea1, ok1 = autocast_rule(got, auto, want)
+                                e2, ea2, ok2 = autocast_rule(got, auto, refs)
+                                row["err_autocast"] = max(row.get("err_autocast", 0.0), ea1)
+                            else:
+                                e1, ok1 = 0.0, True
+                                e2, ok2 = err_of(got, refs, float("inf"), 0.0)[0], True
+                            row["cases"] += 1
+                            row["err_gpu"] = max(row["err_gpu"], e1)
+                            row["err_ref"] = max(row["err_ref"], e2)
+                            row["ok"] = row["ok"] and ok1 and ok2
+                            row["autocast"] = True
+                            continue
                         if eager is not None:
                             try:
                                 want = flat(eager(*ins))
@@ -189,6 +237,8 @@ def check(libs, only=None, ref_only=False, models=MODELS):
     print("|---|---|---|---|---|---|")
     for r in rows:
         res = ("pass" if r["ok"] else f"FAIL {r['error'] or ''}") + (f" ({r['eager_note']})" if r.get("eager_note") else "")
+        if r.get("autocast"):
+            res += f" (relative RMS errors; eager under autocast {r.get('err_autocast', 0.0):.1e})"
         res += " (TF32 library: TF32 tolerance" + (f"; torch TF32 vs record {r['err_eager_ref']:.1e}" if "err_eager_ref" in r else "") + ")" if r.get("tf32") else ""
         print(f"| {r['model']} | {r['flavour']} | {r['cases']} | {r['err_gpu']:.1e} | {r['err_ref']:.1e} | {res} |")
     return rows
@@ -264,7 +314,11 @@ PROFILE_TOP = 0  # --gpu-profile N: the top N kernels of eager and of ptc for ea
 def bench_one(libs, name, lib, ins, reps, models=MODELS):
     row = dict(model=name, inputs="x".join(str(s) for s in ins[0].shape))
     with torch.inference_mode():
-        eager = load_eager(name, "pt2", models)
+        eager32 = load_eager(name, "pt2", models)
+
+        def eager(*xs):
+            with autocast_ctx(AUTOCAST):
+                return eager32(*xs)
         row["eager_ms"] = time_cuda(lambda: eager(*ins), reps)
         if PROFILE_TOP:
             gpu_profile(f"{name} {row['inputs']} eager", lambda: eager(*ins), torch.cuda.synchronize, PROFILE_TOP)
@@ -291,7 +345,11 @@ def bench_one(libs, name, lib, ins, reps, models=MODELS):
                     gpu_profile(f"{name} {row['inputs']} ptc", run, torch.cuda.synchronize, PROFILE_TOP)
                 got = [o.clone() for o in outs]
                 want = flat(eager(*ins))
-                row[f"{label}_err"] = err_of(got, want)[0]
+                if AUTOCAST is not None:  # relative RMS against exact fp32, and autocast eager's own
+                    ep, ea, _ = autocast_rule(got, want, flat(eager32(*ins)))
+                    row[f"{label}_err"], row["autocast_err"] = ep, ea
+                else:
+                    row[f"{label}_err"] = err_of(got, want)[0]
     print(f"{name} {row['inputs']}: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                                    for k, v in row.items() if k not in ("model", "inputs")), flush=True)
     return row
@@ -312,7 +370,8 @@ def print_bench(rows):
         err = max(r.get("ptc_err", 0.0), r.get("ptc_graphs_err", 0.0))
         vs_eager.append(e / best)
         vs_ind.append(bi / best)
-        print(f"| {r['model']} | {r['inputs']} | {e:.3f} | {i:.3f} | {ro:.3f} | {p:.3f} | {pg:.3f} | {e / best:.2f} | {bi / best:.2f} | {err:.1e} |")
+        err_s = f"{err:.1e}" + (f" (autocast {r['autocast_err']:.1e})" if "autocast_err" in r else "")
+        print(f"| {r['model']} | {r['inputs']} | {e:.3f} | {i:.3f} | {ro:.3f} | {p:.3f} | {pg:.3f} | {e / best:.2f} | {bi / best:.2f} | {err_s} |")
     geo = lambda xs: float(np.exp(np.mean(np.log(xs)))) if xs else nan  # noqa: E731
     print(f"geomean over {len(rows)} rows: eager/ptc {geo(vs_eager):.2f}, best-ind/ptc {geo(vs_ind):.2f}")
     return rows
@@ -337,6 +396,8 @@ def main():
                     help="TF32 on in torch too (for libraries built with ptc compile --tf32)")
     ap.add_argument("--tf32-conv", action="store_true",
                     help="TF32 for torch's convolutions only, torch's defaults (for libraries built with ptc compile --tf32-conv)")
+    ap.add_argument("--autocast", choices=list(HALF),
+                    help="eager and torch.compile under torch.autocast in this dtype (libraries built with --precision bf16 / fp16)")
     ap.add_argument("--ref-only", action="store_true",
                     help="compare with the recorded outputs only (no eager run: for compute-sanitizer)")
     args = ap.parse_args()
@@ -346,8 +407,11 @@ def main():
     mode = "on" if args.tf32 else "convolutions only" if args.tf32_conv else "off"
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, TF32 {mode} "
           f"(torch's defaults: matmul.allow_tf32 {defaults[0]}, cudnn.allow_tf32 {defaults[1]})")
-    global INDUCTOR_MODES, PROFILE_TOP
+    global INDUCTOR_MODES, PROFILE_TOP, AUTOCAST
     PROFILE_TOP = args.gpu_profile
+    AUTOCAST = HALF.get(args.autocast)
+    if AUTOCAST is not None:
+        print(f"eager and torch.compile under torch.autocast('cuda', {AUTOCAST})")
     if args.no_inductor:
         INDUCTOR_MODES = ()
     res = {"check": [] if args.no_check else check(Path(args.libs), args.only, args.ref_only, Path(args.models_dir))}

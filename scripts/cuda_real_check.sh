@@ -7,7 +7,8 @@
 #   bash scripts/cuda_real_check.sh PTC_BINARY OUT_DIR MODEL...      (e.g. bert gpt2 resnet18)
 #
 # PRECISION=tf32 or tf32-conv compiles with --tf32 / --tf32-conv and runs torch in the same
-# precision (cuda_check.py --tf32 / --tf32-conv); default: exact fp32 on both sides. GRAPHS=1
+# precision (cuda_check.py --tf32 / --tf32-conv); PRECISION=bf16 or fp16 compiles with --precision
+# bf16 / fp16 and runs torch under torch.autocast in that dtype (cuda_check.py --autocast); default: exact fp32 on both sides. GRAPHS=1
 # also builds each model with --cuda-graphs (cuda_<model>_pt2_graphs.so, for cuda_check.py's
 # bench). Exports already in OUT_DIR/models are reused; the libraries are always compiled.
 set -euo pipefail
@@ -16,10 +17,12 @@ ptc=$(readlink -f "$1")
 out=$2
 shift 2
 precision=()
+check_flags=()
 case "${PRECISION:-exact}" in
   exact) ;;
-  tf32 | tf32-conv) precision=("--$PRECISION") ;;
-  *) echo "PRECISION=$PRECISION: expected exact, tf32 or tf32-conv" >&2; exit 2 ;;
+  tf32 | tf32-conv) precision=("--$PRECISION"); check_flags=("--$PRECISION") ;;
+  bf16 | fp16) precision=(--precision "$PRECISION"); check_flags=(--autocast "$PRECISION") ;;
+  *) echo "PRECISION=$PRECISION: expected exact, tf32, tf32-conv, bf16 or fp16" >&2; exit 2 ;;
 esac
 mkdir -p "$out/models" "$out/libs"
 # Convolutions link cuDNN: torch's pip one where the system has none.
@@ -34,4 +37,4 @@ if [ "${GRAPHS:-0}" = 1 ]; then
   printf '%s\n' "$@" | xargs -P "${JOBS:-4}" -I{} sh -c \
     "'$ptc' compile -q '$out/models/{}.pt2' -o '$out/libs/cuda_{}_pt2_graphs.so' --device cuda --cuda-graphs --no-cache ${precision[*]} || echo FAILED to compile {} with --cuda-graphs"
 fi
-python3 scripts/cuda_check.py --libs "$out/libs" --models-dir "$out/models" "${precision[@]}" --only "$@"
+python3 scripts/cuda_check.py --libs "$out/libs" --models-dir "$out/models" "${check_flags[@]}" --only "$@"

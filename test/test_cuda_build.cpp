@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -213,14 +216,18 @@ TEST_CASE("CUDA builds: a bad nvcc path or --profile gets one clear error", "[cu
 
 TEST_CASE("the --precision flag: one setting for every backend; unsupported precisions and contradicting aliases get one sentence", "[cli]") {
   const std::string so = test::temp_dir() + "/precision_bad.so";
-  for (const char* device : {"cpu", "cuda"})
-    for (const char* p : {"bf16", "fp16"}) {
-      auto r = test::run_ptc(std::string("compile -q --device ") + device + " --precision " + p + " " + test::fixture("mlp.pt2") + " -o " + so);
-      INFO(r.output);
-      CHECK(r.exit_code == 1);
-      CHECK(r.output.find(std::string("--precision ") + p + " is not available for --device " + device + " (no backend computes in it yet)") !=
-            std::string::npos);
-    }
+  for (const char* p : {"tf32", "tf32-conv"}) {  // TF32 is a tensor-core format: CUDA only
+    auto r = test::run_ptc(std::string("compile -q --device cpu --precision ") + p + " " + test::fixture("mlp.pt2") + " -o " + so);
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find(std::string("--precision ") + p + " is not available for --device cpu (it needs --device cuda)") != std::string::npos);
+  }
+  for (const char* p : {"bf16", "fp16"}) {  // mixed-precision training comes later
+    auto r = test::run_ptc(std::string("compile -q --train --precision ") + p + " " + test::fixture("mlp.pt2") + " -o " + so);
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find(std::string("--train --precision ") + p + " is not supported yet") != std::string::npos);
+  }
   auto c = test::run_ptc("compile -q --device cuda --precision tf32 --tf32-conv " + test::fixture("mlp.pt2") + " -o " + so);
   CHECK(c.exit_code == 1);
   CHECK(c.output.find("--tf32-conv means --precision tf32-conv, which contradicts --precision tf32") != std::string::npos);
@@ -228,6 +235,37 @@ TEST_CASE("the --precision flag: one setting for every backend; unsupported prec
   CHECK(u.exit_code == 1);
   CHECK(u.output.find("--precision") != std::string::npos);
   CHECK(!std::filesystem::exists(so));
+}
+
+TEST_CASE("CUDA --precision bf16 / fp16: GEMMs and convolutions in half precision compile (cuBLASLt, cuDNN); attention reads the rounded operands in float32",
+          "[cuda][half]") {
+  for (const char* p : {"bf16", "fp16"})
+    for (const char* name : {"mlp_dyn.pt2", "small_cnn.pt2", "tfm_dyn.pt2", "mbv2_dyn.pt2", "tfm_dyn_bf16.pt2"}) {
+      INFO(name << " --precision " << p);
+      const std::string so = test::temp_dir() + "/cuda_" + p + "_" + name + ".so";
+      auto r = test::run_ptc(std::string("compile -q --device cuda --precision ") + p + " " + test::fixture(name) + " -o " + so +
+                             " --dump-loops -");
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      // A model exported in bfloat16 computes in bfloat16 whatever the flag; an fp32 one in `p`.
+      const std::string half = std::string(name).find("bf16") != std::string::npos || std::string(p) == "bf16" ? "bf16" : "f16";
+      // every GEMM / convolution extern writes a half-precision buffer
+      std::istringstream lines(r.output);
+      std::map<std::string, std::string> dtype_of;  // buffer -> dtype, from the buffer lines
+      int externs = 0;
+      for (std::string line; std::getline(lines, line);) {
+        std::smatch m;
+        if (std::regex_search(line, m, std::regex("^(?:temp|output|weight|input) (\\w+): (\\w+)\\[")))
+          dtype_of[m[1]] = m[2];
+        if (std::regex_search(line, m, std::regex("^(\\w+) = (gemm|conv)\\("))) {
+          ++externs;
+          CHECK(dtype_of[m[1]] == half);
+        }
+      }
+      CHECK(externs > 0);
+      std::string syms = shell("nm -D --defined-only " + so);
+      CHECK(syms.find("ptc_run") != std::string::npos);
+    }
 }
 
 TEST_CASE("CUDA --channels-last: NHWC convolutions with KRSC filters compile, and the manifest says so", "[cuda]") {

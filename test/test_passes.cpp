@@ -550,6 +550,66 @@ TEST_CASE("library_ops_f32: GEMMs of a bfloat16 model read float32 weights folde
   CHECK(found);
 }
 
+TEST_CASE("autocast: library operations read bfloat16 operands and write bfloat16, converted back to float32", "[passes][half]") {
+  auto g = load_pt2(test::fixture("tiny_tfm.pt2"));
+  GraphPassOptions o;
+  o.autocast = DType::BFloat16;
+  auto out = run_graph_passes(*g, {}, o);
+  INFO(print_graph(*out));
+  int library = 0;
+  for (const auto& n : out->nodes()) {
+    const LibraryClass c = library_class(n->kind);
+    if (c == LibraryClass::None) {
+      // everything else computes in float32: softmax, layer norm, reductions, gelu
+      if (n->kind == OpKind::SoftmaxInt || n->kind == OpKind::UnderscoreSoftmax || n->kind == OpKind::LayerNorm || n->kind == OpKind::Gelu)
+        for (const Value* v : n->outputs) CHECK(v->type.dtype == DType::Float32);
+      continue;
+    }
+    ++library;
+    // CPU (no native half kernels): library_ops_f32 widened the rounded operands again
+    for (const Value* v : n->inputs())
+      if (v->type.is_tensor() && dtype_is_float(v->type.dtype)) CHECK(v->type.dtype == DType::Float32);
+  }
+  CHECK(library > 0);
+  for (const Value* v : out->outputs) CHECK(v->type.dtype == g->outputs[0]->type.dtype);  // the model's dtype
+  // With native half GEMMs (CUDA) the GEMMs keep their bfloat16 operands, and every weight they
+  // read is a bfloat16 constant folded at compile time.
+  o.half_native.gemm = true;
+  auto native = run_graph_passes(*g, {}, o);
+  int half_gemms = 0;
+  for (const auto& n : native->nodes()) {
+    if (library_class(n->kind) != LibraryClass::Gemm) continue;
+    ++half_gemms;
+    for (const Value* v : n->inputs())
+      if (v->type.is_tensor() && dtype_is_float(v->type.dtype)) CHECK(v->type.dtype == DType::BFloat16);
+    for (const Value* v : n->outputs) CHECK(v->type.dtype == DType::BFloat16);
+  }
+  CHECK(half_gemms > 0);
+  bool bf16_weight = false;
+  for (const auto& [name, td] : native->weights) bf16_weight = bf16_weight || td.type.dtype == DType::BFloat16;
+  CHECK(bf16_weight);
+}
+
+TEST_CASE("autocast: an attention's additive mask stays float32", "[passes][half]") {
+  Builder b;
+  auto T = [](int64_t n) { return std::vector<sym::Expr>{sym::Expr(1), sym::Expr(2), sym::Expr(n), sym::Expr(8)}; };
+  Value* q = b.input("q", DType::Float32, T(4));
+  Value* k = b.input("k", DType::Float32, T(6));
+  Value* v = b.input("v", DType::Float32, T(6));
+  Value* m = b.input("m", DType::Float32, {sym::Expr(1), sym::Expr(1), sym::Expr(4), sym::Expr(6)});
+  Value* y = b.op(OpKind::ScaledDotProductAttention, "sdpa", {{"query", q}, {"key", k}, {"value", v}, {"attn_mask", m}});
+  b.g->outputs = {y};
+  auto out = autocast(*b.g, DType::Float16);
+  INFO(print_graph(*out));
+  for (const auto& n : out->nodes()) {
+    if (n->kind != OpKind::ScaledDotProductAttention) continue;
+    for (const char* name : {"query", "key", "value"}) CHECK(std::get<Value*>(*n->arg(name))->type.dtype == DType::Float16);
+    CHECK(std::get<Value*>(*n->arg("attn_mask"))->type.dtype == DType::Float32);
+    CHECK(n->outputs[0]->type.dtype == DType::Float16);
+  }
+  CHECK(out->outputs[0]->type.dtype == DType::Float32);
+}
+
 TEST_CASE("channels_last_weights: convolution weights become KRSC constants; channels_last_pays", "[passes]") {
   auto g = load_pt2(test::fixture("small_cnn.pt2"));
   CHECK(channels_last_pays(*g, false));

@@ -153,19 +153,49 @@ std::unique_ptr<Graph> fold_constants(const Graph& g);
 //       prune_unused_weights); other nodes are unchanged.
 std::unique_ptr<Graph> fold_batch_norm(const Graph& g);
 
+// ---- the precision policy (lib/passes/autocast.cpp) --------------------------------------------
+//
+// The one place that says which graph ops are library operations and of which class: the ops
+// ptc lowers to its GEMM, convolution and attention externs (lib/loop/lower_extern.cpp). Both
+// passes below read it, and every backend runs both, so `--precision` means the same on each.
+enum class LibraryClass { None, Gemm, Conv, Attention };
+LibraryClass library_class(OpKind k);
+// Which library classes a backend computes natively in float16 / bfloat16 (tensor cores with
+// float32 accumulation); the others get float32 operands from library_ops_f32.
+struct HalfLibraryOps {
+  bool gemm = false, conv = false, attention = false;
+  bool native(LibraryClass c) const {
+    return (c == LibraryClass::Gemm && gemm) || (c == LibraryClass::Conv && conv) || (c == LibraryClass::Attention && attention);
+  }
+};
+
+// ---- autocast (lib/passes/autocast.cpp) ---------------------------------------------------------
+//
+// torch.autocast's policy for an fp32 model compiled with `--precision bf16 / fp16` (`half`): each
+// library operation (library_class) reads its float32 tensor inputs through new
+// aten::to.dtype(half) nodes (an additive attention mask stays float32) and writes `half`
+// outputs, each converted back to float32 by another to.dtype node that takes the old output's
+// place. Everything else (softmax, normalization statistics, reductions, exp / log, losses and
+// the other pointwise ops) keeps computing in float32, and the model's outputs keep their
+// dtype. The conversions of weights fold into half-precision constants (fold_constants).
+// Pre:  verify_graph(g) is empty; `half` is Float16 or BFloat16.
+// Post: verify_graph is empty; no library operation reads a float32 tensor other than a mask;
+//       the converted node keeps its name and source, its outputs are new values NAME_half.
+std::unique_ptr<Graph> autocast(const Graph& g, DType half);
+
 // ---- library ops in float32 (lib/passes/library_ops_f32.cpp) -----------------------------------
 //
-// A GEMM, convolution or attention node (linear, addmm, baddbmm, mm, bmm, matmul, conv2d,
-// convolution, _convolution, scaled_dot_product_attention and its CPU flash form, the fused
-// multi-head attention) with a float16 / bfloat16 tensor input or output reads every such input
-// through a new aten::to.dtype(float32) node and writes float32 outputs, each converted back to
-// its recorded dtype by another to.dtype node that takes the old output's place. ptc's library
-// kernels are float32 ones; the conversions of weights fold into float32 constants
+// A library operation (library_class) with a float16 / bfloat16 tensor input or output that the
+// backend does not compute natively in that dtype (`native`: all its floating tensors of one half
+// dtype, and its class native) reads every such input through a new aten::to.dtype(float32) node
+// and writes float32 outputs, each converted back to its recorded dtype by another to.dtype node
+// that takes the old output's place. The conversions of weights fold into float32 constants
 // (fold_constants), the others fuse as pointwise nodes.
 // Pre:  verify_graph(g) is empty.
-// Post: verify_graph is empty; no such node reads or writes float16 / bfloat16; the converted
-//       node keeps its name and source, its outputs are new values NAME_f32.
-std::unique_ptr<Graph> library_ops_f32(const Graph& g);
+// Post: verify_graph is empty; a library operation reads or writes float16 / bfloat16 only when
+//       `native` takes it; the converted node keeps its name and source, its outputs are new
+//       values NAME_f32.
+std::unique_ptr<Graph> library_ops_f32(const Graph& g, const HalfLibraryOps& native = {});
 
 // ---- channels-last convolution weights (lib/passes/channels_last.cpp) --------------------------
 //
@@ -194,10 +224,12 @@ namespace ptc {
 //
 struct GraphPassOptions {
   bool channels_last_weights = false;  // run channels_last_weights (before library_ops_f32)
+  std::optional<DType> autocast;       // run autocast to this half dtype (--precision bf16 / fp16)
+  HalfLibraryOps half_native;          // what library_ops_f32 leaves in half precision (Backend::half_native)
 };
 
 // The graph passes of `ptc compile`, in order: functionalize, fold_batch_norm,
-// [channels_last_weights,] library_ops_f32, fold_constants, cse, dce, prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
+// [channels_last_weights,] [autocast,] library_ops_f32, fold_constants, cse, dce, prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
 // a ptc bug); `after(name, graph)`, when given, sees each pass's result (--dump-after).
 // Pre:  verify_graph(g) is empty; every value has its type (read or shape-propagated).
 std::unique_ptr<Graph> run_graph_passes(const Graph& g,
@@ -206,7 +238,7 @@ std::unique_ptr<Graph> run_graph_passes(const Graph& g,
 // A named list of graph passes run in order; the verifier checks the graph after each (a failure
 // is an InternalError: a ptc bug) and `after(name, graph)`, when given, sees each result. Both
 // pass lists (run_graph_passes; autodiff.h: run_training_graph_passes) are such lists.
-using GraphPass = std::unique_ptr<Graph> (*)(const Graph&);
+using GraphPass = std::function<std::unique_ptr<Graph>(const Graph&)>;
 std::unique_ptr<Graph> run_pass_list(const Graph& g, const std::vector<std::pair<const char*, GraphPass>>& passes,
                                      const std::function<void(const char* pass, const Graph&)>& after = {});
 

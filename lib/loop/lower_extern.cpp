@@ -58,12 +58,16 @@ TensorRef regroup(Lowering& L, const TensorRef& g, int64_t G) {
 // The same, realized densely.
 TensorRef by_group(Lowering& L, const TensorRef& g, int64_t G) { return L.realize(regroup(L, g, G), L.origin()); }
 
-// cuDNN's operands (LowerOptions::cudnn_conv): float32 throughout; the weight contiguous (a
-// filter descriptor is packed), the others any view without broadcast (zero) strides.
-bool cudnn_f32(const Lowering& L, std::initializer_list<DType> dts) {
+// cuDNN's operands (LowerOptions::cudnn_conv): one element type throughout, float32 or (where
+// library_ops_f32 left the convolution in half precision: Backend::half_native) bfloat16 /
+// float16; the weight contiguous (a filter descriptor is packed), the others any view without
+// broadcast (zero) strides.
+bool cudnn_types(const Lowering& L, std::initializer_list<DType> dts) {
   if (!L.options.cudnn_conv) return false;
+  const DType first = *dts.begin();
+  if (first != DType::Float32 && !dtype_is_half(first)) return false;
   for (DType d : dts)
-    if (d != DType::Float32) return false;
+    if (d != first) return false;
   return true;
 }
 View dense_view(Lowering& L, const TensorRef& t) {
@@ -340,7 +344,7 @@ TensorRef conv_input_grad(Lowering& L, const TensorRef& g, const TensorRef& w, c
   auto kh_ = w.sizes[2].as_const(), kw_ = w.sizes[3].as_const();
   if (!kh_ || !kw_) L.fail("a convolution's input gradient needs a static kernel size");
   const int64_t KH = *kh_, KW = *kw_;
-  if (cudnn_f32(L, {dt, w.dtype, g.dtype}))
+  if (cudnn_types(L, {dt, w.dtype, g.dtype}))
     return emit_extern(L, ExternKind::ConvInputGrad, dt, xs, {dense_view(L, w), group_view(L, g, G)}, conv_attrs(st, pd, dl, G));
   const sym::Expr N = xs[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G)), Cg = w.sizes[1];
   if (!L.options.conv_as_gemm && Og == sym::Expr(1) && Cg == sym::Expr(1) && dt == DType::Float32 && w.dtype == DType::Float32 &&
@@ -409,9 +413,8 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       auto plus_bias = [&](const TensorRef& y) {
         if (a.is_none("bias")) return y;
         TensorRef b = a.tensor("bias");
-        return L.pointwise(DType::Float32, y.sizes, [=](const Index& i) {
-          return binary(Op::Add, y.at(i), cast(b.at({i[1]}), DType::Float32));
-        });
+        const DType ydt = y.dtype;
+        return L.pointwise(ydt, y.sizes, [=](const Index& i) { return binary(Op::Add, y.at(i), cast(b.at({i[1]}), ydt)); });
       };
       const Index out = a.out_sizes();
       const DType dt = a.out_dtype();
@@ -427,7 +430,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       };
       const bool patchify = a.i("groups") == 1 && kh && kw && *kh * *kw > 1 && st[0] == *kh && st[1] == *kw && pd[0] == 0 && pd[1] == 0 &&
                             dl[0] == 1 && dl[1] == 1;
-      if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype}) && L.options.channels_last) {
+      if (cudnn_types(L, {a.out_dtype(), x.dtype, w.dtype}) && L.options.channels_last) {
         const int64_t groups = a.i("groups");
         if (groups == 1 && kh == 1 && kw == 1 && st[0] == 1 && st[1] == 1 && pd[0] == 0 && pd[1] == 0) {
           // A 1x1 convolution is a GEMM over the NHWC activations: [N H W, C] x W^T [C, O]
@@ -494,7 +497,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         L.nhwc_buffers.insert(y.view->buffer);
         return one(plus_bias(L.nhwc_view(y.view->buffer, a.out_dtype())));
       }
-      if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype}) && patchify && w.view && w.view->dense()) {
+      if (cudnn_types(L, {a.out_dtype(), x.dtype, w.dtype}) && patchify && w.view && w.view->dense()) {
         // NCHW, a patchify convolution (ViT's patch embedding; cuDNN's exact kernels took 76 us
         // for ViT-S's at batch 8 on an H200): the GEMM over its patches, cols [N OH OW, C KH KW]
         // gathered once in the KCRS weight's order, times the weight read as [C KH KW, O]. Its
@@ -510,7 +513,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
         });
         return nhwc_gemm(L.as_view(cols, L.origin()), View{w.view->buffer, {k, out[1]}, {sym::Expr(1), k}, w.view->offset});
       }
-      if (cudnn_f32(L, {a.out_dtype(), x.dtype, w.dtype})) {
+      if (cudnn_types(L, {a.out_dtype(), x.dtype, w.dtype})) {
         std::vector<View> operands{cudnn_view(L, x), dense_view(L, w)};
         return one(plus_bias(emit_extern(L, ExternKind::Convolution, a.out_dtype(), a.out_sizes(), std::move(operands),
                                          conv_attrs(st, pd, dl, a.i("groups")))));
@@ -546,7 +549,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       const Index out = a.out_sizes();
       const DType dt = a.out_dtype();
       const sym::Expr N = x.sizes[0], OH = g.sizes[2], OW = g.sizes[3], Og = sym::floordiv(g.sizes[1], sym::Expr(G));
-      if (cudnn_f32(L, {dt, x.dtype, g.dtype}))
+      if (cudnn_types(L, {dt, x.dtype, g.dtype}))
         return one(emit_extern(L, ExternKind::ConvWeightGrad, dt, out, {cudnn_view(L, x), group_view(L, g, G)},
                                conv_attrs(st, pd, dl, G)));
       if (!L.options.conv_as_gemm && dt == DType::Float32 && x.dtype == DType::Float32 && g.dtype == DType::Float32) {

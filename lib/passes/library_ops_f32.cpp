@@ -1,8 +1,9 @@
 // Library ops in float32: a GEMM, convolution or attention node that reads or writes float16 /
-// bfloat16 tensors gets float32 operands (a dtype conversion in front of each such tensor input),
-// computes in float32 and converts its results back to their recorded dtype. ptc's GEMM,
-// convolution and attention kernels (and cuBLASLt / cuDNN calls) are float32 ones; this is what
-// torch's CPU kernels do for these dtypes too: accumulate in float32, round the result once.
+// bfloat16 tensors, where the backend has no kernel of its class in that dtype (the CPU's GEMM,
+// convolution and attention kernels; CUDA's attention so far), gets float32 operands (a dtype
+// conversion in front of each such tensor input), computes in float32 and converts its results
+// back to their recorded dtype. This is what torch's CPU kernels do for these dtypes too:
+// accumulate in float32, round the result once.
 //
 // The conversions of weights (the usual case: a half-precision model's parameters) are constant
 // folded by the next pass, so a GEMM reads a float32 copy of its weight made at compile time. The
@@ -17,25 +18,6 @@
 namespace ptc {
 namespace {
 
-// The ops lowered to ptc's GEMM, convolution and attention kernels (lib/loop/lower_extern.cpp).
-bool is_library_op(OpKind k) {
-  switch (k) {
-    case OpKind::Linear:
-    case OpKind::Addmm:
-    case OpKind::Baddbmm:
-    case OpKind::Mm:
-    case OpKind::Bmm:
-    case OpKind::Matmul:
-    case OpKind::Conv2d:
-    case OpKind::Convolution:
-    case OpKind::UnderscoreConvolution:
-    case OpKind::ScaledDotProductAttention:
-    case OpKind::UnderscoreScaledDotProductFlashAttentionForCpu:
-    case OpKind::UnderscoreNativeMultiHeadAttention: return true;
-    default: return false;
-  }
-}
-
 bool touches_half(const Node& n) {
   for (const Value* v : n.inputs())
     if (v->type.is_tensor() && dtype_is_half(v->type.dtype)) return true;
@@ -44,11 +26,34 @@ bool touches_half(const Node& n) {
   return false;
 }
 
+// Whether the backend computes `n` as it is: its class is native in half precision and every
+// floating tensor it reads or writes has one half dtype.
+bool native_half(const Node& n, const HalfLibraryOps& native) {
+  if (!native.native(library_class(n.kind))) return false;
+  std::optional<DType> half;
+  auto same = [&](const Value* v) {
+    if (!v->type.is_tensor() || !dtype_is_float(v->type.dtype)) return true;
+    if (!dtype_is_half(v->type.dtype) || (half && *half != v->type.dtype)) return false;
+    half = v->type.dtype;
+    return true;
+  };
+  for (const Value* v : n.inputs())
+    if (!same(v)) return false;
+  for (const Value* v : n.outputs)
+    if (!same(v)) return false;
+  return true;
+}
+
+// The nodes library_ops_f32 converts.
+bool converts(const Node& n, const HalfLibraryOps& native) {
+  return library_class(n.kind) != LibraryClass::None && touches_half(n) && !native_half(n, native);
+}
+
 }  // namespace
 
-std::unique_ptr<Graph> library_ops_f32(const Graph& g) {
+std::unique_ptr<Graph> library_ops_f32(const Graph& g, const HalfLibraryOps& native) {
   bool any = false;
-  for (const auto& np : g.nodes()) any = any || (is_library_op(np->kind) && touches_half(*np));
+  for (const auto& np : g.nodes()) any = any || converts(*np, native);
   if (!any) return clone_graph(g);
 
   rewrite::GraphRewriter rw(g);
@@ -61,7 +66,7 @@ std::unique_ptr<Graph> library_ops_f32(const Graph& g) {
   };
   for (const auto& np : g.nodes()) {
     const Node& n = *np;
-    if (!is_library_op(n.kind) || !touches_half(n)) {
+    if (!converts(n, native)) {
       rw.copy_node(n);
       continue;
     }

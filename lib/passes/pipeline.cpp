@@ -25,8 +25,13 @@ std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void
   // (channels_last_weights first: it finds the weights themselves, before library_ops_f32
   // converts a half model's ones)
   if (opts.channels_last_weights) passes.emplace_back("channels_last_weights", channels_last_weights);
-  passes.insert(passes.end(), {{"library_ops_f32", library_ops_f32},
-                               {"fold_constants", fold_constants},
+  if (opts.autocast) {
+    const DType half = *opts.autocast;
+    passes.emplace_back("autocast", [half](const Graph& x) { return autocast(x, half); });
+  }
+  const HalfLibraryOps native = opts.half_native;
+  passes.emplace_back("library_ops_f32", [native](const Graph& x) { return library_ops_f32(x, native); });
+  passes.insert(passes.end(), {{"fold_constants", fold_constants},
                                {"cse", common_subexpression_elimination},
                                {"dce", dead_code_elimination},
                                {"prune_unused_weights", prune_unused_weights}});

@@ -51,13 +51,22 @@ bool untyped(const CompileState& st) {
 }
 void fill_shapes(CompileState& st) { st.graph = propagate_shapes(*st.graph, ShapePropMode::Fill); }
 
+GraphPassOptions graph_pass_options(const CompileState& st) {
+  GraphPassOptions o;
+  o.channels_last_weights = st.channels_last;
+  if (st.opts.precision == Precision::BF16) o.autocast = DType::BFloat16;
+  if (st.opts.precision == Precision::FP16) o.autocast = DType::Float16;
+  o.half_native = st.backend.half_native();
+  return o;
+}
+
 // passes: the layout decision, then the graph passes (the verifier checks the IR after each; a
 // failure is a ptc bug) -> state.graph, state.parts = {the one inference part}.
 void graph_passes(CompileState& st) {
   st.channels_last = st.opts.channels_last < 0 ? st.backend.channels_last_pays(*st.graph, st.opts.precision) : st.opts.channels_last == 1;
   for_model(st, [&] {
     st.graph = run_graph_passes(*st.graph, [&](const char* pass, const Graph& g) { dump_graph(st, pass, g, std::cout); },
-                                GraphPassOptions{st.channels_last});
+                                graph_pass_options(st));
   });
   st.parts = {Part{"", st.graph.get(), {}, {}}};
 }

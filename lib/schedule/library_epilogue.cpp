@@ -41,7 +41,10 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
   const bool nhwc = conv && ext.as<loop::ConvAttrs>().nhwc;
   if (!gemm && !conv) return std::nullopt;
   if (e.kind != loop::Computation::Kind::Pointwise || !e.body || e.domain.empty()) return std::nullopt;
-  if (p.buffers[e.out].dtype != DType::Float32 || p.buffers[ext.out].dtype != DType::Float32) return std::nullopt;
+  // One element type throughout (float32, or a half-precision library call's bfloat16 / float16:
+  // its bias and residual are read in that type).
+  const DType dt = p.buffers[ext.out].dtype;
+  if (p.buffers[e.out].dtype != dt || (dt != DType::Float32 && !dtype_is_half(dt))) return std::nullopt;
   LibraryEpilogue m;
   ExprRef body = e.body;
   if (body->op == Op::Relu) {
@@ -59,7 +62,7 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
   const sym::Expr channel = gemm || nhwc ? vars.back() : vars[1];
   bool result = false;
   for (const auto& t : terms) {
-    if (t->op != Op::Load || t->dtype != DType::Float32 || t->buffer == e.out) return std::nullopt;
+    if (t->op != Op::Load || t->dtype != dt || p.buffers[t->buffer].dtype != dt || t->buffer == e.out) return std::nullopt;
     if (t->buffer == ext.out) {
       if (result || !(t->index == own)) return std::nullopt;
       result = true;

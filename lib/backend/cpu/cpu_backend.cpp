@@ -18,7 +18,9 @@ class CpuBackend final : public Backend {
     if (o.cuda_graphs) user_error("--cuda-graphs needs --device cuda");
     if (o.channels_last == 1) user_error("--channels-last needs --device cuda (cuDNN's NHWC convolutions)");
   }
-  bool supports(Precision p) const override { return p == Precision::FP32; }
+  // bf16 / fp16: autocast's rounding of the library operations' operands and results, computed
+  // by the float32 kernels (library_ops_f32).
+  bool supports(Precision p) const override { return p == Precision::FP32 || p == Precision::BF16 || p == Precision::FP16; }
 
   LowerOptions lower_options(bool channels_last) const override {
     PTC_CHECK(!channels_last, "the CPU backend has no channels-last convolutions");

@@ -41,7 +41,13 @@ class CudaBackend final : public Backend {
     if (o.build.profile) user_error("--profile is not supported for --device cuda yet (use Nsight Compute)");
     if (!o.build.sanitize.empty()) user_error("--sanitize is for --device cpu; check CUDA libraries with compute-sanitizer instead");
   }
-  bool supports(Precision p) const override { return p == Precision::FP32 || p == Precision::TF32 || p == Precision::TF32Conv; }
+  bool supports(Precision) const override { return true; }
+  // cuBLASLt's and cuDNN's half-precision tensor-core kernels; attention stays float32 so far.
+  HalfLibraryOps half_native() const override {
+    HalfLibraryOps h;
+    h.gemm = h.conv = true;
+    return h;
+  }
   void resolve_tools(BuildOptions& build) const override { build.nvcc = find_nvcc(build.nvcc); }
 
   // cuDNN's TF32 tensor-core kernels are NHWC ones; in exact fp32 only MobileNet-style nets pay

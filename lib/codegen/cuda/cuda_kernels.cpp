@@ -411,12 +411,27 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
   os << "  ptc_kernel_" << index << "<<<grid, block, 0, stream>>>(" << call_args(p, bufs, syms) << ");\n  return nullptr;\n}\n\n";
 }
 
+// The element type (ptc_cuda::ElemType) of a GEMM's or convolution's buffers: float32, or
+// bfloat16 / float16 where the backend computes them natively (Backend::half_native).
+std::string elem_type(const loop::Program& p, const Computation& c, const char* what) {
+  switch (p.buffers[c.out].dtype) {
+    case DType::Float32: return "ptc_cuda::kF32";
+    case DType::BFloat16: return "ptc_cuda::kBF16";
+    case DType::Float16: return "ptc_cuda::kF16";
+    default: user_error("the CUDA ", what, " supports float32, bfloat16 and float16 only (", c.origin, ")");
+  }
+}
+// A pointer to element `offset` of buffer `b`, of its element type.
+std::string buffer_ptr(const loop::Program& p, int b, const sym::Expr& offset, bool constant) {
+  return std::string("static_cast<") + (constant ? "const " : "") + ctype(p.buffers[b].dtype) + "*>(buf[" + std::to_string(b) + "]) + " +
+         cpp_index(offset);
+}
+
 // `<var>.bias`, `.residual` and `.act` of a library call's fused epilogue (ptc_cuda::Gemm,
 // ptc_cuda::CudnnConv).
-void emit_library_epilogue(std::ostream& os, const std::string& var, const sched::LibraryEpilogue& m) {
-  if (m.bias >= 0) os << "  " << var << ".bias = static_cast<const float*>(buf[" << m.bias << "]) + " << cpp_index(m.bias_offset) << ";\n";
-  if (m.residual >= 0)
-    os << "  " << var << ".residual = static_cast<const float*>(buf[" << m.residual << "]) + " << cpp_index(m.residual_offset) << ";\n";
+void emit_library_epilogue(std::ostream& os, const loop::Program& p, const std::string& var, const sched::LibraryEpilogue& m) {
+  if (m.bias >= 0) os << "  " << var << ".bias = " << buffer_ptr(p, m.bias, m.bias_offset, true) << ";\n";
+  if (m.residual >= 0) os << "  " << var << ".residual = " << buffer_ptr(p, m.residual, m.residual_offset, true) << ";\n";
   if (m.act != sched::LibraryEpilogue::Act::None)
     os << "  " << var << ".act = " << (m.act == sched::LibraryEpilogue::Act::Relu6 ? "ptc_cuda::kActRelu6" : "ptc_cuda::kActRelu") << ";\n";
 }
@@ -425,26 +440,27 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   const Computation& c = p.comps[k.comps.front()];
   const loop::View& A = c.operands[0];
   const loop::View& B = c.operands[1];
-  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA GEMM supports float32 only so far (", c.origin, ")");
+  const std::string type = elem_type(p, c, "GEMM");
   size_t r = c.domain.size();
   if (r - 2 > 6) user_error("the CUDA GEMM supports at most 6 batch dimensions (", c.origin, ")");
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx& ctx) {\n";
   emit_sym_locals(os, syms, "  ");
   os << "  ptc_cuda::Gemm g{};\n";
   os << "  g.M = " << cpp_index(c.domain[r - 2]) << "; g.N = " << cpp_index(c.domain[r - 1]) << "; g.K = " << cpp_index(A.sizes[r - 1]) << ";\n";
-  os << "  g.A = static_cast<const float*>(buf[" << A.buffer << "]) + " << cpp_index(A.offset) << "; g.lda_m = " << cpp_index(A.strides[r - 2])
+  os << "  g.type = " << type << ";\n";
+  os << "  g.A = " << buffer_ptr(p, A.buffer, A.offset, true) << "; g.lda_m = " << cpp_index(A.strides[r - 2])
      << "; g.lda_k = " << cpp_index(A.strides[r - 1]) << ";\n";
-  os << "  g.B = static_cast<const float*>(buf[" << B.buffer << "]) + " << cpp_index(B.offset) << "; g.ldb_k = " << cpp_index(B.strides[r - 2])
+  os << "  g.B = " << buffer_ptr(p, B.buffer, B.offset, true) << "; g.ldb_k = " << cpp_index(B.strides[r - 2])
      << "; g.ldb_n = " << cpp_index(B.strides[r - 1]) << ";\n";
   if (k.epilogue >= 0) {  // cuBLASLt's bias / residual / ReLU (Epilogues::Library)
     const Computation& e = p.comps[k.epilogue];
     std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, e);
     PTC_CHECK(m.has_value(), "a CUDA GEMM epilogue the schedule took is no library epilogue");
-    os << "  g.C = static_cast<float*>(buf[" << e.out << "]);\n";
+    os << "  g.C = " << buffer_ptr(p, e.out, 0, false) << ";\n";
     PTC_CHECK(m->act != sched::LibraryEpilogue::Act::Relu6, "cuBLASLt has no ReLU6 epilogue");
-    emit_library_epilogue(os, "g", *m);
+    emit_library_epilogue(os, p, "g", *m);
   } else {
-    os << "  g.C = static_cast<float*>(buf[" << c.out << "]);\n";
+    os << "  g.C = " << buffer_ptr(p, c.out, 0, false) << ";\n";
   }
   if (c.as<loop::GemmAttrs>().of_convolution) os << "  g.conv = true;\n";
   os << "  g.nbatch = " << r - 2 << ";\n";
@@ -464,8 +480,7 @@ void emit_strided(std::ostream& os, const std::string& field, const std::string&
 }
 
 bool cudnn_kernel(const loop::Program& p, const Computation& c) {
-  return c.extern_kind != loop::ExternKind::Convolution ||
-         (p.buffers[c.out].dtype == DType::Float32 && (c.operands[1].dense() || c.operands[1].channels_last()));
+  return c.extern_kind != loop::ExternKind::Convolution || c.operands[1].dense() || c.operands[1].channels_last();
 }
 
 // A convolution or one of its gradients through cuDNN (ptc_cuda::cudnn_conv). Gradients read
@@ -473,7 +488,7 @@ bool cudnn_kernel(const loop::Program& p, const Computation& c) {
 // strides again (n: 2, c: 1, h: 3, w: 4) when the groups merge with the channels.
 void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
   const Computation& c = p.comps[k.comps.front()];
-  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA convolution supports float32 only so far (", c.origin, ")");
+  const std::string type = elem_type(p, c, "convolution");
   const bool fwd = c.extern_kind == loop::ExternKind::Convolution, filter = c.extern_kind == loop::ExternKind::ConvWeightGrad;
   std::vector<sym::Expr> out_strides = contiguous_strides(c.domain);
   // NHWC (LowerOptions::channels_last): the output buffer is [N, OH, OW, O]; cuDNN gets it as
@@ -484,17 +499,18 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const sched::Kern
     out_strides = {out_strides[0], out_strides[3], out_strides[1], out_strides[2]};
     y_logical = {c.domain[0], c.domain[3], c.domain[1], c.domain[2]};
   }
-  auto ptr = [](const loop::View& v) { return "static_cast<float*>(buf[" + std::to_string(v.buffer) + "]) + " + cpp_index(v.offset); };
+  auto ptr = [&p](const loop::View& v) { return buffer_ptr(p, v.buffer, v.offset, false); };
   // With a fused epilogue (Epilogues::Library) the convolution writes the epilogue's buffer.
   const int out_buffer = k.epilogue >= 0 ? p.comps[k.epilogue].out : c.out;
-  const std::string out = "static_cast<float*>(buf[" + std::to_string(out_buffer) + "])";
+  const std::string out = buffer_ptr(p, out_buffer, 0, false);
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx& ctx) {\n";
   emit_sym_locals(os, syms, "  ");
   os << "  ptc_cuda::CudnnConv a{};\n";
+  os << "  a.type = " << type << ";\n";
   if (k.epilogue >= 0) {
     std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, p.comps[k.epilogue]);
     PTC_CHECK(m && fwd && m->bias >= 0, "a cuDNN convolution epilogue the schedule took is no library epilogue");
-    emit_library_epilogue(os, "a", *m);
+    emit_library_epilogue(os, p, "a", *m);
   }
   std::vector<sym::Expr> x_sizes, w_sizes, y_sizes;
   if (fwd) {
@@ -567,7 +583,10 @@ void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kerne
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx& ctx) {\n";
   emit_sym_locals(os, syms, "  ");
   os << "  ptc_cuda::Attention a{};\n";
-  os << "  a.tf32 = ctx.math.attention == ptc_rt::MathMode::TF32;\n";
+  // TF32 tensor cores under tf32, and under bf16 / fp16: there autocast rounded q, k and v to the
+  // half dtype, whose values TF32 holds exactly, so q.k is the half-precision product with fp32
+  // accumulation; the probabilities are rounded to TF32 (torch's half kernels: to the half dtype).
+  os << "  a.tf32 = ctx.math.attention != ptc_rt::MathMode::FP32;\n";
   os << wrapper::attention_fields(c, "  ", [&](size_t i, const loop::View& v) {
     const bool bytes = i == 3 && p.buffers[v.buffer].dtype != DType::Float32;  // a bool mask
     return std::string("static_cast<const ") + (bytes ? "unsigned char" : "float") + "*>(buf[" + std::to_string(v.buffer) + "])";

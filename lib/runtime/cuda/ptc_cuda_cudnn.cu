@@ -120,7 +120,7 @@ const char* run_conv_epilogue(const CudnnConv& a, cudaStream_t stream) {
   // y is a whole NCHW or NHWC buffer (--channels-last): the channel of element i is i / (OH OW) % O
   // or i % O; a residual is laid out as y.
   const int64_t inner = a.ys[1] == 1 ? 1 : a.OH * a.OW;
-  return bias_act(a.y, a.N * a.O * a.OH * a.OW, inner, a.O, a.bias, a.residual, a.act, stream);
+  return bias_act(a.y, a.N * a.O * a.OH * a.OW, inner, a.O, a.bias, a.residual, a.act, stream, a.type);
 }
 
 bool fits_int(const CudnnConv& a) {
@@ -167,11 +167,11 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
     // for an empty batch, empty.
     cudaError_t e = cudaSuccess;
     if (a.direction == kConvBackwardData && a.N * a.C * a.H * a.W > 0)
-      e = cudaMemsetAsync(a.x, 0, sizeof(float) * a.N * a.C * a.H * a.W, stream);
+      e = cudaMemsetAsync(a.x, 0, elem_bytes(a.type) * a.N * a.C * a.H * a.W, stream);
     if (a.direction == kConvBackwardFilter && a.O * (a.C / a.groups) * a.KH * a.KW > 0)
-      e = cudaMemsetAsync(a.w, 0, sizeof(float) * a.O * (a.C / a.groups) * a.KH * a.KW, stream);
+      e = cudaMemsetAsync(a.w, 0, elem_bytes(a.type) * a.O * (a.C / a.groups) * a.KH * a.KW, stream);
     if (a.direction == kConvForward && a.N * a.O * a.OH * a.OW > 0)  // over zero input channels: y is the extern's own, contiguous
-      e = cudaMemsetAsync(a.y, 0, sizeof(float) * a.N * a.O * a.OH * a.OW, stream);
+      e = cudaMemsetAsync(a.y, 0, elem_bytes(a.type) * a.N * a.O * a.OH * a.OW, stream);
     if (e != cudaSuccess) {
       g_dnn_error = std::string("cudnn_conv: ") + cudaGetErrorString(e);
       return g_dnn_error.c_str();
@@ -186,6 +186,7 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
     g.A = a.w, g.lda_m = a.C, g.lda_k = 1;
     g.B = a.x, g.ldb_k = a.xs[1], g.ldb_n = a.xs[3];
     g.C = a.y;
+    g.type = a.type;
     g.nbatch = 1, g.bsize[0] = a.N, g.bsa[0] = 0, g.bsb[0] = a.xs[0];
     g.bias = a.bias, g.residual = a.bias ? a.residual : nullptr, g.act = a.bias ? a.act : kActNone, g.conv = true, g.bias_rows = true;
     return gemm(ctx, g, stream);
@@ -193,7 +194,11 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
   if (!fits_int(a)) return "cudnn_conv: a size or stride beyond cuDNN's 32-bit range";
   const std::vector<int64_t> key{a.direction, a.N, a.C, a.H, a.W, a.O, a.KH, a.KW, a.OH, a.OW, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw,
                                  a.groups, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3],
-                                 static_cast<int64_t>(ctx.gemm_ws_bytes), a.bias ? 1 + a.act : 0, a.w_nhwc};
+                                 static_cast<int64_t>(ctx.gemm_ws_bytes), a.bias ? 1 + a.act : 0, a.w_nhwc, a.type};
+  // Half precision: x, w and y in bfloat16 / float16, accumulation in float32 (cuDNN's
+  // PSEUDO_HALF / PSEUDO_BFLOAT16 configurations) on the tensor cores; the epilogue as bias_act.
+  const cudnnDataType_t dt = a.type == kBF16 ? CUDNN_DATA_BFLOAT16 : a.type == kF16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+  const bool fuse = a.type == kF32;
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   std::lock_guard<std::mutex> lock(ctx.conv->mu);
   cudnnHandle_t h = ctx.conv->handle;
@@ -207,20 +212,21 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateFilterDescriptor(&p.w);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateConvolutionDescriptor(&p.conv);
     if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnSetTensor4dDescriptorEx(p.x, CUDNN_DATA_FLOAT, i32(a.N), i32(a.C), i32(a.H), i32(a.W), i32(a.xs[0]), i32(a.xs[1]),
+      s = cudnnSetTensor4dDescriptorEx(p.x, dt, i32(a.N), i32(a.C), i32(a.H), i32(a.W), i32(a.xs[0]), i32(a.xs[1]),
                                        i32(a.xs[2]), i32(a.xs[3]));
     if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnSetTensor4dDescriptorEx(p.y, CUDNN_DATA_FLOAT, i32(a.N), i32(a.O), i32(a.OH), i32(a.OW), i32(a.ys[0]), i32(a.ys[1]),
+      s = cudnnSetTensor4dDescriptorEx(p.y, dt, i32(a.N), i32(a.O), i32(a.OH), i32(a.OW), i32(a.ys[0]), i32(a.ys[1]),
                                        i32(a.ys[2]), i32(a.ys[3]));
     if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, a.w_nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, i32(a.O), i32(a.C / a.groups),
+      s = cudnnSetFilter4dDescriptor(p.w, dt, a.w_nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, i32(a.O), i32(a.C / a.groups),
                                      i32(a.KH), i32(a.KW));
     if (s == CUDNN_STATUS_SUCCESS)
       s = cudnnSetConvolution2dDescriptor(p.conv, i32(a.ph), i32(a.pw), i32(a.sh), i32(a.sw), i32(a.dh), i32(a.dw),
                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionGroupCount(p.conv, i32(a.groups));
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionMathType(p.conv, ctx.conv_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
-    if (s == CUDNN_STATUS_SUCCESS && a.bias) {
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnSetConvolutionMathType(p.conv, a.type != kF32 ? CUDNN_TENSOR_OP_MATH : ctx.conv_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+    if (s == CUDNN_STATUS_SUCCESS && a.bias && fuse) {
       s = cudnnCreateTensorDescriptor(&p.bias);
       if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i32(a.O), 1, 1);
       if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateActivationDescriptor(&p.act);
@@ -269,7 +275,7 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
       // What a call will run: with an epilogue the fused call, or where cuDNN does not fuse it
       // with this algorithm the convolution and bias_act (whose cost may decide).
       auto run = [&](cudnnConvolutionFwdAlgo_t algo, size_t bytes) {
-        if (a.bias) {
+        if (a.bias && fuse) {
           const float alpha2 = a.residual ? 1.f : 0.f;
           const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(h, &one, p.x, a.x, p.w, a.w, p.conv, algo, ws, bytes, &alpha2, p.y,
                                                                          a.residual ? a.residual : a.y, p.bias, a.bias, p.act, p.y, a.y);
@@ -327,7 +333,7 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
   const char* what = nullptr;
   const float one = 1.f, zero = 0.f;
   bool epilogue_kernel = false;
-  if (a.direction == kConvForward && a.bias && !p.fused_unsupported) {
+  if (a.direction == kConvForward && a.bias && fuse && !p.fused_unsupported) {
     // y = act(conv(x) + alpha2 z + bias): z is the residual (alpha2 1) or y itself (alpha2 0).
     const float alpha2 = a.residual ? 1.f : 0.f;
     s = cudnnConvolutionBiasActivationForward(h, &one, p.x, a.x, p.w, a.w, p.conv, static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), ws, p.ws,

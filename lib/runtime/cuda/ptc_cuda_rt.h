@@ -1,5 +1,6 @@
 // ptc_cuda_rt.h — the compiled-once runtime of a generated CUDA library (ptc_cuda_runtime.cu):
-// fp32 GEMM through cuBLASLt (exact fp32, or TF32 as Ctx::math says) with any-stride operands and batches
+// GEMMs through cuBLASLt (fp32: exact, or TF32 as Ctx::math says; bf16 / fp16 operands with fp32
+// accumulation) with any-stride operands and batches
 // (in exact fp32 also ptc's 3xTF32 tensor-core kernels, ptc_cuda_gemm_tc.cu, where they time faster), a
 // direct 2-D convolution, fused attention; and (ptc_cuda_cudnn.cu, linked only into libraries
 // with convolutions) 2-D convolutions and their gradients through cuDNN. Host functions; they
@@ -69,26 +70,34 @@ struct Ctx {
 
 constexpr int kMaxBatchDims = 6;
 
+// The element type of a GEMM's or convolution's operands, result and epilogue vectors: float32,
+// or bfloat16 / float16 (tensor cores, float32 accumulation, the result rounded once).
+enum ElemType { kF32 = 0, kBF16 = 1, kF16 = 2 };
+inline size_t elem_bytes(int t) { return t == kF32 ? 4 : 2; }
+
 // A library call's fused epilogue (GEMM, convolution): y = act(y + bias[channel] + residual).
 enum Act { kActNone = 0, kActRelu = 1, kActRelu6 = 2 };  // ReLU6: clamp to [0, 6]
 // That epilogue as a kernel after the call, where the library does not run it: over `count`
 // elements of a contiguous y whose channel is (i / inner) % channels (GEMM: inner 1, channels N;
-// NCHW convolution: inner OH * OW, channels O); bias / residual may be null. NaN stays NaN, as in
-// torch's relu. An error text or nullptr.
-const char* bias_act(float* y, int64_t count, int64_t inner, int64_t channels, const float* bias, const float* residual, int act,
-                     cudaStream_t stream);
+// NCHW convolution: inner OH * OW, channels O); bias / residual may be null; all of element type
+// `type` (computed in float32). NaN stays NaN, as in torch's relu. An error text or nullptr.
+const char* bias_act(void* y, int64_t count, int64_t inner, int64_t channels, const void* bias, const void* residual, int act,
+                     cudaStream_t stream, int type = kF32);
 
+// Operands, result and epilogue vectors all of element type `type` (kBF16 / kF16: cuBLASLt's
+// half-precision tensor-core kernels with float32 accumulation and scaling).
 struct Gemm {
   int64_t M, N, K;
-  const float* A; int64_t lda_m, lda_k;  // A[m, k] = A[m * lda_m + k * lda_k]
-  const float* B; int64_t ldb_k, ldb_n;  // B[k, n] = B[k * ldb_k + n * ldb_n]
-  float* C;                              // C[batch..., m, n], contiguous
+  const void* A; int64_t lda_m, lda_k;  // A[m, k] = A[m * lda_m + k * lda_k]
+  const void* B; int64_t ldb_k, ldb_n;  // B[k, n] = B[k * ldb_k + n * ldb_n]
+  void* C;                              // C[batch..., m, n], contiguous
+  int type = kF32;
   int nbatch = 0;                        // leading batch dimensions
   int64_t bsize[kMaxBatchDims], bsa[kMaxBatchDims], bsb[kMaxBatchDims];  // sizes, A and B strides
   // Epilogue (cuBLASLt's, or bias_act after it where cuBLASLt cannot take it):
   // C = act(A B + bias[n] + residual), each part optional; act kActNone or kActRelu.
-  const float* bias = nullptr;      // [N], contiguous; the same for every batch
-  const float* residual = nullptr;  // laid out as C (cuBLASLt's C with beta = 1)
+  const void* bias = nullptr;      // [N], contiguous; the same for every batch
+  const void* residual = nullptr;  // laid out as C (cuBLASLt's C with beta = 1)
   int act = kActNone;
   bool conv = false;  // a convolution's GEMM (1x1, patchify): TF32 with Ctx::conv_tf32
   // The bias is per row: bias[m], [M] (an NCHW 1x1 convolution's output channel; cuBLASLt's
@@ -156,17 +165,20 @@ const char* conv2d(const Conv2d& a, cudaStream_t stream);
 // y[n] [O, H W] = w [O, C] x[n] [C, H W] (gemm(): cuBLASLt or the 3xTF32 kernels, bias per row):
 // cuDNN's exact kernels for it took 1.5-2x the GEMM's time (resnet50 on an H200).
 enum ConvDirection { kConvForward = 0, kConvBackwardData = 1, kConvBackwardFilter = 2 };
+// kBF16 / kF16 (`type`, of x, w, y and the epilogue's vectors): cuDNN's half-precision
+// tensor-core kernels with float32 accumulation; the epilogue runs as bias_act after them.
 struct CudnnConv {
   int direction = kConvForward;
-  float* x; int64_t xs[4];
-  float* w;
+  void* x; int64_t xs[4];
+  void* w;
   int w_nhwc = 0;  // the filter is stored KRSC ([O, KH, KW, C/groups]: CUDNN_TENSOR_NHWC), else KCRS
-  float* y; int64_t ys[4];
+  void* y; int64_t ys[4];
   int64_t N, C, H, W, O, KH, KW, OH, OW;
   int64_t sh, sw, ph, pw, dh, dw, groups;
-  const float* bias = nullptr;      // [O], contiguous; nullptr: no epilogue
-  const float* residual = nullptr;  // as y
+  const void* bias = nullptr;      // [O], contiguous; nullptr: no epilogue
+  const void* residual = nullptr;  // as y
   int act = kActNone;
+  int type = kF32;
 };
 const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream);
 // The run's convolution workspace, and the most any one algorithm may take (resnet18's first

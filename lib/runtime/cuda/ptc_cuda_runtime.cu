@@ -10,6 +10,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "ptc_cuda_rt.h"
 
 namespace ptc_cuda {
@@ -55,28 +58,44 @@ bool tc_gemm_enabled() {
   return on;
 }
 
+// Element conversions of the operand types (ElemType) to and from float.
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+
+// `p` advanced by `elems` elements of type `type`.
+template <typename P> P* advance(P* p, int64_t elems, int type) {
+  using B = std::conditional_t<std::is_const<P>::value, const char, char>;
+  return reinterpret_cast<P*>(reinterpret_cast<B*>(p) + elems * static_cast<int64_t>(elem_bytes(type)));
+}
+
 // Any strides: one thread per output element (used only when cuBLASLt cannot take the layout).
-__global__ void gemm_naive(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda_m, int64_t lda_k, const float* B,
-                           int64_t ldb_k, int64_t ldb_n, float* C) {
+template <typename T>
+__global__ void gemm_naive(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda_m, int64_t lda_k, const T* B, int64_t ldb_k,
+                           int64_t ldb_n, T* C) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < M * N;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t m = i / N, n = i % N;
     float acc = 0.f;
-    for (int64_t k = 0; k < K; ++k) acc += A[m * lda_m + k * lda_k] * B[k * ldb_k + n * ldb_n];
-    C[i] = acc;
+    for (int64_t k = 0; k < K; ++k) acc += to_f(A[m * lda_m + k * lda_k]) * to_f(B[k * ldb_k + n * ldb_n]);
+    C[i] = from_f<T>(acc);
   }
 }
 
-__global__ void bias_act_kernel(float* y, int64_t count, int64_t inner, int64_t channels, const float* bias, const float* residual,
-                                int act) {
+template <typename T>
+__global__ void bias_act_kernel(T* y, int64_t count, int64_t inner, int64_t channels, const T* bias, const T* residual, int act) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float v = y[i];
-    if (bias) v += bias[(i / inner) % channels];
-    if (residual) v += residual[i];
+    float v = to_f(y[i]);
+    if (bias) v += to_f(bias[(i / inner) % channels]);
+    if (residual) v += to_f(residual[i]);
     if (act != kActNone) v = v != v ? v : fmaxf(v, 0.f);
     if (act == kActRelu6) v = v != v ? v : fminf(v, 6.f);
-    y[i] = v;
+    y[i] = from_f<T>(v);
   }
 }
 
@@ -147,7 +166,7 @@ constexpr int kGemmCandidates = 8;
 
 struct GemmPlans {
   std::mutex mu;
-  std::map<std::array<int64_t, 14>, Plan> plans;
+  std::map<std::array<int64_t, 15>, Plan> plans;
   ~GemmPlans() {
     for (auto& [key, p] : plans) {
       if (p.lc) cublasLtMatrixLayoutDestroy(p.lc);
@@ -164,15 +183,17 @@ void gemm_plans_destroy(GemmPlans* plans) { delete plans; }
 namespace {
 
 // Builds the descriptors and picks the algorithm for one layout; nullptr or an error text.
+// `type` (ElemType): the operands', C's and the bias's type; accumulation and scaling are fp32.
 const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa, int64_t M, int64_t N, int32_t batch, int64_t sa,
-                      int64_t sb, int64_t sc, size_t ws_bytes, cublasLtEpilogue_t epilogue, bool tf32, Plan& plan) {
+                      int64_t sb, int64_t sc, size_t ws_bytes, cublasLtEpilogue_t epilogue, bool tf32, int type, Plan& plan) {
+  const cudaDataType_t dt = type == kBF16 ? CUDA_R_16BF : type == kF16 ? CUDA_R_16F : CUDA_R_32F;
   const char* err = nullptr;
   auto check = [&](cublasStatus_t s, const char* what) {
     if (s != CUBLAS_STATUS_SUCCESS && !err) err = lt_error(what, s);
     return s == CUBLAS_STATUS_SUCCESS;
   };
   auto layout = [&](cublasLtMatrixLayout_t* l, uint64_t rows, uint64_t cols, int64_t ld, int64_t stride) {
-    if (!check(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, ld), "cublasLtMatrixLayoutCreate")) return;
+    if (!check(cublasLtMatrixLayoutCreate(l, dt, rows, cols, ld), "cublasLtMatrixLayoutCreate")) return;
     if (batch > 1) {
       check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch), "batch count");
       check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride), "batch stride");
@@ -180,12 +201,14 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
   };
   // Exact fp32 (CUBLAS_COMPUTE_32F) unless the context's math mode for this GEMM (Ctx::math: gemm,
   // or conv for a convolution's GEMM) is TF32.
-  if (check(cublasLtMatmulDescCreate(&plan.desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+  if (check(cublasLtMatmulDescCreate(&plan.desc, tf32 && type == kF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
             "cublasLtMatmulDescCreate")) {
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op, sizeof ob.op), "transa");
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &oa.op, sizeof oa.op), "transb");
-    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
       check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue), "epilogue");
+      if (type != kF32) check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt, sizeof dt), "bias type");
+    }
   }
   layout(&plan.la, ob.rows, ob.cols, ob.ld, sb);
   layout(&plan.lb, oa.rows, oa.cols, oa.ld, sa);
@@ -210,9 +233,25 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
 
 }  // namespace
 
-const char* bias_act(float* y, int64_t count, int64_t inner, int64_t channels, const float* bias, const float* residual, int act,
-                     cudaStream_t stream) {
-  if (count <= 0 || (!bias && !residual && act == kActNone)) return nullptr;
+const char* bias_act(void* y_, int64_t count, int64_t inner, int64_t channels, const void* bias_, const void* residual_, int act,
+                     cudaStream_t stream, int type) {
+  if (count <= 0 || (!bias_ && !residual_ && act == kActNone)) return nullptr;
+  if (type != kF32) {  // half precision: one element per thread, computed in float
+    const int64_t blocks = std::min<int64_t>((count + 255) / 256, int64_t{1} << 20);
+    if (type == kBF16)
+      bias_act_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+          static_cast<__nv_bfloat16*>(y_), count, inner, channels, static_cast<const __nv_bfloat16*>(bias_),
+          static_cast<const __nv_bfloat16*>(residual_), act);
+    else
+      bias_act_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<__half*>(y_), count, inner, channels,
+                                                                         static_cast<const __half*>(bias_),
+                                                                         static_cast<const __half*>(residual_), act);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? nullptr : cuda_error("the epilogue kernel", e);
+  }
+  float* y = static_cast<float*>(y_);
+  const float* bias = static_cast<const float*>(bias_);
+  const float* residual = static_cast<const float*>(residual_);
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (count % 4 == 0 && count < (int64_t{1} << 31) && (inner % 4 == 0 || (inner == 1 && channels % 4 == 0)) && aligned(y) &&
       (!residual || aligned(residual)) && (!bias || inner != 1 || aligned(bias))) {
@@ -264,11 +303,11 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     if (g.bsize[d] == 0) total = 0;
   if (total == 0) return nullptr;
   // The epilogue as a kernel after the product (the bias's channel: n, or m with bias_rows).
-  auto epilogue_kernel = [&](const float* residual) {
-    return bias_act(g.C, total * mn, g.bias_rows ? g.N : 1, g.bias_rows ? g.M : g.N, g.bias, residual, g.act, stream);
+  auto epilogue_kernel = [&](const void* residual) {
+    return bias_act(g.C, total * mn, g.bias_rows ? g.N : 1, g.bias_rows ? g.M : g.N, g.bias, residual, g.act, stream, g.type);
   };
   if (g.K <= 0) {
-    cudaError_t e = cudaMemsetAsync(g.C, 0, static_cast<size_t>(total * mn) * sizeof(float), stream);
+    cudaError_t e = cudaMemsetAsync(g.C, 0, static_cast<size_t>(total * mn) * elem_bytes(g.type), stream);
     if (e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
     return epilogue_kernel(g.residual);
   }
@@ -298,8 +337,19 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
         int64_t a, b, c;
         offset(o, &a, &b, &c);
         const int64_t blocks = std::min<int64_t>((mn + 255) / 256, 65535);
-        gemm_naive<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g.M, g.N, g.K, g.A + a + i * sa, g.lda_m, g.lda_k, g.B + b + i * sb,
-                                                                         g.ldb_k, g.ldb_n, g.C + c + i * sc);
+        const void* A = advance(g.A, a + i * sa, g.type);
+        const void* B = advance(g.B, b + i * sb, g.type);
+        void* C = advance(g.C, c + i * sc, g.type);
+        if (g.type == kBF16)
+          gemm_naive<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g.M, g.N, g.K, static_cast<const __nv_bfloat16*>(A), g.lda_m, g.lda_k,
+                                                                           static_cast<const __nv_bfloat16*>(B), g.ldb_k, g.ldb_n,
+                                                                           static_cast<__nv_bfloat16*>(C));
+        else if (g.type == kF16)
+          gemm_naive<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g.M, g.N, g.K, static_cast<const __half*>(A), g.lda_m, g.lda_k,
+                                                                           static_cast<const __half*>(B), g.ldb_k, g.ldb_n, static_cast<__half*>(C));
+        else
+          gemm_naive<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g.M, g.N, g.K, static_cast<const float*>(A), g.lda_m, g.lda_k,
+                                                                           static_cast<const float*>(B), g.ldb_k, g.ldb_n, static_cast<float*>(C));
       }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return cuda_error("the GEMM kernel", e);
@@ -312,10 +362,10 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   cublasLtEpilogue_t epi = lt_bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                    : (relu && !g.bias ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   const int32_t batch = static_cast<int32_t>(inner);
-  const bool tf32 = (g.conv ? ctx.math.conv : ctx.math.gemm) == ptc_rt::MathMode::TF32;
+  const bool tf32 = g.type == kF32 && (g.conv ? ctx.math.conv : ctx.math.gemm) == ptc_rt::MathMode::TF32;
   auto key_for = [&](cublasLtEpilogue_t ep) {
-    return std::array<int64_t, 14>{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
-                                   batch > 1 ? sc : 0, static_cast<int64_t>(ctx.gemm_ws_bytes), static_cast<int64_t>(ep), tf32};
+    return std::array<int64_t, 15>{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
+                                   batch > 1 ? sc : 0, static_cast<int64_t>(ctx.gemm_ws_bytes), static_cast<int64_t>(ep), tf32, g.type};
   };
   std::lock_guard<std::mutex> lock(ctx.plans->mu);  // also guards the descriptor's bias pointer
   // The plan for `ep`, made on first use; end() with *err set when none could be made. A failed
@@ -324,7 +374,7 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     auto at = ctx.plans->plans.find(key_for(ep));
     if (at != ctx.plans->plans.end()) return at;
     Plan fresh;
-    *err = make_plan(ctx.lt, ob, oa, g.M, g.N, batch, sa, sb, sc, ctx.gemm_ws_bytes, ep, tf32, fresh);
+    *err = make_plan(ctx.lt, ob, oa, g.M, g.N, batch, sa, sb, sc, ctx.gemm_ws_bytes, ep, tf32, g.type, fresh);
     if (*err) {
       GemmPlans tmp;  // frees what was made
       tmp.plans[key_for(ep)] = fresh;
@@ -353,9 +403,9 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     for (int64_t o = 0; o < outer; ++o) {
       int64_t a, b, c;
       offset(o, &a, &b, &c);
-      const float* cin = g.residual ? g.residual + c : g.C + c;
-      cublasStatus_t st = cublasLtMatmul(ctx.lt, plan.desc, &alpha, g.B + b, plan.la, g.A + a, plan.lb, &beta, cin, plan.lc, g.C + c,
-                                         plan.lc, &algo, ctx.gemm_ws, ctx.gemm_ws_bytes, stream);
+      const void* cin = g.residual ? advance(g.residual, c, g.type) : advance(static_cast<const void*>(g.C), c, g.type);
+      cublasStatus_t st = cublasLtMatmul(ctx.lt, plan.desc, &alpha, advance(g.B, b, g.type), plan.la, advance(g.A, a, g.type), plan.lb, &beta,
+                                         cin, plan.lc, advance(g.C, c, g.type), plan.lc, &algo, ctx.gemm_ws, ctx.gemm_ws_bytes, stream);
       if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -372,9 +422,10 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     return t;
   };
   bool tc_fits = false;
-  if (!tf32 && tc_gemm_enabled() && g.lda_k == 1 && (g.ldb_k == 1 || g.ldb_n == 1)) {
+  if (g.type == kF32 && !tf32 && tc_gemm_enabled() && g.lda_k == 1 && (g.ldb_k == 1 || g.ldb_n == 1)) {
     const bool kmajor = g.ldb_k == 1 && (g.ldb_n != 1 || g.K > 1);
-    tg = TcGemm{g.M, g.N, g.K, g.A, g.lda_m, g.B, kmajor ? g.ldb_n : g.ldb_k, kmajor, g.C, inner, sa, sb, sc, g.bias, g.residual, g.act,
+    tg = TcGemm{g.M, g.N, g.K, static_cast<const float*>(g.A), g.lda_m, static_cast<const float*>(g.B), kmajor ? g.ldb_n : g.ldb_k, kmajor,
+                static_cast<float*>(g.C), inner, sa, sb, sc, static_cast<const float*>(g.bias), static_cast<const float*>(g.residual), g.act,
                 g.bias_rows};
     tc_fits = true;
     for (int64_t o = 0; tc_fits && o < outer; ++o) tc_fits = tc_gemm_fits(tc_problem(o));  // every problem's pointers aligned

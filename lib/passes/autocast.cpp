@@ -1,0 +1,88 @@
+// The precision policy (library_class) and autocast: torch.autocast's CUDA policy for an fp32
+// model compiled with --precision bf16 / fp16. Library operations (GEMMs, convolutions,
+// attention) take half-precision operands and accumulate in float32; everything else stays
+// float32 because its inputs are float32 (each library result is converted back right away, so
+// the ops on autocast's fp32 list, and those it runs in the widest input type, compute in
+// float32 as they read it). See passes.h.
+#include <unordered_map>
+
+#include "ptc/error.h"
+#include "ptc/node_builder.h"
+#include "ptc/passes.h"
+#include "ptc/rewrite.h"
+
+namespace ptc {
+
+LibraryClass library_class(OpKind k) {
+  switch (k) {
+    case OpKind::Linear:
+    case OpKind::Addmm:
+    case OpKind::Baddbmm:
+    case OpKind::Mm:
+    case OpKind::Bmm:
+    case OpKind::Matmul: return LibraryClass::Gemm;
+    case OpKind::Conv2d:
+    case OpKind::Convolution:
+    case OpKind::UnderscoreConvolution: return LibraryClass::Conv;
+    case OpKind::ScaledDotProductAttention:
+    case OpKind::UnderscoreScaledDotProductFlashAttentionForCpu:
+    case OpKind::UnderscoreNativeMultiHeadAttention: return LibraryClass::Attention;
+    default: return LibraryClass::None;
+  }
+}
+
+namespace {
+
+bool is_f32_tensor(const Value* v) { return v && v->type.is_tensor() && v->type.dtype == DType::Float32; }
+
+// The arguments autocast leaves in float32: an attention's additive mask (ptc's attention adds
+// it in float32; rounded to float16, a large negative mask value would become -inf).
+bool keeps_f32(const Node& n, size_t arg) {
+  if (library_class(n.kind) != LibraryClass::Attention) return false;
+  const Arg* a = &n.args[arg];
+  return a == n.arg("attn_mask") || a == n.arg("mask");
+}
+
+}  // namespace
+
+std::unique_ptr<Graph> autocast(const Graph& g, DType half) {
+  PTC_CHECK(dtype_is_half(half), "autocast to ", dtype_name(half));
+  rewrite::GraphRewriter rw(g);
+  NodeBuilder b(rw.graph(), &g, "_half");
+  std::unordered_map<const Value*, Value*> narrowed;  // new-graph value -> its conversion to `half`
+  auto narrow = [&](Value* v) {
+    auto it = narrowed.find(v);
+    if (it != narrowed.end()) return it->second;
+    return narrowed[v] = b.cast(v, half);
+  };
+  for (const auto& np : g.nodes()) {
+    const Node& n = *np;
+    bool reads_f32 = false;
+    for (const Value* v : n.inputs()) reads_f32 = reads_f32 || is_f32_tensor(v);
+    if (library_class(n.kind) == LibraryClass::None || !reads_f32) {
+      rw.copy_node(n);
+      continue;
+    }
+    b.set_origin(&n);
+    std::vector<Arg> args;
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      Arg m = rw.map_arg(n.args[i]);
+      if (auto v = std::get_if<Value*>(&m); v && is_f32_tensor(*v) && !keeps_f32(n, i)) m = narrow(*v);
+      args.push_back(std::move(m));
+    }
+    std::vector<Value*> outs;
+    for (const Value* o : n.outputs) {
+      Type t = o->type;
+      if (is_f32_tensor(o)) t.dtype = half;
+      outs.push_back(rw.new_value(o->name + "_half", std::move(t)));
+    }
+    rw.add_node(n, std::move(args), outs);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const Value* o = n.outputs[i];
+      rw.replace(o, is_f32_tensor(o) ? b.cast(outs[i], DType::Float32) : outs[i]);
+    }
+  }
+  return rw.finish();
+}
+
+}  // namespace ptc

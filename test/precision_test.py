@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""`--precision bf16 / fp16` against eager under torch.autocast: small float32 modules (an MLP, a
+CNN with batch norm, a transformer encoder layer, a GEMM-heavy attention written with matmuls)
+are exported with a dynamic batch, compiled with each precision and run at several batch sizes.
+
+The rule (the one the GPU bench states too): ptc's error against float32 eager, as an RMS over
+each output relative to the output's RMS, must be at most 1.5x the error of eager under
+torch.autocast(device, dtype), plus 1e-6. The worst of a module's errors must also be at least a
+twentieth of autocast's worst, so that a library which ignored the flag and computed in float32
+fails. (Single outputs may be far better than autocast's: ptc keeps the ops outside the library
+operations in float32, where autocast runs them in the widest input dtype.) Outputs keep float32.
+
+    .venv/bin/python test/precision_test.py [--ptc-binary build/ptc] [--device cpu|cuda] [-v]
+
+Prints one line per check and 'N passed, N failed'; exit code 0 when all passed, 1 otherwise.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "test"))
+warnings.filterwarnings("ignore", message=".*non-writable.*")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import ptc  # noqa: E402
+from python_package_test import Runner  # noqa: E402
+
+WORSE = 1.5    # ptc's error may be up to this multiple of autocast's
+FLOOR = 1e-6   # plus this (relative RMS)
+BETTER = 20.0  # and at least autocast's divided by this (the flag took effect)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = torch.nn.Linear(64, 256), torch.nn.Linear(256, 128), torch.nn.Linear(128, 10)
+
+    def forward(self, x):  # [b, 64]
+        h = F.gelu(self.fc1(x))
+        h = torch.relu(self.fc2(h)) + h[:, :128]
+        return self.fc3(h), h.sum(-1)
+
+
+class CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32)
+        self.c2, self.b2 = torch.nn.Conv2d(32, 32, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(32)
+        self.dw = torch.nn.Conv2d(32, 32, 3, padding=1, groups=32)
+        self.pw = torch.nn.Conv2d(32, 64, 1)
+        self.fc = torch.nn.Linear(64, 10)
+        for bn in (self.b1, self.b2):
+            with torch.no_grad():
+                bn.running_mean.uniform_(-0.2, 0.2)
+                bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):  # [b, 3, 16, 16]
+        h = torch.relu(self.b1(self.c1(x)))
+        h = torch.relu(self.b2(self.c2(h)))
+        h = h + F.silu(self.dw(h))
+        h = torch.relu(self.pw(h))
+        return self.fc(h.mean((2, 3)))
+
+
+class Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True, activation="gelu")
+
+    def forward(self, x):  # [b, 12, 64]
+        return self.layer(x)
+
+
+class MatmulAttention(torch.nn.Module):
+    """Attention written out with matmul and softmax (the scores go through autocast's fp32 softmax)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = torch.nn.Linear(32, 96), torch.nn.Linear(32, 32)
+        self.norm = torch.nn.LayerNorm(32)
+
+    def forward(self, x):  # [b, 10, 32]
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        s = torch.matmul(q, k.transpose(-1, -2)) * 32 ** -0.5
+        p = torch.softmax(s, dim=-1)
+        return x + self.proj(torch.bmm(p, v)), torch.log_softmax(s, dim=-1)
+
+
+# name -> (module, input shape without the batch, batch sizes)
+CASES = {
+    "mlp": (MLP, (64,), (1, 5, 16)),
+    "cnn": (CNN, (3, 16, 16), (1, 4)),
+    "encoder": (Encoder, (12, 64), (1, 3)),
+    "matmul_attention": (MatmulAttention, (10, 32), (2, 5)),
+}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def rel_rms(got, ref):
+    got, ref = got.detach().double().cpu(), ref.detach().double().cpu()
+    scale = ref.pow(2).mean().sqrt().item() or 1.0
+    return (got - ref).pow(2).mean().sqrt().item() / scale
+
+
+def outputs(x):
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def check(args, name, precision, libs, work):
+    make, shape, batches = CASES[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    pt2 = os.path.join(work, f"{name}.pt2")
+    if name not in libs:
+        x = torch.randn(2, *shape)
+        ep = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},))
+        torch.export.save(ep, pt2)
+        libs[name] = {}
+    so = os.path.join(work, f"{name}_{precision}.so")
+    ptc.compile(pt2, so, device=args.device, precision=precision, ptc=args.ptc_binary)
+    lib = ptc.load(so)
+    dev = args.device
+    model = model.to(dev)
+    worst = []
+    for b in batches:
+        x = torch.randn(b, *shape, device=dev)
+        with torch.no_grad():
+            ref = outputs(model(x))
+            with torch.autocast(dev, dtype=DTYPES[precision]):
+                auto = outputs(model(x))
+        got = outputs(lib(x))
+        if len(got) != len(ref):
+            raise AssertionError(f"{len(got)} outputs, eager has {len(ref)}")
+        for i, (g, r, a) in enumerate(zip(got, ref, auto)):
+            if g.dtype != r.dtype or g.shape != r.shape:
+                raise AssertionError(f"output {i}: {g.dtype} {list(g.shape)}, eager {r.dtype} {list(r.shape)}")
+            e_ptc, e_auto = rel_rms(g, r), rel_rms(a, r)
+            if e_ptc > WORSE * e_auto + FLOOR:
+                raise AssertionError(f"batch {b} output {i}: error {e_ptc:.3g} > {WORSE} x autocast's {e_auto:.3g}")
+            worst.append((e_ptc, e_auto))
+    e_ptc, e_auto = max(w[0] for w in worst), max(w[1] for w in worst)
+    if e_ptc < e_auto / BETTER:
+        raise AssertionError(f"worst error {e_ptc:.3g} < autocast's {e_auto:.3g} / {BETTER}: the library computes in float32")
+    return f"worst relative RMS {e_ptc:.2e}, autocast {e_auto:.2e}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--only", nargs="*", help="case names")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    r = Runner(args.verbose)
+    libs = {}
+    with tempfile.TemporaryDirectory(prefix="ptc-precision-") as work:
+        for name in args.only or CASES:
+            for precision in DTYPES:
+                r.check(f"{name} --precision {precision} ({args.device})", lambda: check(args, name, precision, libs, work))
+    print(f"{r.passed} passed, {r.failed} failed")
+    return 0 if r.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
