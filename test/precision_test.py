@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`--precision bf16 / fp16` against eager under torch.autocast: small float32 modules (an MLP, a
 CNN with batch norm, a transformer encoder layer, a GEMM-heavy attention written with matmuls)
-are exported with a dynamic batch, compiled with each precision and run at several batch sizes.
+are exported with a dynamic batch, compiled with each precision and run at several batch sizes;
+and a small classifier trained with `--train --precision bf16` against torch.autocast training.
 
 The rule (the one the GPU bench states too): ptc's error against float32 eager, as an RMS over
 each output relative to the output's RMS, must be at most 1.5x the error of eager under
@@ -93,6 +94,70 @@ class MatmulAttention(torch.nn.Module):
         return x + self.proj(torch.bmm(p, v)), torch.log_softmax(s, dim=-1)
 
 
+class Classifier(torch.nn.Module):
+    """A small CNN with its loss, for --train --precision bf16."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.fc1, self.fc2 = torch.nn.Linear(32, 64), torch.nn.Linear(64, 10)
+
+    def forward(self, x, target):  # [b, 3, 12, 12], [b] class ids
+        h = torch.relu(self.c2(torch.relu(self.c1(x)))).mean((2, 3))
+        logp = torch.log_softmax(self.fc2(F.gelu(self.fc1(h))), dim=-1)
+        return -logp.gather(1, target[:, None]).mean()
+
+
+TRAIN_STEPS, TRAIN_LR = 30, 0.1
+LOSS_TOL = 0.02  # the loss curve within 2% of eager's under autocast, step by step
+
+
+def check_training(args, work):
+    """--train --precision bf16 against torch.autocast training: fp32 master weights, bf16
+    GEMMs and convolutions; the first step's weight gradients by the autocast rule, then the
+    loss over TRAIN_STEPS SGD steps within LOSS_TOL of eager's."""
+    torch.manual_seed(0)
+    model = Classifier()
+    x, t = torch.randn(16, 3, 12, 12), torch.randint(0, 10, (16,))
+    pt2, so = os.path.join(work, "classifier.pt2"), os.path.join(work, "classifier_train_bf16.so")
+    torch.export.save(torch.export.export(model, (x, t)), pt2)
+    ptc.compile(pt2, so, device=args.device, precision="bf16", train=True, ptc=args.ptc_binary)
+    tr = ptc.load(so)
+    dev = args.device
+    eager = Classifier().to(dev)
+    eager.load_state_dict(model.state_dict())
+    exact = Classifier().to(dev)
+    exact.load_state_dict(model.state_dict())
+    x, t = x.to(dev), t.to(dev)
+    opt = torch.optim.SGD(eager.parameters(), lr=TRAIN_LR)
+    worst, notes = 0.0, ""
+    for step in range(TRAIN_STEPS):
+        tr.zero_grad()
+        (loss,), saved = tr.forward_train(x, t)
+        tr.backward(saved, [torch.ones((), device=dev)])
+        saved.free()
+        opt.zero_grad()
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            ref = eager(x, t)
+        ref.backward()
+        if step == 0:  # the gradients against exact fp32's, as the inference rule
+            exact(x, t).backward()
+            grads = dict(eager.named_parameters())
+            e_ptc = max(rel_rms(tr.grads[n], p.grad) for n, p in exact.named_parameters())
+            e_auto = max(rel_rms(grads[n].grad, p.grad) for n, p in exact.named_parameters())
+            if e_ptc > WORSE * e_auto + FLOOR or e_ptc < e_auto / BETTER:
+                raise AssertionError(f"first step's gradients: error {e_ptc:.3g}, autocast's {e_auto:.3g}")
+            notes = f"first gradients: error {e_ptc:.2e}, autocast {e_auto:.2e}"
+        rel = abs(loss.item() - ref.item()) / abs(ref.item())
+        worst = max(worst, rel)
+        if rel > LOSS_TOL:
+            raise AssertionError(f"step {step}: loss {loss.item():.5f}, eager under autocast {ref.item():.5f}")
+        tr.sgd_step(TRAIN_LR)
+        opt.step()
+    tr.close()
+    return f"{notes}; loss over {TRAIN_STEPS} steps within {worst:.2%} of autocast's (last {ref.item():.4f})"
+
+
 # name -> (module, input shape without the batch, batch sizes)
 CASES = {
     "mlp": (MLP, (64,), (1, 5, 16)),
@@ -165,6 +230,8 @@ def main():
         for name in args.only or CASES:
             for precision in DTYPES:
                 r.check(f"{name} --precision {precision} ({args.device})", lambda: check(args, name, precision, libs, work))
+        if not args.only:
+            r.check(f"--train --precision bf16 ({args.device})", lambda: check_training(args, work))
     print(f"{r.passed} passed, {r.failed} failed")
     return 0 if r.failed == 0 else 1
 

@@ -23,7 +23,9 @@ LibraryClass library_class(OpKind k) {
     case OpKind::Matmul: return LibraryClass::Gemm;
     case OpKind::Conv2d:
     case OpKind::Convolution:
-    case OpKind::UnderscoreConvolution: return LibraryClass::Conv;
+    case OpKind::UnderscoreConvolution:
+    case OpKind::PtcConv2dWeightGrad:  // (autodiff's convolution gradients)
+    case OpKind::PtcConv2dInputGrad: return LibraryClass::Conv;
     case OpKind::ScaledDotProductAttention:
     case OpKind::UnderscoreScaledDotProductFlashAttentionForCpu:
     case OpKind::UnderscoreNativeMultiHeadAttention: return LibraryClass::Attention;

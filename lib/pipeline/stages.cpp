@@ -51,11 +51,17 @@ bool untyped(const CompileState& st) {
 }
 void fill_shapes(CompileState& st) { st.graph = propagate_shapes(*st.graph, ShapePropMode::Fill); }
 
+// The half dtype autocast rounds the library operations to (--precision bf16 / fp16), if any.
+std::optional<DType> autocast_dtype(Precision p) {
+  if (p == Precision::BF16) return DType::BFloat16;
+  if (p == Precision::FP16) return DType::Float16;
+  return std::nullopt;
+}
+
 GraphPassOptions graph_pass_options(const CompileState& st) {
   GraphPassOptions o;
   o.channels_last_weights = st.channels_last;
-  if (st.opts.precision == Precision::BF16) o.autocast = DType::BFloat16;
-  if (st.opts.precision == Precision::FP16) o.autocast = DType::Float16;
+  o.autocast = autocast_dtype(st.opts.precision);
   o.half_native = st.backend.half_native();
   return o;
 }
@@ -77,13 +83,24 @@ void differentiate(CompileState& st) {
   auto dump = [&](const char* name, const Graph& g) { dump_graph(st, name, g, std::cout); };
   for_model(st, [&] {
     st.graph = run_training_graph_passes(*st.graph, dump);
+    // Mixed precision (--precision bf16): autocast before differentiation, as torch.autocast
+    // records it. The parameters stay fp32 (master weights, optimizer state) and are rounded at
+    // every step; the derivative of each rounding converts its gradient back to fp32, so weight
+    // gradients accumulate in fp32.
+    if (const std::optional<DType> half = autocast_dtype(st.opts.precision)) {
+      const DType h = *half;
+      st.graph = run_pass_list(*st.graph, {{"autocast", [h](const Graph& x) { return autocast(x, h); }}}, dump);
+    }
     JointGraph j = build_joint_graph(*st.graph);
     dump("autodiff", *j.graph);
     PartitionOptions po;
     po.save_all = st.opts.save_all;
     st.train = partition_joint_graph(j, po);
-    st.train.forward = run_training_graph_passes(*st.train.forward);
-    st.train.backward = run_training_graph_passes(*st.train.backward);
+    // Library operations of half-precision tensors the backend has no kernel for compute in fp32.
+    const HalfLibraryOps native = st.backend.half_native();
+    auto widen = [native](const Graph& x) { return library_ops_f32(x, native); };
+    st.train.forward = run_training_graph_passes(*run_pass_list(*st.train.forward, {{"library_ops_f32", widen}}));
+    st.train.backward = run_training_graph_passes(*run_pass_list(*st.train.backward, {{"library_ops_f32", widen}}));
     dump("forward", *st.train.forward);
     dump("backward", *st.train.backward);
   });
