@@ -2,7 +2,8 @@
 """`--precision bf16 / fp16` against eager under torch.autocast: small float32 modules (an MLP, a
 CNN with batch norm, a transformer encoder layer, a GEMM-heavy attention written with matmuls)
 are exported with a dynamic batch, compiled with each precision and run at several batch sizes;
-and a small classifier trained with `--train --precision bf16` against torch.autocast training.
+and a small classifier trained with `--train --precision bf16 / fp16` against torch.autocast
+training (fp16 with ptc.GradScaler against torch.amp.GradScaler).
 
 The rule (the one the GPU bench states too): ptc's error against float32 eager, as an RMS over
 each output relative to the output's RMS, must be at most 1.5x the error of eager under
@@ -112,50 +113,80 @@ TRAIN_STEPS, TRAIN_LR = 30, 0.1
 LOSS_TOL = 0.02  # the loss curve within 2% of eager's under autocast, step by step
 
 
-def check_training(args, work):
-    """--train --precision bf16 against torch.autocast training: fp32 master weights, bf16
-    GEMMs and convolutions; the first step's weight gradients by the autocast rule, then the
-    loss over TRAIN_STEPS SGD steps within LOSS_TOL of eager's."""
+def check_training(args, work, precision):
+    """--train --precision bf16 / fp16 against torch.autocast training: fp32 master weights,
+    half-precision GEMMs and convolutions; the first step's weight gradients by the autocast
+    rule, then the loss over TRAIN_STEPS SGD steps within LOSS_TOL of eager's. fp16 scales the
+    loss (ptc.GradScaler against torch.amp.GradScaler, both from 2**16), and a scale that
+    overflows float16 must skip the step and halve the scale."""
     torch.manual_seed(0)
     model = Classifier()
     x, t = torch.randn(16, 3, 12, 12), torch.randint(0, 10, (16,))
-    pt2, so = os.path.join(work, "classifier.pt2"), os.path.join(work, "classifier_train_bf16.so")
-    torch.export.save(torch.export.export(model, (x, t)), pt2)
-    ptc.compile(pt2, so, device=args.device, precision="bf16", train=True, ptc=args.ptc_binary)
+    pt2, so = os.path.join(work, "classifier.pt2"), os.path.join(work, f"classifier_train_{precision}.so")
+    if not os.path.exists(pt2):
+        torch.export.save(torch.export.export(model, (x, t)), pt2)
+    ptc.compile(pt2, so, device=args.device, precision=precision, train=True, ptc=args.ptc_binary)
     tr = ptc.load(so)
-    dev = args.device
+    dev, dtype, fp16 = args.device, DTYPES[precision], precision == "fp16"
     eager = Classifier().to(dev)
     eager.load_state_dict(model.state_dict())
     exact = Classifier().to(dev)
     exact.load_state_dict(model.state_dict())
     x, t = x.to(dev), t.to(dev)
+    notes = []
+    if fp16:  # an overflowing scale: the step is skipped, the scale backs off
+        big = ptc.GradScaler(init_scale=2.0 ** 40)
+        before = {n: p.clone() for n, p in tr.params.items()}
+        tr.zero_grad()
+        (_,), saved = tr.forward_train(x, t)
+        tr.backward(saved, [big.loss_grad(dev)])
+        saved.free()
+        if big.step(tr, lambda: tr.sgd_step(TRAIN_LR)) or not big.found_inf:
+            raise AssertionError("a loss scale of 2**40 did not overflow float16's gradients")
+        big.update()
+        if big.scale != 2.0 ** 39 or any(not torch.equal(before[n], p) for n, p in tr.params.items()):
+            raise AssertionError("the skipped step changed the parameters or did not halve the scale")
+        notes.append("2**40 skipped")
     opt = torch.optim.SGD(eager.parameters(), lr=TRAIN_LR)
-    worst, notes = 0.0, ""
+    scaler, ref_scaler = ptc.GradScaler(), torch.amp.GradScaler(dev, enabled=fp16)
+    worst = 0.0
     for step in range(TRAIN_STEPS):
         tr.zero_grad()
         (loss,), saved = tr.forward_train(x, t)
-        tr.backward(saved, [torch.ones((), device=dev)])
+        tr.backward(saved, [scaler.loss_grad(dev) if fp16 else torch.ones((), device=dev)])
         saved.free()
         opt.zero_grad()
-        with torch.autocast(dev, dtype=torch.bfloat16):
+        with torch.autocast(dev, dtype=dtype):
             ref = eager(x, t)
-        ref.backward()
-        if step == 0:  # the gradients against exact fp32's, as the inference rule
+        ref_scaler.scale(ref).backward()
+        if step == 0:  # the gradients against exact fp32's, as the inference rule (autocast's unscaled)
             exact(x, t).backward()
-            grads = dict(eager.named_parameters())
-            e_ptc = max(rel_rms(tr.grads[n], p.grad) for n, p in exact.named_parameters())
+            probe = Classifier().to(dev)
+            probe.load_state_dict(model.state_dict())
+            with torch.autocast(dev, dtype=dtype):
+                probe_loss = probe(x, t)
+            probe_loss.backward()
+            grads = dict(probe.named_parameters())
+            s = scaler.scale if fp16 else 1.0
+            e_ptc = max(rel_rms(tr.grads[n] / s, p.grad) for n, p in exact.named_parameters())
             e_auto = max(rel_rms(grads[n].grad, p.grad) for n, p in exact.named_parameters())
-            if e_ptc > WORSE * e_auto + FLOOR or e_ptc < e_auto / BETTER:
+            if not (e_auto == e_auto and e_ptc == e_ptc) or e_ptc > WORSE * e_auto + FLOOR or e_ptc < e_auto / BETTER:
                 raise AssertionError(f"first step's gradients: error {e_ptc:.3g}, autocast's {e_auto:.3g}")
-            notes = f"first gradients: error {e_ptc:.2e}, autocast {e_auto:.2e}"
+            notes.append(f"first gradients: error {e_ptc:.2e}, autocast {e_auto:.2e}")
         rel = abs(loss.item() - ref.item()) / abs(ref.item())
         worst = max(worst, rel)
         if rel > LOSS_TOL:
             raise AssertionError(f"step {step}: loss {loss.item():.5f}, eager under autocast {ref.item():.5f}")
-        tr.sgd_step(TRAIN_LR)
-        opt.step()
+        if fp16:
+            scaler.step(tr, lambda: tr.sgd_step(TRAIN_LR))
+            scaler.update()
+        else:
+            tr.sgd_step(TRAIN_LR)
+        ref_scaler.step(opt)
+        ref_scaler.update()
     tr.close()
-    return f"{notes}; loss over {TRAIN_STEPS} steps within {worst:.2%} of autocast's (last {ref.item():.4f})"
+    notes.append(f"loss over {TRAIN_STEPS} steps within {worst:.2%} of autocast's (last {ref.item():.4f})")
+    return "; ".join(notes)
 
 
 # name -> (module, input shape without the batch, batch sizes)
@@ -231,7 +262,8 @@ def main():
             for precision in DTYPES:
                 r.check(f"{name} --precision {precision} ({args.device})", lambda: check(args, name, precision, libs, work))
         if not args.only:
-            r.check(f"--train --precision bf16 ({args.device})", lambda: check_training(args, work))
+            for precision in DTYPES:
+                r.check(f"--train --precision {precision} ({args.device})", lambda: check_training(args, work, precision))
     print(f"{r.passed} passed, {r.failed} failed")
     return 0 if r.failed == 0 else 1
 

@@ -222,12 +222,6 @@ TEST_CASE("the --precision flag: one setting for every backend; unsupported prec
     CHECK(r.exit_code == 1);
     CHECK(r.output.find(std::string("--precision ") + p + " is not available for --device cpu (it needs --device cuda)") != std::string::npos);
   }
-  {  // fp16 training needs loss scaling, which comes later (bf16 training works: test/precision_test.py)
-    auto r = test::run_ptc("compile -q --train --precision fp16 " + test::fixture("mlp.pt2") + " -o " + so);
-    INFO(r.output);
-    CHECK(r.exit_code == 1);
-    CHECK(r.output.find("--train --precision fp16 is not supported yet (it needs dynamic loss scaling)") != std::string::npos);
-  }
   auto c = test::run_ptc("compile -q --device cuda --precision tf32 --tf32-conv " + test::fixture("mlp.pt2") + " -o " + so);
   CHECK(c.exit_code == 1);
   CHECK(c.output.find("--tf32-conv means --precision tf32-conv, which contradicts --precision tf32") != std::string::npos);
@@ -268,14 +262,17 @@ TEST_CASE("CUDA --precision bf16 / fp16: GEMMs and convolutions in half precisio
     }
   // Mixed-precision training: bf16 GEMMs and convolutions with their gradients (cuDNN's
   // backward-data and backward-filter in bf16), fp32 master weights.
-  for (const char* name : {"mlp.pt2", "small_cnn.pt2"}) {
-    INFO(name << " --train --precision bf16");
-    const std::string so = test::temp_dir() + "/cuda_train_bf16_" + name + ".so";
-    auto r = test::run_ptc(std::string("compile -q --device cuda --train --precision bf16 ") + test::fixture(name) + " -o " + so);
-    INFO(r.output);
-    REQUIRE(r.exit_code == 0);
-    CHECK(shell("nm -D --defined-only " + so).find("ptc_backward") != std::string::npos);
-  }
+  for (const char* p : {"bf16", "fp16"})
+    for (const char* name : {"mlp.pt2", "small_cnn.pt2"}) {
+      INFO(name << " --train --precision " << p);
+      const std::string so = test::temp_dir() + "/cuda_train_" + p + "_" + name + ".so";
+      auto r = test::run_ptc(std::string("compile -q --device cuda --train --precision ") + p + " " + test::fixture(name) + " -o " + so);
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      const std::string syms = shell("nm -D --defined-only " + so);
+      CHECK(syms.find("ptc_backward") != std::string::npos);
+      CHECK(syms.find("ptc_unscale_grads") != std::string::npos);  // loss scaling
+    }
 }
 
 TEST_CASE("CUDA --channels-last: NHWC convolutions with KRSC filters compile, and the manifest says so", "[cuda]") {

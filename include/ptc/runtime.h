@@ -133,6 +133,12 @@ PTC_API int ptc_zero_grad(ptc_model* model);
  * handle. A handle uses one optimizer. */
 PTC_API int ptc_sgd_step(ptc_model* model, float lr, float momentum, float dampening, float weight_decay, int nesterov);
 PTC_API int ptc_adamw_step(ptc_model* model, float lr, float beta1, float beta2, float eps, float weight_decay);
+/* Loss scaling (`--train --precision fp16`; torch.amp.GradScaler's unscale_): multiplies every
+ * parameter gradient by `inv_scale` and sets *found_inf to 1 when any of them is inf or NaN, else
+ * to 0. Scale the loss's gradient (the grad_outputs of ptc_backward) by S, unscale with 1 / S,
+ * and skip the optimizer step when *found_inf is 1, lowering S (the Python package's
+ * ptc.GradScaler does all of it). */
+PTC_API int ptc_unscale_grads(ptc_model* model, float inv_scale, int* found_inf);
 /* ---- State -------------------------------------------------------------------------------
  *
  * A library holds the buffers its program updates: an inference library those an export updates

@@ -131,8 +131,6 @@ void compile_model(const CompileOptions& in) {
     user_error("--precision ", precision_name(opts.precision), " is not available for --device ", backend.name(),
                others.empty() ? std::string(" (no backend computes in it yet)") : " (it needs " + others + ")");
   }
-  if (opts.train && opts.precision == Precision::FP16)
-    user_error("--train --precision fp16 is not supported yet (it needs dynamic loss scaling); train in bf16, fp32 or tf32");
   check_sanitize_list(opts.build.sanitize);
   if (opts.train && opts.weights == "external") user_error("--train embeds the weights; --weights external is not supported with it yet");
   if (opts.output.empty() && opts.package.empty()) user_error("nothing to write: give -o LIB.so, --package DIR or both");

@@ -11,9 +11,9 @@ ptc.compile finds the ptc executable through its `ptc=` argument, $PTC_BINARY, P
 build tree of the checkout it is installed from. ptc.load needs torch (not the CLI).
 """
 from ._compile import CompileError, compile, find_ptc
-from ._runtime import (CODE_TO_DTYPE, DTYPE_TO_CODE, Model, SymbolInfo, TensorInfo, Trainer, code_dtype, dtype_code,
-                       load)
+from ._runtime import (CODE_TO_DTYPE, DTYPE_TO_CODE, GradScaler, Model, SymbolInfo, TensorInfo, Trainer, code_dtype,
+                       dtype_code, load)
 
 __version__ = "0.1.0"
-__all__ = ["compile", "load", "find_ptc", "CompileError", "Model", "Trainer", "TensorInfo", "SymbolInfo",
+__all__ = ["compile", "load", "find_ptc", "CompileError", "Model", "Trainer", "GradScaler", "TensorInfo", "SymbolInfo",
            "dtype_code", "code_dtype", "CODE_TO_DTYPE", "DTYPE_TO_CODE"]

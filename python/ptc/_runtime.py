@@ -115,6 +115,7 @@ def _declare(lib):
         "ptc_sgd_step": (ctypes.c_int, [P, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_int]),
         "ptc_adamw_step": (ctypes.c_int, [P, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float,
                                           ctypes.c_float]),
+        "ptc_unscale_grads": (ctypes.c_int, [P, ctypes.c_float, ctypes.POINTER(ctypes.c_int)]),
         "ptc_manual_seed": (ctypes.c_int, [P, ctypes.c_uint64]),
         "ptc_num_buffers": (ctypes.c_int, [P]),
         "ptc_buffer_info": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(_TensorInfo)]),
@@ -473,9 +474,57 @@ class Trainer(Model):
     def adamw_step(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         self._check(self._lib.ptc_adamw_step(self._m, lr, betas[0], betas[1], eps, weight_decay), "ptc_adamw_step")
 
+    def unscale_grads(self, inv_scale):
+        """Multiplies every gradient by inv_scale; True when any of them is inf or NaN (then skip
+        the optimizer step). GradScaler below runs the whole loss-scaling loop."""
+        found = ctypes.c_int(0)
+        self._check(self._lib.ptc_unscale_grads(self._m, inv_scale, ctypes.byref(found)), "ptc_unscale_grads")
+        return bool(found.value)
+
     def manual_seed(self, seed):
         """Seeds training-mode dropout (the same seed replays the same masks)."""
         self._check(self._lib.ptc_manual_seed(self._m, seed), "ptc_manual_seed")
+
+
+class GradScaler:
+    """Dynamic loss scaling for `--train --precision fp16`, as torch.amp.GradScaler:
+
+        scaler = ptc.GradScaler()
+        (loss,), saved = t.forward_train(x, target)
+        t.backward(saved, [scaler.loss_grad(device=t.device)])   # d(scale * loss)
+        scaler.step(t, lambda: t.sgd_step(lr=0.1))              # unscales; skips on inf / NaN
+        scaler.update()
+
+    The step is skipped when a gradient is inf or NaN, and the scale then drops by
+    backoff_factor; after growth_interval steps without one it grows by growth_factor.
+    """
+
+    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+        self.scale, self.growth_factor, self.backoff_factor = float(init_scale), growth_factor, backoff_factor
+        self.growth_interval, self._good_steps, self.found_inf = growth_interval, 0, False
+
+    def loss_grad(self, device="cpu"):
+        """The gradient to seed backward with: the scale, as a 0-d float32 tensor."""
+        import torch
+        return torch.full((), self.scale, dtype=torch.float32, device=device)
+
+    def step(self, trainer, optimizer_step):
+        """Unscales the trainer's gradients and runs optimizer_step() unless one is inf or NaN;
+        returns whether it ran."""
+        self.found_inf = trainer.unscale_grads(1.0 / self.scale)
+        if not self.found_inf:
+            optimizer_step()
+        return not self.found_inf
+
+    def update(self):
+        if self.found_inf:
+            self.scale *= self.backoff_factor
+            self._good_steps = 0
+        else:
+            self._good_steps += 1
+            if self._good_steps == self.growth_interval:
+                self.scale *= self.growth_factor
+                self._good_steps = 0
 
 
 def _np_ndarray():

@@ -430,6 +430,17 @@ inline int sgd_step(Model* m, float lr, float momentum, float dampening, float w
   return PTC_OK;
 }
 
+// torch.amp.GradScaler's unscale_: grads *= inv_scale, and whether any is inf or NaN.
+inline int unscale_grads(Model* m, float inv_scale, int* found_inf) {
+  if (!m || !found_inf) return fail("ptc_unscale_grads: model or found_inf is null");
+  if (!(inv_scale > 0) || std::isinf(inv_scale)) return fail("ptc_unscale_grads: inv_scale must be positive and finite");
+  bool found = false;
+  if (!dev::unscale(m->grads.p, static_cast<int64_t>(m->total), inv_scale, &found))
+    return fail(std::string("ptc_unscale_grads: ") + dev::error());
+  *found_inf = found ? 1 : 0;
+  return PTC_OK;
+}
+
 // torch.optim.AdamW's step (the arithmetic: adamw_element in ptc_train_math.h), after its checks.
 inline int adamw_step(Model* m, float lr, float beta1, float beta2, float eps, float weight_decay) {
   if (!m) return fail("ptc_adamw_step: model is null");

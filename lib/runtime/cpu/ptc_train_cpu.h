@@ -89,6 +89,17 @@ inline bool sgd(const SgdArgs& a) {
   for (int64_t i = 0; i < a.n; ++i) sgd_element(a, i);
   return true;
 }
+inline bool unscale(float* g, int64_t n, float inv_scale, bool* found_inf) {
+  int bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : bad)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = g[i] * inv_scale;
+    bad |= !(v - v == 0.f);  // inf - inf and NaN - NaN are NaN
+    g[i] = v;
+  }
+  *found_inf = bad != 0;
+  return true;
+}
 inline bool adamw(const AdamArgs& a) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < a.n; ++i) adamw_element(a, i);

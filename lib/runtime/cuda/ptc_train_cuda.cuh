@@ -87,6 +87,14 @@ __global__ void adamw_kernel(AdamArgs a) {
     adamw_element(a, i);
 }
 
+__global__ void unscale_kernel(float* g, int64_t n, float inv_scale, int* found_inf) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = g[i] * inv_scale;
+    if (!(v - v == 0.f)) *found_inf = 1;  // inf - inf and NaN - NaN are NaN
+    g[i] = v;
+  }
+}
+
 inline unsigned blocks(int64_t n) {
   int64_t b = (n + 255) / 256;
   return static_cast<unsigned>(b < 1 ? 1 : b > 65535 ? 65535 : b);
@@ -100,6 +108,20 @@ inline bool add(float* a, const float* b, int64_t n) {
 inline bool sgd(const SgdArgs& a) {
   sgd_kernel<<<blocks(a.n), 256, 0, cudaStreamPerThread>>>(a);
   return finish();
+}
+inline bool unscale(float* g, int64_t n, float inv_scale, bool* found_inf) {
+  int* flag = nullptr;
+  if (!ok(cudaMallocAsync(reinterpret_cast<void**>(&flag), sizeof(int), cudaStreamPerThread))) return false;
+  int host = 0;
+  bool good = ok(cudaMemsetAsync(flag, 0, sizeof(int), cudaStreamPerThread));
+  if (good) {
+    unscale_kernel<<<blocks(n), 256, 0, cudaStreamPerThread>>>(g, n, inv_scale, flag);
+    good = ok(cudaGetLastError()) && ok(cudaMemcpyAsync(&host, flag, sizeof(int), cudaMemcpyDeviceToHost, cudaStreamPerThread));
+  }
+  cudaFreeAsync(flag, cudaStreamPerThread);
+  good = good && finish();
+  *found_inf = host != 0;
+  return good;
 }
 inline bool adamw(const AdamArgs& a) {
   adamw_kernel<<<blocks(a.n), 256, 0, cudaStreamPerThread>>>(a);
