@@ -83,7 +83,7 @@ void differentiate(CompileState& st) {
   auto dump = [&](const char* name, const Graph& g) { dump_graph(st, name, g, std::cout); };
   for_model(st, [&] {
     st.graph = run_training_graph_passes(*st.graph, dump);
-    // Mixed precision (--precision bf16): autocast before differentiation, as torch.autocast
+    // Mixed precision (--precision bf16 / fp16): autocast before differentiation, as torch.autocast
     // records it. The parameters stay fp32 (master weights, optimizer state) and are rounded at
     // every step; the derivative of each rounding converts its gradient back to fp32, so weight
     // gradients accumulate in fp32.

@@ -63,9 +63,9 @@ std::function<int()> add_compile(CLI::App& app) {
                 "--train: save every activation the backward reads instead of recomputing cheap elementwise chains");
   cmd->add_option("--emit-dir", opts->emit_dir, "Keep the generated sources in this folder");
   cmd->add_option("--dump-after", opts->dump_after, "Print the IR after a pipeline stage (read, shapes: the graph; lower: the loop IR; schedule: the kernels) or a "
-                  "graph pass (functionalize, fold_batch_norm, channels_last_weights, library_ops_f32, fold_constants, cse, dce, "
-                  "prune_unused_weights; --train: batch_norm_training, cse, dce, prune_unused_weights, autodiff, forward, backward; "
-                  "or all)");
+                  "graph pass (functionalize, fold_batch_norm, channels_last_weights, autocast, library_ops_f32, fold_constants, cse, "
+                  "dce, prune_unused_weights; --train: batch_norm_training, cse, dce, prune_unused_weights, autocast, autodiff, "
+                  "forward, backward; or all)");
   cmd->add_option("--dump-loops", opts->dump_loops, "Write the loop IR as text to this file ('-' for stdout)");
   cmd->add_option("--weights", opts->weights, "embedded (in the library) or external (model.weights next to it, mapped and checksummed at open)")
       ->check(CLI::IsMember({"embedded", "external"}));
