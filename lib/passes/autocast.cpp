@@ -10,6 +10,7 @@
 #include "ptc/node_builder.h"
 #include "ptc/passes.h"
 #include "ptc/rewrite.h"
+#include "convert_operands.h"
 
 namespace ptc {
 
@@ -52,37 +53,15 @@ std::unique_ptr<Graph> autocast(const Graph& g, DType half) {
   rewrite::GraphRewriter rw(g);
   NodeBuilder b(rw.graph(), &g, "_half");
   std::unordered_map<const Value*, Value*> narrowed;  // new-graph value -> its conversion to `half`
-  auto narrow = [&](Value* v) {
-    auto it = narrowed.find(v);
-    if (it != narrowed.end()) return it->second;
-    return narrowed[v] = b.cast(v, half);
-  };
   for (const auto& np : g.nodes()) {
     const Node& n = *np;
     bool reads_f32 = false;
     for (const Value* v : n.inputs()) reads_f32 = reads_f32 || is_f32_tensor(v);
-    if (library_class(n.kind) == LibraryClass::None || !reads_f32) {
+    if (library_class(n.kind) != LibraryClass::None && reads_f32)
+      convert_operands(rw, b, n, half, [&](const Value* v, size_t arg) { return is_f32_tensor(v) && !keeps_f32(n, arg); }, is_f32_tensor,
+                       narrowed, "_half");
+    else
       rw.copy_node(n);
-      continue;
-    }
-    b.set_origin(&n);
-    std::vector<Arg> args;
-    for (size_t i = 0; i < n.args.size(); ++i) {
-      Arg m = rw.map_arg(n.args[i]);
-      if (auto v = std::get_if<Value*>(&m); v && is_f32_tensor(*v) && !keeps_f32(n, i)) m = narrow(*v);
-      args.push_back(std::move(m));
-    }
-    std::vector<Value*> outs;
-    for (const Value* o : n.outputs) {
-      Type t = o->type;
-      if (is_f32_tensor(o)) t.dtype = half;
-      outs.push_back(rw.new_value(o->name + "_half", std::move(t)));
-    }
-    rw.add_node(n, std::move(args), outs);
-    for (size_t i = 0; i < outs.size(); ++i) {
-      const Value* o = n.outputs[i];
-      rw.replace(o, is_f32_tensor(o) ? b.cast(outs[i], DType::Float32) : outs[i]);
-    }
   }
   return rw.finish();
 }

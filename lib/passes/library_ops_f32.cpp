@@ -14,6 +14,7 @@
 #include "ptc/node_builder.h"
 #include "ptc/passes.h"
 #include "ptc/rewrite.h"
+#include "convert_operands.h"
 
 namespace ptc {
 namespace {
@@ -59,35 +60,12 @@ std::unique_ptr<Graph> library_ops_f32(const Graph& g, const HalfLibraryOps& nat
   rewrite::GraphRewriter rw(g);
   NodeBuilder b(rw.graph(), &g, "_f32");
   std::unordered_map<const Value*, Value*> widened;  // new-graph value -> its float32 conversion
-  auto widen = [&](Value* v) {
-    auto it = widened.find(v);
-    if (it != widened.end()) return it->second;
-    return widened[v] = b.cast(v, DType::Float32);
-  };
+  auto half = [](const Value* v) { return v->type.is_tensor() && dtype_is_half(v->type.dtype); };
   for (const auto& np : g.nodes()) {
-    const Node& n = *np;
-    if (!converts(n, native)) {
-      rw.copy_node(n);
-      continue;
-    }
-    b.set_origin(&n);
-    std::vector<Arg> args;
-    for (const Arg& a : n.args) {
-      Arg m = rw.map_arg(a);
-      if (auto v = std::get_if<Value*>(&m); v && *v && (*v)->type.is_tensor() && dtype_is_half((*v)->type.dtype)) m = widen(*v);
-      args.push_back(std::move(m));
-    }
-    std::vector<Value*> outs;
-    for (const Value* o : n.outputs) {
-      Type t = o->type;
-      if (t.is_tensor() && dtype_is_half(t.dtype)) t.dtype = DType::Float32;
-      outs.push_back(rw.new_value(o->name + "_f32", std::move(t)));
-    }
-    rw.add_node(n, std::move(args), outs);
-    for (size_t i = 0; i < outs.size(); ++i) {
-      const Value* o = n.outputs[i];
-      rw.replace(o, o->type.is_tensor() && dtype_is_half(o->type.dtype) ? b.cast(outs[i], o->type.dtype) : outs[i]);
-    }
+    if (converts(*np, native))
+      convert_operands(rw, b, *np, DType::Float32, [&](const Value* v, size_t) { return half(v); }, half, widened, "_f32");
+    else
+      rw.copy_node(*np);
   }
   return rw.finish();
 }
