@@ -4,8 +4,11 @@
 Exports a stack of N Linear(8192, 8192) layers with random fp32 weights (default 9: 2.25 GiB)
 and checks:
   - embedded weights that large are refused with one sentence naming --weights external;
-  - `ptc compile --weights external` writes the library and its weights file, and the library
-    matches eager (rtol 1e-4 of the output's scale);
+  - `ptc compile --weights external` writes the library and its weights file, and the library's
+    output is as close to the exact result (the model evaluated in float64) as eager float32 is:
+    within max(4 x eager's error, 1e-4 of the output's scale) + 1e-5. The stack amplifies
+    rounding (eager float32 is ~3e-5 from exact), so the exact result, not one float32 rounding
+    of it, is the reference;
   - ptc_open maps the weights file: the process's anonymous memory grows by < 64 MiB;
   - a weights file with one byte changed, and a truncated one, are refused by ptc_open with a
     message (checksum / size).
@@ -56,6 +59,13 @@ class Stack(torch.nn.Module):
         return x
 
 
+def cpu_model():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
 def anon_kib():
     for line in open("/proc/self/status"):
         if line.startswith("RssAnon:"):
@@ -91,6 +101,9 @@ def main():
         model = Stack(a.layers).eval()
         x = torch.randn(2, WIDTH)
         want = model(x)
+        exact = x.double()
+        for layer in model.layers:  # float64 one layer at a time: memory for one layer's copy
+            exact = torch.tanh(exact @ layer.weight.double().T) * 2.0
         stored = io.BytesIO()
         torch.export.save(torch.export.export(model, (x,)), stored)
     del model
@@ -125,9 +138,12 @@ def main():
     check(grown < 64 * 1024, f"ptc_open maps the weights: anonymous memory +{grown / 1024:.1f} MiB ({opened:.1f} s to open "
                              "and verify the checksum)")
     got = m(x)[0]
-    scale = want.abs().max().item()
-    err = (got - want).abs().max().item()
-    check(err <= 1e-4 * scale + 1e-5, f"output matches eager: max err {err:.2e} (scale {scale:.2e})")
+    scale = exact.abs().max().item()
+    err = (got.double() - exact).abs().max().item()
+    eager_err = (want.double() - exact).abs().max().item()
+    tol = max(4 * eager_err, 1e-4 * scale) + 1e-5
+    check(err <= tol, f"output matches the exact result: max err {err:.2e}, eager float32's {eager_err:.2e}, "
+                      f"ptc vs eager {(got - want).abs().max().item():.2e} (tolerance {tol:.2e}; {cpu_model()})")
     m.close()
 
     def expect_open_error(fragment, what):
