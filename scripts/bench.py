@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark ptc-compiled models against PyTorch eager and torch.compile (Inductor), CPU, fp32.
+"""Benchmark ptc-compiled models against PyTorch eager and torch.compile (Inductor), CPU, fp32 / bf16 / fp16.
 
 For each model, in one process and with the same number of threads everywhere
 (torch.set_num_threads(n); OMP_NUM_THREADS=n, set before torch or any library is loaded):
@@ -19,11 +19,18 @@ of torch.compile = time of the first call (in a fresh, empty Inductor cache) min
 Inductor's one-time start-up (a trivial torch.compile first) is not counted. ptc's error =
 max |ptc - eager| over all outputs (and whether it is within atol = rtol = 1e-4).
 
+--precision bf16 / fp16 compiles ptc with `--precision bf16 / fp16` and runs eager and
+torch.compile under torch.autocast("cpu", dtype) (OpenVINO gets the bf16 hint unless
+--peer-precision says otherwise). Every error is then measured against exact fp32 eager, and ptc
+passes when its error is at most 1.5 x autocast eager's own (the rule of test/precision_test.py);
+the table's "ac err" column is autocast eager's error.
+
     .venv/bin/python scripts/bench.py                                # small fixtures, 2 threads
     .venv/bin/python scripts/bench.py --real resnet18 --json out.json
     .venv/bin/python scripts/bench.py --models mlp_dyn:256 tfm_dyn:4,64 --no-inductor
     .venv/bin/python scripts/bench.py --real bert --real-sizes 1,128
     .venv/bin/python scripts/bench.py --models --real resnet18 --peers --no-inductor
+    .venv/bin/python scripts/bench.py --models --real bert --real-sizes 1,128 --precision bf16 --peers
 
 Model specs: NAME (sizes of the export's example inputs) or NAME:V1,V2,... (values of the
 symbolic sizes, in the order they first appear in the inputs: tfm_dyn:8,128 = batch 8, seq 128).
@@ -81,9 +88,12 @@ def parse_args():
     ap.add_argument("--peers", action="store_true",
                     help="also time ONNX Runtime and OpenVINO (scripts/requirements-bench.txt) on an ONNX export "
                          "(torch.onnx.export(..., dynamo=True)) of the same ExportedProgram")
-    ap.add_argument("--peer-precision", choices=["fp32", "bf16"], default="fp32",
-                    help="OpenVINO's inference precision hint (its default on AMX CPUs is bf16); ONNX Runtime's "
-                         "CPU provider computes in fp32 either way")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                    help="ptc compile --precision, and torch.autocast in this dtype for eager and torch.compile; "
+                         "errors are then against exact fp32 eager")
+    ap.add_argument("--peer-precision", choices=["fp32", "bf16"], default=None,
+                    help="OpenVINO's inference precision hint (its default on AMX CPUs is bf16; default here: bf16 "
+                         "with --precision bf16, else fp32); ONNX Runtime's CPU provider computes in fp32 either way")
     ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
     ap.add_argument("--ptc-flavour", choices=["auto", "export", "core"], default="auto",
                     help="which .pt2 ptc compiles (auto: NAME.pt2, else NAME.core.pt2)")
@@ -94,6 +104,8 @@ def parse_args():
 
 
 ARGS = parse_args()
+if ARGS.peer_precision is None:
+    ARGS.peer_precision = "bf16" if ARGS.precision == "bf16" else "fp32"
 # Before torch (which loads libgomp, the same runtime ptc's libraries use) reads it.
 os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
 os.environ.setdefault("MKL_NUM_THREADS", str(ARGS.threads))
@@ -110,6 +122,23 @@ import torch.utils._pytree as pytree  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # the ptc package
 import ptc  # noqa: E402
+
+AUTOCAST_RULE = 1.5  # --precision bf16 / fp16: ptc's error at most this times autocast eager's
+
+
+def precision_ctx():
+    """torch.autocast in --precision's dtype (a no-op context for fp32)."""
+    import contextlib
+    if ARGS.precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[ARGS.precision])
+
+
+def under_precision(fn):
+    def run():
+        with precision_ctx():
+            return fn()
+    return run
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,7 +312,8 @@ def ptc_compile(name, folder, libdir, cache):
         src = folder / f"{name}{fl}.pt2"
         if not src.exists():
             continue
-        lib = libdir / f"{name}{fl}.so"
+        lib = libdir / f"{name}{fl}.{ARGS.precision}.so"
+        prec = [] if ARGS.precision == "fp32" else ["--precision", ARGS.precision]
         for _ in range(60):  # someone may be rebuilding build/ptc right now
             if os.access(ARGS.ptc_binary, os.X_OK):
                 break
@@ -292,12 +322,12 @@ def ptc_compile(name, folder, libdir, cache):
         # Then the same compile again: a compile-cache hit.
         env = dict(os.environ, PTC_CACHE_DIR=tempfile.mkdtemp(prefix="ptc-bench-cache-"))
         t0 = time.perf_counter()
-        r = subprocess.run([ARGS.ptc_binary, "compile", str(src), "-o", str(lib)],
+        r = subprocess.run([ARGS.ptc_binary, "compile", str(src), "-o", str(lib), *prec],
                            capture_output=True, text=True, env=env)
         dt = time.perf_counter() - t0
         if r.returncode == 0:
             t1 = time.perf_counter()
-            hit = subprocess.run([ARGS.ptc_binary, "compile", str(src), "-o", str(lib)],
+            hit = subprocess.run([ARGS.ptc_binary, "compile", str(src), "-o", str(lib), *prec],
                                  capture_output=True, text=True, env=env)
             res["cached_compile_s"] = time.perf_counter() - t1
             if hit.returncode != 0 or "from the compile cache" not in hit.stderr:
@@ -335,7 +365,7 @@ def inductor(module_factory, inputs, freezing):
     icfg.freezing = freezing
     try:
         compiled = torch.compile(module_factory())
-        fn = lambda: compiled(*inputs)  # noqa: E731
+        fn = under_precision(lambda: compiled(*inputs))
         with fresh_cache(dir=tempfile.mkdtemp(dir=_INDUCTOR_CACHE), delete=False):
             t, out = first_call(fn)
         return fn, t, out, None
@@ -427,7 +457,14 @@ def bench_one(spec, libdir, ptc_cache, gen):
     eager_mod = ep.module()
     eager = lambda: eager_mod(*inputs)  # noqa: E731
     with torch.inference_mode():
-        ref = eager()
+        ref = eager()  # exact fp32: every error below is against this
+    ac_err = None
+    if ARGS.precision != "fp32":
+        eager = under_precision(eager)
+        with torch.inference_mode():
+            ac_err, _, _ = max_err(eager(), ref)
+        row["autocast_eager_max_abs_err"] = ac_err
+        print(f"   eager under autocast {ARGS.precision}: max abs err {ac_err:.2e} (vs fp32 eager)", flush=True)
     fns = {"eager": eager}
 
     # ---- ptc
@@ -446,6 +483,8 @@ def bench_one(spec, libdir, ptc_cache, gen):
             with torch.inference_mode():
                 got = m(*inputs)
             err, ok, why = max_err(got, ref)
+            if ac_err is not None:
+                ok = err <= AUTOCAST_RULE * ac_err + 1e-6
             row.update(ptc_max_abs_err=err, ptc_within_tol=ok)
             if why:
                 row["ptc_error"] = why
@@ -528,7 +567,7 @@ def ratio(a, b):
 def table(rows):
     cols = ["model", "inputs", "eager ms", "ind ms", "ind-frz ms", "ptc ms", "eager/ptc",
             "ind/ptc", "ind-frz/ptc", "ind c s", "ind-frz c s", "ptc c s", "ptc hit s", "ind c/ptc c",
-            "ind-frz c/ptc c", "ptc err", "load"]
+            "ind-frz c/ptc c", "ptc err", "ac err", "load"]
     peers_on = any("ort_ms" in r or "ov_ms" in r for r in rows)
     if peers_on:
         cols += ["ort ms", "ov ms", "ort/ptc", "ov/ptc", "ort err", "ov err", "ort setup s", "ov setup s", "ov prec"]
@@ -551,7 +590,7 @@ def table(rows):
             f(g("ptc_compile_s"), ".2f"), f(g("ptc_cached_compile_s"), ".2f"),
             f(ratio(g("inductor_compile_s"), g("ptc_compile_s")), ".1f"),
             f(ratio(g("inductor_freezing_compile_s"), g("ptc_compile_s")), ".1f"),
-            errs, f(g("other_load_cores"), ".1f")] +
+            errs, f(g("autocast_eager_max_abs_err"), ".1e"), f(g("other_load_cores"), ".1f")] +
             ([f(g("ort_ms"), ".3f"), f(g("ov_ms"), ".3f"), f(ratio(g("ort_ms"), ptc_ms), ".2f"), f(ratio(g("ov_ms"), ptc_ms), ".2f"),
               f(g("ort_max_abs_err"), ".1e"), f(g("ov_max_abs_err"), ".1e"), f(g("ort_setup_s"), ".2f"), f(g("ov_setup_s"), ".2f"),
               g("ov_precision") or "-"] if peers_on else []))
@@ -621,7 +660,10 @@ def main():
             shutil.rmtree(libdir, ignore_errors=True)
         shutil.rmtree(_INDUCTOR_CACHE, ignore_errors=True)
 
-    print(f"\nthreads {ARGS.threads}, median of >= {ARGS.reps} calls / {ARGS.min_time} s (best of "
+    print(f"\n{ARGS.precision} (ptc compile --precision {ARGS.precision}" +
+          ("" if ARGS.precision == "fp32" else f"; eager and torch.compile under torch.autocast; errors against fp32 eager; "
+                                               f"'ac err' = autocast eager's; '!' = ptc's over {AUTOCAST_RULE} x it") +
+          f"; OpenVINO hint {ARGS.peer_precision}), threads {ARGS.threads}, median of >= {ARGS.reps} calls / {ARGS.min_time} s (best of "
           f"{ARGS.rounds} rounds); "
           f"ratios > 1: ptc is faster; 'c s' = compile seconds (ptc: an empty compile cache); 'ptc hit s' = the same compile again (a compile-cache hit); ptc err = max |ptc - eager| "
           f"('!' = over atol=rtol=1e-4); load = most CPU cores other processes used while "
@@ -642,7 +684,8 @@ def main():
     if ARGS.json:
         meta = {
             "threads": ARGS.threads, "reps": ARGS.reps, "warmup": ARGS.warmup,
-            "rounds": ARGS.rounds, "torch": torch.__version__, "python": platform.python_version(),
+            "rounds": ARGS.rounds, "precision": ARGS.precision, "peer_precision": ARGS.peer_precision,
+            "torch": torch.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "cpu": _cpu_name(), "cpus": os.cpu_count(),
             "loadavg_end": os.getloadavg(), "ptc": ptc_version, "git": git_rev(),
             "ptc_binary": ARGS.ptc_binary, "ptc_binary_mtime": _mtime(ARGS.ptc_binary), "inductor_cache": "fresh_cache() per compile",
