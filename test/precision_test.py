@@ -7,7 +7,10 @@ training (fp16 with ptc.GradScaler against torch.amp.GradScaler).
 
 The rule (the one the GPU bench states too): ptc's error against float32 eager, as an RMS over
 each output relative to the output's RMS, must be at most 1.5x the error of eager under
-torch.autocast(device, dtype), plus 1e-6. The worst of a module's errors must also be at least a
+torch.autocast(device, dtype), plus 1e-6. It holds for each output pooled over all batch sizes,
+and for each (batch, output) with at least 64 elements: over fewer, one RMS is too noisy a
+statistic to compare (a per-row sum at batch 1 is a single rounding error, which may land 5x
+either side of autocast's). The worst of a module's errors must also be at least a
 twentieth of autocast's worst, so that a library which ignored the flag and computed in float32
 fails. (Single outputs may be far better than autocast's: ptc keeps the ops outside the library
 operations in float32, where autocast runs them in the widest input dtype.) Outputs keep float32.
@@ -37,6 +40,7 @@ from python_package_test import Runner  # noqa: E402
 WORSE = 1.5    # ptc's error may be up to this multiple of autocast's
 FLOOR = 1e-6   # plus this (relative RMS)
 BETTER = 20.0  # and at least autocast's divided by this (the flag took effect)
+PER_BATCH_MIN = 64  # elements an output needs for its own per-batch comparison
 
 
 class MLP(torch.nn.Module):
@@ -191,7 +195,7 @@ def check_training(args, work, precision):
 
 # name -> (module, input shape without the batch, batch sizes)
 CASES = {
-    "mlp": (MLP, (64,), (1, 5, 16)),
+    "mlp": (MLP, (64,), (1, 5, 16, 40)),
     "cnn": (CNN, (3, 16, 16), (1, 4)),
     "encoder": (Encoder, (12, 64), (1, 3)),
     "matmul_attention": (MatmulAttention, (10, 32), (2, 5)),
@@ -225,6 +229,7 @@ def check(args, name, precision, libs, work):
     dev = args.device
     model = model.to(dev)
     worst = []
+    pooled = {}  # output -> [sum (ptc - ref)^2, sum (autocast - ref)^2, sum ref^2]
     for b in batches:
         x = torch.randn(b, *shape, device=dev)
         with torch.no_grad():
@@ -238,9 +243,17 @@ def check(args, name, precision, libs, work):
             if g.dtype != r.dtype or g.shape != r.shape:
                 raise AssertionError(f"output {i}: {g.dtype} {list(g.shape)}, eager {r.dtype} {list(r.shape)}")
             e_ptc, e_auto = rel_rms(g, r), rel_rms(a, r)
-            if e_ptc > WORSE * e_auto + FLOOR:
+            if r.numel() >= PER_BATCH_MIN and e_ptc > WORSE * e_auto + FLOOR:
                 raise AssertionError(f"batch {b} output {i}: error {e_ptc:.3g} > {WORSE} x autocast's {e_auto:.3g}")
-            worst.append((e_ptc, e_auto))
+            g, r, a = (t.detach().double().cpu() for t in (g, r, a))
+            sums = pooled.setdefault(i, [0.0, 0.0, 0.0])
+            for k, v in enumerate(((g - r).pow(2).sum(), (a - r).pow(2).sum(), r.pow(2).sum())):
+                sums[k] += v.item()
+    for i, (se_ptc, se_auto, s_ref) in pooled.items():
+        e_ptc, e_auto = (se_ptc / (s_ref or 1.0)) ** 0.5, (se_auto / (s_ref or 1.0)) ** 0.5
+        if e_ptc > WORSE * e_auto + FLOOR:
+            raise AssertionError(f"output {i} over batches {list(batches)}: error {e_ptc:.3g} > {WORSE} x autocast's {e_auto:.3g}")
+        worst.append((e_ptc, e_auto))
     e_ptc, e_auto = max(w[0] for w in worst), max(w[1] for w in worst)
     if e_ptc < e_auto / BETTER:
         raise AssertionError(f"worst error {e_ptc:.3g} < autocast's {e_auto:.3g} / {BETTER}: the library computes in float32")
