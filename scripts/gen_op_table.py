@@ -39,7 +39,7 @@ cat stack roll flip constant_pad_nd pad repeat index.Tensor index_select gather 
 im2col max_pool2d max_pool2d_with_indices max_pool2d_with_indices_backward avg_pool2d adaptive_avg_pool2d _adaptive_avg_pool2d adaptive_avg_pool1d
 upsample_nearest2d.vec upsample_bilinear2d.vec
 _to_copy to.dtype to.dtype_layout to.device type_as detach lift_fresh_copy _assert_tensor_metadata
-copy copy_ index_copy index_copy_ index_put index_put_
+copy copy_ index_copy index_copy_ index_put index_put_ fill.Scalar fill.Tensor fill_.Scalar fill_.Tensor slice_scatter select_scatter
 full arange.start_step arange.default arange.start zeros ones zeros_like ones_like full_like new_zeros new_ones empty.memory_format scalar_tensor
 sym_size.int sym_numel sym_stride.int size.int Int.Tensor ScalarImplicit
 """

@@ -89,6 +89,27 @@ class IndexUpdates(torch.nn.Module):  # index_copy, index_put (one index tensor,
                 x.argmin(dim=2), x.argmax(dim=1))
 
 
+class PadFmod(torch.nn.Module):  # F.pad in its four modes (aten::pad), fmod (C's sign rule) on floats and integers
+    def forward(self, x):  # [b, 3, 5, 6]
+        return (F.pad(x, (2, 1, 1, 2), value=1.5), F.pad(x, (2, 3, 1, 4), mode="reflect"),
+                F.pad(x, (3, 0, 2, 1), mode="replicate"), F.pad(x, (2, 4, 0, 3), mode="circular"),
+                F.pad(x[:, 0], (1, 2), mode="reflect"), torch.fmod(x * 5, 1.7), torch.fmod(x * -3, -0.9),
+                torch.fmod((x * 9).floor().long(), 4), torch.fmod((x * 9).floor().long(), -3))
+
+
+class SliceAssign(torch.nn.Module):  # in-place updates through slice / select views of a tensor the module made
+    def forward(self, x):  # [b, 6, 5]
+        m = x.new_zeros(x.shape)
+        m[:, 1:3] = x[:, :2] * 2         # slice, copy_
+        m[:, :, 0] = 7.0                 # select, fill_
+        m[:, 4:, ::2] = 0.5              # slice with a step under a slice
+        m[:, 5, 1:3] += x[:, 0, :2]      # add_ on a view of a select
+        c = torch.zeros(x.shape[0], 3, 2)
+        c[:, 1] = x[:, 2, :2]
+        return (m + x, c, torch.select_scatter(x, x[:, 0] * 3, 1, 2), torch.select_scatter(x, x[:, :, 1], 2, -1),
+                torch.slice_scatter(x, x[:, :2] + 1, 1, 3, 5), torch.slice_scatter(x, x[:, :, :2] * 4, 2, 1, None, 3))
+
+
 class Counter(torch.nn.Module):  # buffers updated in place: the library holds them between runs
     def __init__(self):
         super().__init__()
@@ -114,7 +135,11 @@ class Everything(torch.nn.Module):  # one module with every op above, for the CU
         y = self.ct(self.gn(x))
         y = F.interpolate(y, scale_factor=2, mode="nearest") + F.interpolate(y, scale_factor=2, mode="bilinear")
         z = y[:, :, 0].index_copy(2, self.idx, y[:, :, 1, :2])  # (argmin: no CUDA arg-reductions yet)
-        return y.repeat(1, 2, 1, 1), torch.var(y, dim=1), torch.std(y, dim=(2, 3)), z, z.scatter(2, self.idx.expand(z.shape[0], 4, 2), 0.5)
+        p = F.pad(x, (2, 1, 1, 2), mode="reflect") + F.pad(x, (2, 1, 1, 2), mode="circular") + F.pad(x, (2, 1, 1, 2), mode="replicate")
+        m = x.new_zeros(x.shape)
+        m[:, 1:3, 0] = x[:, :2, 1]
+        return (y.repeat(1, 2, 1, 1), torch.var(y, dim=1), torch.std(y, dim=(2, 3)), z, z.scatter(2, self.idx.expand(z.shape[0], 4, 2), 0.5),
+                p, torch.fmod(x, 0.3), m)
 
 
 MODULES = {  # name: (module, one input of batch size b)
@@ -124,6 +149,8 @@ MODULES = {  # name: (module, one input of batch size b)
     "var_std": (Var, lambda b: torch.randn(b, 6, 5)),
     "conv_transpose2d": (ConvTranspose, lambda b: torch.randn(b, 4, 5, 6)),
     "index_updates": (IndexUpdates, lambda b: torch.randn(b, 6, 5)),
+    "pad_fmod": (PadFmod, lambda b: torch.randn(b, 3, 5, 6)),
+    "slice_assign": (SliceAssign, lambda b: torch.randn(b, 6, 5)),
 }
 
 
@@ -186,6 +213,22 @@ def main():
                 return f"{len(msgs)} outputs at batch 1, 3, 8; worst abs err {worst:.1e}"
             t.check(f"{name} matches eager", run)
 
+        def slice_assign_core():
+            """The Core ATen form of SliceAssign: torch's own functionalization wrote slice_scatter / select_scatter."""
+            torch.manual_seed(1)
+            module = SliceAssign().eval()
+            ep = export(module, lambda b: torch.randn(b, 6, 5)).run_decompositions()
+            kinds = {str(n.target) for n in ep.graph.nodes}
+            assert "aten.slice_scatter.default" in kinds, kinds
+            lib = ptc.compile(ep, work / "slice_assign_core.so", ptc=exe)
+            with ptc.load(lib) as m, torch.inference_mode():
+                for b in (1, 4):
+                    x = torch.randn(b, 6, 5)
+                    for g, r in zip(m(x), module(x)):
+                        compare(g, r)
+            return "batch 1, 4"
+        t.check("SliceAssign in Core ATen (torch's own slice_scatter nodes) matches eager", slice_assign_core)
+
         def check_training(make_module, x, lib_name, seed):
             """A --train library of the module against torch.autograd: the loss and every parameter's gradient."""
             torch.manual_seed(seed)
@@ -241,23 +284,63 @@ def main():
             return "4 runs, the buffers and a reset as the module"
         t.check("a module that updates its buffers in place: the library holds them (state)", state)
 
-        class ViewUpdate(torch.nn.Module):
+        class ViewUpdate(torch.nn.Module):  # a cache written a row at a time through slices: state
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("cache", torch.zeros(4, 5))
+                self.register_buffer("pos", torch.zeros((), dtype=torch.int64))
+
+            def forward(self, x):  # [2, 5]
+                self.cache[1:3].copy_(x)
+                self.cache[0] += x[0]
+                self.pos.add_(1)
+                return self.cache * 2, self.pos
+
+        def view_update_state():
+            module = ViewUpdate()
+            lib = ptc.compile(torch.export.export(ViewUpdate(), (torch.randn(2, 5),)), work / "view_update.so", ptc=exe)
+            with ptc.load(lib) as m:
+                for _ in range(3):
+                    x = torch.randn(2, 5)
+                    for g, r in zip(m(x), module(x)):
+                        compare(g, r)
+                for k, v in module.named_buffers():
+                    compare(m.buffers()[k], v)
+            return "3 runs and the buffers as the module"
+        t.check("a buffer updated through slice and select views holds the module's state", view_update_state)
+
+        class ViewUpdateReshaped(torch.nn.Module):
             def __init__(self):
                 super().__init__()
                 self.register_buffer("cache", torch.zeros(4, 5))
 
-            def forward(self, x):  # [2, 5]
-                self.cache[:2].copy_(x)
+            def forward(self, x):  # [10]
+                self.cache.view(20)[:10].copy_(x)
                 return self.cache * 2
 
         def view_update_refused():
             try:
-                ptc.compile(torch.export.export(ViewUpdate(), (torch.randn(2, 5),)), work / "view_update.so", ptc=exe)
+                ptc.compile(torch.export.export(ViewUpdateReshaped(), (torch.randn(10),)), work / "view_update_r.so", ptc=exe)
             except ptc.CompileError as e:
-                assert "through a view" in str(e) and "buffer 'cache'" in str(e), str(e)
+                assert "slice and select views only" in str(e) and "buffer 'cache'" in str(e), str(e)
                 return str(e)[-60:]
-            raise AssertionError("compile did not refuse an update through a view")
-        t.check("an update of part of a buffer through a view is refused with one sentence", view_update_refused)
+            raise AssertionError("compile did not refuse an update through a reshaped view")
+        t.check("an update through a view other than slice / select is refused with one sentence", view_update_refused)
+
+        class UnknownInplace(torch.nn.Module):  # zero_ on a fresh tensor: unused output, an update all the same
+            def forward(self, x):
+                m = x.clone()
+                m[:, :2].zero_()
+                return m + 1
+
+        def unknown_inplace_refused():
+            try:
+                ptc.compile(torch.export.export(UnknownInplace(), (torch.randn(3, 4),)), work / "unknown_inplace.so", ptc=exe)
+            except ptc.CompileError as e:
+                assert "in-place operator" in str(e) and "zero_" in str(e), str(e)
+                return str(e)[-60:]
+            raise AssertionError("compile dropped an unknown in-place op instead of refusing it")
+        t.check("an unknown in-place operator is refused, not dropped as unused", unknown_inplace_refused)
 
         class TopK(torch.nn.Module):  # topk has a shape rule but no lowering yet
             def forward(self, x):

@@ -84,9 +84,12 @@ std::optional<OpKind> functional_twin(OpKind k);
 // later read of that tensor (any earlier version, or a no-op alias of one: alias, detach, `to`
 // to the same dtype, which are dropped) reads the op's result. A buffer updated this way becomes
 // a buffer update (Graph::updated_buffers, its last version a graph output), as torch.export's
-// buffer mutations are read. Refused with a sentence naming the node: an update of a parameter
-// or constant, an update of part of a buffer through a view, and a read of a view or base after
-// an update through the other (their memory is shared; a functional graph cannot express it).
+// buffer mutations are read. An update through slice / select views becomes the functional op
+// on the view plus slice_scatter / select_scatter nodes up the chain of views to the base (a
+// buffer's too), whose result is the base's new version. Refused with a sentence naming the
+// node: an update of a parameter or constant (whole or in part), an update through any other
+// view, a read of a view taken before its base was updated, and an in-place operator ptc does
+// not know (its name ends in '_'), which would otherwise be dropped as unused.
 // An update of a user input is computed and warned about (the library's inputs are const).
 // Pre:  verify_graph(g) is empty.
 // Post: verify_graph is empty; no in-place op with a functional twin is left; nodes keep names

@@ -195,6 +195,19 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
       {OpKind::MinOther, Op::Min, false, false},  {OpKind::MaxOther, Op::Max, false, false},
       {OpKind::RemainderScalar, Op::Mod, true, false},
   };
+  if (k == OpKind::FmodScalar) {  // C's fmod (the dividend's sign) from Python's mod (the divisor's)
+    DType dt = a.out_dtype();
+    TensorRef x = a.tensor("self");
+    TensorRef y = scalar_tensor(L, a.scalar("other", dt));
+    return out(map2(L, x, y, dt, [=](ExprRef p, ExprRef q) {
+      p = cast(p, dt);
+      q = cast(q, dt);
+      ExprRef r = binary(Op::Mod, p, q), zero = constant(0, dt);
+      ExprRef flip = binary(Op::And, binary(Op::Ne, r, zero),
+                            binary(Op::Ne, binary(Op::Lt, r, zero), binary(Op::Lt, p, zero)));
+      return select(flip, binary(Op::Sub, r, q), r);
+    }));
+  }
   for (const Bin& bin : kBinary) {
     if (bin.kind != k) continue;
     DType dt = a.out_dtype();
@@ -300,6 +313,12 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
       TensorRef x = a.tensor("self");
       DType dt = x.dtype;
       return out(map1(L, L.broadcast_to(a.tensor("src"), x.sizes), dt, [dt](ExprRef v) { return cast(v, dt); }));
+    }
+    case OpKind::FillScalar: case OpKind::FillScalarInplace:
+      return out(full(L, a.out_sizes(), a.scalar("value", a.out_dtype())));
+    case OpKind::FillTensor: case OpKind::FillTensorInplace: {  // the 0-d value broadcast, in self's dtype
+      DType dt = a.out_dtype();
+      return out(map1(L, L.broadcast_to(a.tensor("value"), a.out_sizes()), dt, [dt](ExprRef v) { return cast(v, dt); }));
     }
     case OpKind::Full: return out(full(L, a.out_sizes(), a.scalar("fill_value", a.out_dtype())));
     case OpKind::FullLike: return out(full(L, a.out_sizes(), a.scalar("fill_value", a.out_dtype())));

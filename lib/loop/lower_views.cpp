@@ -1,6 +1,7 @@
 // View lowerings: every view is an index rewrite (and stays a strided View of a buffer when its
 // source is one), never a copy. Also cat/stack/split/pad and the identity ops.
 #include <algorithm>
+#include <functional>
 
 #include "lower_internal.h"
 
@@ -291,6 +292,34 @@ Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
       sym::Expr start = a.is_none("start") ? sym::Expr(0) : slice_bound(a.syms("start")[0], x.sizes[dim]);
       return one(narrow(L, x, dim, start, a.syms("step")[0], a.out_sizes()[dim]));
     }
+    case OpKind::SliceScatter: case OpKind::SelectScatter: {  // self, with src in a slice / at one index of dim
+      TensorRef x = a.tensor("self"), src = a.tensor("src");
+      const size_t dim = static_cast<size_t>(normalize_dim(L, a.i("dim"), x.rank()));
+      const DType dt = a.out_dtype();
+      sym::Expr start = 0, step = 1, len = 1;
+      if (n.kind == OpKind::SliceScatter) {
+        start = a.is_none("start") ? sym::Expr(0) : slice_bound(a.syms("start")[0], x.sizes[dim]);
+        step = a.syms("step")[0];
+        len = src.sizes[dim];
+      } else {
+        start = a.syms("index")[0];
+        if (auto c = start.as_const(); c && *c < 0) start = x.sizes[dim] + *c;
+      }
+      const bool select = n.kind == OpKind::SelectScatter;
+      return one(L.pointwise(dt, a.out_sizes(), [=](const Index& idx) {
+        const sym::Expr j = idx[dim] - start;
+        ExprRef inside = binary(Op::And, binary(Op::Ge, index_value(j), index_value(0)),
+                                binary(Op::Lt, index_value(j), index_value(len * step)));
+        if (!(step == sym::Expr(1)))
+          inside = binary(Op::And, inside, binary(Op::Eq, binary(Op::Mod, index_value(j), index_value(step)), index_value(0)));
+        Index in = idx;
+        if (select)
+          in.erase(in.begin() + static_cast<long>(dim));
+        else
+          in[dim] = step == sym::Expr(1) ? j : sym::floordiv(j, step);
+        return where(inside, cast(src.at(in), dt), cast(x.at(idx), dt));
+      }));
+    }
     case OpKind::Narrow: {
       TensorRef x = a.tensor("self");
       int64_t dim = normalize_dim(L, a.i("dim"), x.rank());
@@ -368,6 +397,64 @@ Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
           inside = inside ? binary(Op::And, inside, ok) : ok;
         }
         return inside ? where(inside, cast(x.at(in), dt), value) : cast(x.at(in), dt);
+      }));
+    }
+    case OpKind::Pad: {  // F.pad: constant (as constant_pad_nd), reflect, replicate, circular
+      TensorRef x = a.tensor("self");
+      const std::vector<int64_t> pad = a.ints("pad");
+      const std::string mode = a.is_none("mode") ? "constant" : a.s("mode");
+      const DType dt = a.out_dtype();
+      const Index sizes = a.out_sizes();
+      if (mode == "constant") {
+        ExprRef value = a.is_none("value") ? constant(0, dt) : a.scalar("value", dt);
+        return one(L.pointwise(dt, sizes, [=](const Index& idx) {
+          Index in = idx;
+          ExprRef inside;
+          for (size_t p = 0; p + 1 < pad.size() && p / 2 < x.rank(); p += 2) {
+            const size_t d = x.rank() - 1 - p / 2;
+            in[d] = idx[d] - pad[p];
+            ExprRef ok = binary(Op::And, binary(Op::Ge, index_value(in[d]), index_value(0)),
+                                binary(Op::Lt, index_value(in[d]), index_value(x.sizes[d])));
+            inside = inside ? binary(Op::And, inside, ok) : ok;
+          }
+          return inside ? where(inside, cast(x.at(in), dt), value) : cast(x.at(in), dt);
+        }));
+      }
+      if (mode != "reflect" && mode != "replicate" && mode != "circular")
+        L.fail("pad: unknown mode '", mode, "' (constant, reflect, replicate and circular lower)");
+      // Each padded dim reads its source in three pieces (before, inside, after); Where picks the
+      // piece, so only in-range loads are evaluated. j = i - before is the unpadded position.
+      std::vector<size_t> dims;
+      std::vector<int64_t> before;
+      for (size_t p = 0; p + 1 < pad.size() && p / 2 < x.rank(); p += 2) {
+        const size_t d = x.rank() - 1 - p / 2;
+        if (pad[p] < 0 || pad[p + 1] < 0) L.fail("pad: negative padding in ", mode, " mode");
+        if (mode == "reflect" && (!x.sizes[d].is_const() || pad[p] >= *x.sizes[d].as_const() || pad[p + 1] >= *x.sizes[d].as_const()))
+          L.fail("pad: reflect padding must be smaller than the padded dim (dim ", d, " has ", x.sizes[d].str(), ")");
+        if (mode == "circular" && (!x.sizes[d].is_const() || pad[p] > *x.sizes[d].as_const() || pad[p + 1] > *x.sizes[d].as_const()))
+          L.fail("pad: circular padding may not exceed the padded dim (dim ", d, " has ", x.sizes[d].str(), ")");
+        if (pad[p] == 0 && pad[p + 1] == 0) continue;
+        dims.push_back(d);
+        before.push_back(pad[p]);
+      }
+      return one(L.pointwise(dt, sizes, [=](const Index& idx) {
+        Index in = idx;
+        for (size_t k = 0; k < dims.size(); ++k) in[dims[k]] = idx[dims[k]] - before[k];
+        std::function<ExprRef(size_t, Index)> piece = [&](size_t k, Index at) -> ExprRef {
+          if (k == dims.size()) return cast(x.at(at), dt);
+          const size_t d = dims[k];
+          const sym::Expr j = at[d], n = x.sizes[d];
+          sym::Expr lo, hi;  // the source of j < 0 and of j >= n
+          if (mode == "reflect") { lo = sym::Expr(0) - j; hi = (n - 1) * 2 - j; }
+          else if (mode == "replicate") { lo = 0; hi = n - 1; }
+          else { lo = j + n; hi = j - n; }
+          Index a_lo = at, a_hi = at;
+          a_lo[d] = lo;
+          a_hi[d] = hi;
+          return where(binary(Op::Lt, index_value(j), index_value(0)), piece(k + 1, a_lo),
+                       where(binary(Op::Ge, index_value(j), index_value(n)), piece(k + 1, a_hi), piece(k + 1, at)));
+        };
+        return piece(0, in);
       }));
     }
     case OpKind::Clone: case OpKind::Contiguous: case OpKind::Alias: case OpKind::Detach:

@@ -4,9 +4,12 @@
 // A tensor object (a graph input, or a value some op created) is tracked by its root value. An
 // in-place op on a tensor gives it a new version, its output: from then on every read of any
 // earlier version (or of a no-op alias of one: alias, detach, `to` to the same dtype) reads that
-// output. Views share memory with their base, which a functional graph cannot express: a view
-// taken before its base was updated and read afterwards, a read of a base after an update
-// through one of its views, and any update of part of a buffer or parameter are refused.
+// output. An update through a view made by slice / select (torch's `m[a:b, c] = v`) becomes, as in
+// torch's functionalization, the functional op on the view followed by slice_scatter /
+// select_scatter nodes that write the result back into each base up the chain; the last is the
+// root's new version (for a buffer, its new contents). A view taken before its base was updated
+// and read afterwards, an update through any other view, and updates of parameters and
+// constants are refused.
 #include <spdlog/spdlog.h>
 
 #include <map>
@@ -14,6 +17,7 @@
 #include <unordered_set>
 
 #include "ptc/error.h"
+#include "ptc/node_builder.h"
 #include "ptc/passes.h"
 #include "ptc/rewrite.h"
 
@@ -32,6 +36,7 @@ std::optional<OpKind> functional_twin(OpKind k) {
       {OpKind::MaskedFillTensorInplace, OpKind::MaskedFillTensor},
       {OpKind::DropoutInplace, OpKind::Dropout},     {OpKind::CopyInplace, OpKind::Copy},
       {OpKind::IndexCopyInplace, OpKind::IndexCopy}, {OpKind::IndexPutInplace, OpKind::IndexPut},
+      {OpKind::FillScalarInplace, OpKind::FillScalar}, {OpKind::FillTensorInplace, OpKind::FillTensor},
   };
   for (const auto& [inplace, functional] : twins)
     if (k == inplace) return functional;
@@ -85,7 +90,8 @@ struct Tracker {
   std::unordered_map<const Value*, int> version;                      // root -> how many updates so far
   std::unordered_map<const Value*, const Node*> last_update;          // root -> the node that updated it last
   std::unordered_map<const Value*, std::pair<const Value*, int>> view_of;  // view -> (root of its base, base version then)
-  std::unordered_map<const Value*, const Node*> updated_through_view;  // root -> the node that updated part of it
+  std::unordered_map<const Value*, const Node*> view_node;        // view -> the node that made it
+  std::unordered_map<const Value*, const Value*> alias_of;         // no-op alias of a view -> the view
   std::map<const Value*, const GraphInput*> inputs;
 
   explicit Tracker(const Graph& graph) : g(graph) {
@@ -108,6 +114,26 @@ struct Tracker {
   }
 };
 
+// An operator ptc does not know whose name says it updates its input in place (aten's trailing
+// underscore: fill_, zero_, add_; not dunders like __and__). Dead-code elimination would drop it
+// as unused, silently losing the update, so it is refused instead.
+bool unknown_inplace(const Node& n) {
+  if (n.op()) return false;
+  std::string t = n.target;
+  for (size_t at; (at = t.find("::")) != std::string::npos;) t.replace(at, 2, ".");
+  std::vector<std::string> parts;
+  for (size_t s = 0, e; s <= t.size(); s = e + 1) {
+    e = t.find('.', s);
+    if (e == std::string::npos) e = t.size();
+    parts.push_back(t.substr(s, e - s));
+  }
+  size_t i = 0;
+  while (i < parts.size() && (parts[i] == "torch" || parts[i] == "ops")) ++i;
+  if (i + 1 >= parts.size()) return false;
+  const std::string& name = parts[i + 1];  // after the namespace (aten)
+  return name.size() > 1 && name.back() == '_' && name.compare(0, 2, "__") != 0;
+}
+
 [[noreturn]] void refuse(const Node& n, const std::string& what) {
   std::string where = "node '" + n.name + "' (" + n.op_name() + ")";
   std::string frame = n.source.user_frame();
@@ -123,12 +149,8 @@ std::unique_ptr<Graph> functionalize(const Graph& g) {
   std::vector<const Value*> updated;  // buffer inputs updated in place, in order of their first update
   for (const auto& np : g.nodes()) {
     const Node& n = *np;
+    if (unknown_inplace(n)) refuse(n, "ptc does not know this in-place operator yet (an update it would lose if it dropped the node)");
     for (const Value* u : n.inputs()) {
-      const Value* r = t.root_of(u);
-      auto partial = t.updated_through_view.find(r);
-      if (partial != t.updated_through_view.end() && !t.view_of.count(u))
-        refuse(n, "reads " + t.describe(r) + " after node '" + partial->second->name +
-                      "' updated part of it in place through a view; ptc does not follow in-place updates through views");
       auto v = t.view_of.find(u);
       if (v != t.view_of.end() && t.version[v->second.first] != v->second.second)
         refuse(n, "reads %" + u->name + ", a view of " + t.describe(v->second.first) + " taken before node '" +
@@ -138,7 +160,10 @@ std::unique_ptr<Graph> functionalize(const Graph& g) {
       const Value* x = self_arg(n);
       rw.replace(n.outputs[0], rw.map(x));
       t.add_version(t.root_of(x), n.outputs[0]);
-      if (auto v = t.view_of.find(x); v != t.view_of.end()) t.view_of[n.outputs[0]] = v->second;
+      if (auto v = t.view_of.find(x); v != t.view_of.end()) {
+        t.view_of[n.outputs[0]] = v->second;
+        t.alias_of[n.outputs[0]] = x;
+      }
       continue;
     }
     if (!updates_self(n)) {
@@ -147,7 +172,10 @@ std::unique_ptr<Graph> functionalize(const Graph& g) {
         const Value* x = self_arg(n);
         auto v = t.view_of.find(x);
         const Value* base = v != t.view_of.end() ? v->second.first : t.root_of(x);
-        for (const Value* o : n.outputs) t.view_of[o] = {base, t.version[base]};
+        for (const Value* o : n.outputs) {
+          t.view_of[o] = {base, t.version[base]};
+          t.view_node[o] = &n;
+        }
       }
       continue;
     }
@@ -164,16 +192,41 @@ std::unique_ptr<Graph> functionalize(const Graph& g) {
     auto in = t.inputs.find(r);
     const GraphInput::Role role = in == t.inputs.end() ? GraphInput::Role::User : in->second->role;
     const bool weight = in != t.inputs.end() && role != GraphInput::Role::User;
-    if (v != t.view_of.end()) {  // part of r changes: later reads of r are refused
-      if (weight)
-        refuse(n, "updates part of " + t.describe(r) + " in place through a view; ptc updates whole buffers only (index_copy_, index_put_, copy_ on the buffer itself)");
-      t.updated_through_view[r] = &n;
+    if (v != t.view_of.end()) {  // part of r changes: scatter the view's new contents back up to r
+      if (weight && role != GraphInput::Role::Buffer)
+        refuse(n, "updates part of " + t.describe(r) + " in place; the library holds parameters and constants fixed (only buffers are state)");
+      std::vector<const Node*> chain;  // the view ops from self up to r, innermost first
+      for (const Value* cur = self; t.view_of.count(cur);) {
+        if (auto al = t.alias_of.find(cur); al != t.alias_of.end()) {
+          cur = al->second;
+          continue;
+        }
+        const Node* vn = t.view_node.at(cur);
+        if (vn->kind != OpKind::SliceTensor && vn->kind != OpKind::SelectInt)
+          refuse(n, "updates %" + self->name + " in place, a view of " + t.describe(r) + " made by node '" + vn->name + "' (" +
+                        vn->op_name() + "); ptc follows in-place updates through slice and select views only");
+        chain.push_back(vn);
+        cur = self_arg(*vn);
+      }
+      NodeBuilder b(rw.graph(), &g, "_scatter");
+      b.set_origin(&n);
+      Value* val = rw.map(out);
+      for (const Node* vn : chain) {
+        std::vector<std::pair<std::string, Arg>> args{{"self", rw.map(self_arg(*vn))}, {"src", val}};
+        for (const char* name : {"dim", "start", "end", "step", "index"})
+          if (const Arg* x = vn->arg(name)) args.emplace_back(name, rw.map_arg(*x));
+        val = b.op(vn->kind == OpKind::SliceTensor ? OpKind::SliceScatter : OpKind::SelectScatter, std::move(args));
+      }
+      if (role == GraphInput::Role::Buffer && std::find(updated.begin(), updated.end(), r) == updated.end()) updated.push_back(r);
       t.version[r]++;
       t.last_update[r] = &n;
+      if (t.versions[r].empty()) t.versions[r].push_back(r);
+      for (const Value* s : t.versions[r]) rw.replace(s, val);
+      // The updated view itself reads the op's result from now on.
       for (const Value* s : t.versions[t.root_of(self)]) rw.replace(s, rw.map(out));
       rw.replace(self, rw.map(out));
       t.add_version(t.root_of(self), out);
-      t.view_of[out] = {r, t.version[r]};
+      t.view_of[self] = t.view_of[out] = {r, t.version[r]};
       continue;
     }
     if (weight && role != GraphInput::Role::Buffer)

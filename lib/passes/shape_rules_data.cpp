@@ -251,6 +251,26 @@ std::vector<Type> copy(Ctx& c) {
   return {make_contiguous(x, x.dtype, x.sizes)};
 }
 
+// fill / fill_: self's sizes and dtype, every element the (0-d tensor or scalar) value.
+std::vector<Type> fill(Ctx& c) {
+  const Type& x = c.tensor("self");
+  if (c.node.kind == OpKind::FillTensor || c.node.kind == OpKind::FillTensorInplace) {
+    const Type& v = c.tensor("value");
+    if (v.rank() != 0) c.fail("fill takes a 0-d value tensor, got ", v.str());
+  }
+  if (c.node.kind == OpKind::FillScalarInplace || c.node.kind == OpKind::FillTensorInplace) return {x};
+  return {make_contiguous(x, x.dtype, x.sizes)};
+}
+
+// slice_scatter / select_scatter: self with a slice (one index) of dim replaced by src; self's type.
+std::vector<Type> slice_scatter(Ctx& c) {
+  const Type &x = c.tensor("self"), &src = c.tensor("src");
+  c.dim_arg("dim", static_cast<int64_t>(x.rank()));
+  const size_t want = c.node.kind == OpKind::SelectScatter ? x.rank() - 1 : x.rank();
+  if (x.rank() == 0 || src.rank() != want) c.fail("src ", src.str(), " must have rank ", want, " to scatter into ", x.str());
+  return {make_contiguous(x, x.dtype, x.sizes)};
+}
+
 // index_copy / index_copy_: self[.., index[i], ..] = source[.., i, ..] along dim; self's type.
 std::vector<Type> index_copy(Ctx& c) {
   const Type &x = c.tensor("self"), &i = c.tensor("index"), &src = c.tensor("source");
@@ -443,6 +463,8 @@ void add_data_rules(RuleTable& t) {
   for (K k : {K::ScatterSrc, K::ScatterValue}) set_rule(t, k, scatter);
   for (K k : {K::Copy, K::CopyInplace}) set_rule(t, k, copy);
   for (K k : {K::IndexCopy, K::IndexCopyInplace}) set_rule(t, k, index_copy);
+  for (K k : {K::FillScalar, K::FillTensor, K::FillScalarInplace, K::FillTensorInplace}) set_rule(t, k, fill);
+  for (K k : {K::SliceScatter, K::SelectScatter}) set_rule(t, k, slice_scatter);
   for (K k : {K::IndexPut, K::IndexPutInplace}) set_rule(t, k, index_put);
   set_rule(t, K::Im2col, im2col);
   set_rule(t, K::MaxPool2dWithIndicesBackward, max_pool2d_backward);
