@@ -382,6 +382,28 @@ def _tv(name):
     return build
 
 
+class DictOut(nn.Module):
+    """Returns one field of a model's dict output (torchvision segmentation models: "out")."""
+
+    def __init__(self, model, field):
+        super().__init__()
+        self.model, self.field = model, field
+
+    def forward(self, x):
+        return self.model(x)[self.field]
+
+
+def _tv_seg(name):
+    def build():
+        import torchvision.models.segmentation as tvs
+        m = getattr(tvs, name)(weights=None, weights_backbone=None, aux_loss=False)
+        gen = torch.Generator().manual_seed(SEED + 1)
+        _fill_zero_weights(m, gen)
+        _calibrate_bn(m, gen, (8, 3, 224, 224))
+        return DictOut(m.eval(), "out")
+    return build
+
+
 def _timm(name):
     def build():
         import timm
@@ -482,6 +504,11 @@ REAL = collections.OrderedDict(
              tol=_REAL_TOL, desc="transformers T5EncoderModel(T5Config()) (t5-small) -> last_hidden_state"),
         Spec("distilbert", _distilbert, _ids_cases(30522, [(2, 16), (3, 40)]), dynamic=_IDS_DYN,
              tol=_REAL_TOL, desc="transformers DistilBertModel(DistilBertConfig()) -> last_hidden_state"),
+        Spec("swin_t", _tv("swin_t"), _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]),
+             dynamic=_IMG_DYN, tol=_REAL_TOL, desc="torchvision swin_t (shifted windows: roll, window attention), random weights"),
+        Spec("deeplabv3_mobilenet_v3_large", _tv_seg("deeplabv3_mobilenet_v3_large"),
+             _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]), dynamic=_IMG_DYN, tol=_REAL_TOL,
+             desc="torchvision deeplabv3_mobilenet_v3_large (bilinear upsampling) -> out, random weights"),
     ] + [
         Spec(f, _decoder(f), _ids_cases(32000, [(2, 16), (3, 40)]), dynamic=_DECODER_DYN, tol=_REAL_TOL,
              desc=f"transformers {f} decoder (4 layers, hidden 512, random weights) -> logits; decode step: test/llm_test.py")
