@@ -110,6 +110,14 @@ class SliceAssign(torch.nn.Module):  # in-place updates through slice / select v
                 torch.slice_scatter(x, x[:, :2] + 1, 1, 3, 5), torch.slice_scatter(x, x[:, :, :2] * 4, 2, 1, None, 3))
 
 
+class TopK(torch.nn.Module):  # topk: largest and smallest, along the last and a middle dim
+    def forward(self, x):  # [b, 6, 9]
+        v1, i1 = torch.topk(x, 3)
+        v2, i2 = torch.topk(x * 2 + 1, 2, dim=1, largest=False)
+        v3, i3 = torch.topk(x, 1, dim=-1, sorted=False)
+        return v1, i1, v2, i2, v3 + 1, i3
+
+
 class Counter(torch.nn.Module):  # buffers updated in place: the library holds them between runs
     def __init__(self):
         super().__init__()
@@ -139,7 +147,7 @@ class Everything(torch.nn.Module):  # one module with every op above, for the CU
         m = x.new_zeros(x.shape)
         m[:, 1:3, 0] = x[:, :2, 1]
         return (y.repeat(1, 2, 1, 1), torch.var(y, dim=1), torch.std(y, dim=(2, 3)), z, z.scatter(2, self.idx.expand(z.shape[0], 4, 2), 0.5),
-                p, torch.fmod(x, 0.3), m)
+                p, torch.fmod(x, 0.3), m, torch.topk(x, 2)[0], torch.topk(x, 3, dim=1, largest=False)[1])
 
 
 MODULES = {  # name: (module, one input of batch size b)
@@ -151,6 +159,7 @@ MODULES = {  # name: (module, one input of batch size b)
     "index_updates": (IndexUpdates, lambda b: torch.randn(b, 6, 5)),
     "pad_fmod": (PadFmod, lambda b: torch.randn(b, 3, 5, 6)),
     "slice_assign": (SliceAssign, lambda b: torch.randn(b, 6, 5)),
+    "topk": (TopK, lambda b: torch.randn(b, 6, 9)),
 }
 
 
@@ -228,6 +237,26 @@ def main():
                         compare(g, r)
             return "batch 1, 4"
         t.check("SliceAssign in Core ATen (torch's own slice_scatter nodes) matches eager", slice_assign_core)
+
+        class TopKTies(torch.nn.Module):
+            def forward(self, x):  # [r, 8]
+                return torch.topk(x, 5) + torch.topk(x, 5, largest=False)
+
+        def topk_ties():
+            """Ties, infinities and NaN: the values as torch's, at distinct positions holding them."""
+            inf, nan = float("inf"), float("nan")
+            x = torch.tensor([[1, 3, 3, 0, 3, 1, 2, 2], [inf, -inf, 0, inf, nan, -inf, 1, nan],
+                              [nan, nan, nan, nan, nan, 2, nan, nan], [-inf] * 8, [inf, 2, nan, inf, inf, -1, 0, inf]])
+            lib = ptc.compile(torch.export.export(TopKTies(), (x,)), work / "topk_ties.so", ptc=exe)
+            with ptc.load(lib) as m:
+                got, ref = m(x), TopKTies()(x)
+            for j in (0, 2):
+                v, i, rv = got[j], got[j + 1], ref[j]
+                assert torch.equal(v.nan_to_num(7.5), rv.nan_to_num(7.5)), (j, v, rv)
+                assert torch.equal(x.gather(1, i).nan_to_num(7.5), rv.nan_to_num(7.5)), (j, i)
+                assert all(len(set(r.tolist())) == 5 for r in i), i
+            return "largest and smallest: torch's values, distinct positions"
+        t.check("topk with ties, infinities and NaN", topk_ties)
 
         def check_training(make_module, x, lib_name, seed):
             """A --train library of the module against torch.autograd: the loss and every parameter's gradient."""
@@ -342,27 +371,26 @@ def main():
             raise AssertionError("compile dropped an unknown in-place op instead of refusing it")
         t.check("an unknown in-place operator is refused, not dropped as unused", unknown_inplace_refused)
 
-        class TopK(torch.nn.Module):  # topk has a shape rule but no lowering yet
+        class Elu(torch.nn.Module):  # elu has a shape rule but no lowering yet
             def forward(self, x):
-                v, _ = torch.topk(x, 3, dim=-1)
-                return v * 2, x.repeat(1, 2)
+                return F.elu(x) * 2, x.repeat(1, 2)
 
         def inspect_lists_refused():
             import json
             import subprocess
-            path = work / "topk.pt2"
-            torch.export.save(torch.export.export(TopK(), (torch.randn(4, 8),)), str(path))
+            path = work / "elu.pt2"
+            torch.export.save(torch.export.export(Elu(), (torch.randn(4, 8),)), str(path))
             r = subprocess.run([str(exe), "inspect", "--json", str(path)], capture_output=True, text=True, check=True)
             refused = json.loads(r.stdout)["refused_ops"]
             for device in ("cpu", "cuda"):
                 ops = [u["op"] for u in refused[device]]
-                assert ops == ["aten::topk"], (device, ops)  # and not repeat, which lowers
+                assert ops == ["aten::elu"], (device, ops)  # and not repeat, which lowers
             try:
-                ptc.compile(path, work / "topk.so", ptc=exe)
+                ptc.compile(path, work / "elu.so", ptc=exe)
             except ptc.CompileError as e:
                 assert refused["cpu"][0]["reason"] in str(e), (refused["cpu"][0]["reason"], str(e))
                 return refused["cpu"][0]["reason"][-50:]
-            raise AssertionError("compile did not refuse topk")
+            raise AssertionError("compile did not refuse elu")
         t.check("ptc inspect lists the ops compile would refuse, with compile's sentence", inspect_lists_refused)
 
         nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)

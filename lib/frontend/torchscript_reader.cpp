@@ -285,7 +285,7 @@ std::optional<sym::Expr> Reader::int_expr(const jit::Value* v) const {
   return std::nullopt;
 }
 
-// Follows size arithmetic (aten::size, NumToTensor/Int, + - * //) symbolically, so that view and
+// Follows size arithmetic (aten::size, NumToTensor/Int, + - * // %, rsub) symbolically, so that view and
 // reshape sizes computed from dynamic dimensions become expressions over the input symbols.
 void Reader::track_int(const jit::Node* n) {
   const std::string k = n->kind().toQualString();
@@ -312,6 +312,10 @@ void Reader::track_int(const jit::Node* n) {
         if (k != "aten::div" || (b.as_const() && a == sym::floordiv(a, b) * b)) r = sym::floordiv(a, b);
       }
       else if (k == "aten::remainder") r = sym::mod(a, b);
+      else if (k == "aten::rsub") {  // other - alpha * self
+        auto alpha = n->inputs().size() > 2 ? in(2) : std::optional<sym::Expr>(sym::Expr(1));
+        if (alpha) r = b - *alpha * a;
+      }
     } catch (const std::domain_error&) {
       r.reset();
     }

@@ -115,15 +115,20 @@ TensorRef scatter_along(Lowering& L, const Node& n, const TensorRef& x, int64_t 
 
 Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
   switch (n.kind) {
-    case OpKind::UpsampleNearest2dVec: case OpKind::UpsampleBilinear2dVec: {
+    case OpKind::UpsampleNearest2dVec: case OpKind::UpsampleBilinear2dVec:
+    case OpKind::UpsampleNearest2d: case OpKind::UpsampleBilinear2d: {
       // Each output element reads the source rows and columns torch's kernels compute, in float32:
       // loads at computed positions (in range by construction, so unchecked).
-      TensorRef x = a.tensor("input");
+      const bool vec = n.kind == OpKind::UpsampleNearest2dVec || n.kind == OpKind::UpsampleBilinear2dVec;
+      TensorRef x = a.tensor(vec ? "input" : "self");
       if (x.rank() != 4) L.fail("upsampling expects a 4-d input (N, C, H, W)");
       View xv = L.as_view(x, n.name);
       const Index out = a.out_sizes();
       std::optional<double> factor[2];
-      if (a.is_none("output_size") && !a.is_none("scale_factors")) {
+      if (!vec) {  // the default overloads: output_size, and the scales torch maps positions by when given
+        if (!a.is_none("scales_h")) factor[0] = a.f("scales_h");
+        if (!a.is_none("scales_w")) factor[1] = a.f("scales_w");
+      } else if (a.is_none("output_size") && !a.is_none("scale_factors")) {
         const Arg& sf = a.raw("scale_factors");
         if (auto v = std::get_if<std::vector<double>>(&sf); v && !v->empty())
           for (size_t i = 0; i < 2; ++i) factor[i] = (*v)[std::min(i, v->size() - 1)];
@@ -135,7 +140,7 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
         ExprRef off = binary(Op::Add, binary(Op::Mul, h, index_value(xv.strides[2])), binary(Op::Mul, w, index_value(xv.strides[3])));
         return cast(load_at(xv.buffer, dt, base, off, last), acc);
       };
-      if (n.kind == OpKind::UpsampleNearest2dVec)
+      if (n.kind == OpKind::UpsampleNearest2dVec || n.kind == OpKind::UpsampleNearest2d)
         return one(L.pointwise(dt, out, [=](const Index& i) {
           return cast(at(i, nearest_source(i[2], x.sizes[2], out[2], factor[0]), nearest_source(i[3], x.sizes[3], out[3], factor[1])),
                       dt);

@@ -298,6 +298,86 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       const ReduceOp op = n.kind == OpKind::Argmax ? ReduceOp::ArgMax : ReduceOp::ArgMin;
       return one(L.reduce(x, dims_of(L, a, "dim", x.rank()), a.b("keepdim"), op, DType::Int64, o));
     }
+    case OpKind::Topk: {
+      // One pass per value: the best of the elements not yet chosen (a max / min reduction), then
+      // the first element not yet chosen that equals it (a min reduction over positions), so ties
+      // and infinities pick distinct positions. NaN counts as the largest value, as in torch.
+      TensorRef x = a.tensor("self");
+      const sym::Expr ks = a.syms("k")[0];
+      if (!ks.as_const()) L.fail("topk: k must be a constant, got ", ks.str());
+      const int64_t k = *ks.as_const();
+      if (k > 64) L.fail("topk with k = ", k, " does not lower yet (at most 64: two reductions per value)");
+      if (x.rank() == 0) return std::vector<TensorRef>{x, L.pointwise(DType::Int64, {}, [](const Index&) { return constant(0, DType::Int64); })};
+      if (!dtype_is_float(x.dtype)) L.fail("topk of ", dtype_name(x.dtype), " does not lower yet (floating-point inputs only)");
+      const size_t dim = static_cast<size_t>(normalize_dim(L, a.i("dim"), x.rank()));
+      const bool largest = a.b("largest");
+      if (!x.view) x = L.realize(x, n.name);
+      const DType dt = x.dtype;
+      const double inf = std::numeric_limits<double>::infinity();
+      auto kept = [dim](const TensorRef& t, Index i) {
+        i[dim] = 0;
+        return t.at(i);
+      };
+      std::vector<TensorRef> vals, idxs;
+      for (int64_t i = 0; i < k; ++i) {
+        const std::vector<TensorRef> chosen = idxs;
+        auto taken = [=](const Index& idx) -> ExprRef {
+          ExprRef p;
+          for (const TensorRef& t : chosen) {
+            ExprRef e = binary(Op::Eq, kept(t, idx), index_value(idx[dim]));
+            p = p ? binary(Op::Or, p, e) : e;
+          }
+          return p;
+        };
+        // The candidates' order key: NaN above +inf for largest; for smallest NaN is left out
+        // (+inf) and only chosen once nothing else is left.
+        TensorRef masked = L.pointwise(dt, x.sizes, [=](const Index& idx) {
+          ExprRef v = x.at(idx);
+          if (!largest) v = select(unary(Op::IsNan, v), constant(inf, dt), v);
+          ExprRef p = taken(idx);
+          return p ? select(p, constant(largest ? -inf : inf, dt), v) : v;
+        });
+        TensorRef m = L.reduce(masked, {static_cast<int64_t>(dim)}, true, largest ? ReduceOp::Max : ReduceOp::Min, dt, n.name);
+        const ExprRef none = constant(static_cast<double>(int64_t(1) << 62), DType::Int64);
+        auto first = [&](std::function<ExprRef(const Index&)> match) {  // the first position not yet chosen that matches
+          TensorRef pos = L.pointwise(DType::Int64, x.sizes, [=](const Index& idx) {
+            ExprRef c = match(idx), p = taken(idx);
+            if (p) c = binary(Op::And, c, unary(Op::Not, p));
+            return select(c, index_value(idx[dim]), none);
+          });
+          return L.reduce(pos, {static_cast<int64_t>(dim)}, true, ReduceOp::Min, DType::Int64, n.name);
+        };
+        TensorRef ix = first([=](const Index& idx) {
+          ExprRef v = x.at(idx), best = kept(m, idx);
+          return largest ? binary(Op::Or, binary(Op::Eq, v, best), binary(Op::And, unary(Op::IsNan, v), unary(Op::IsNan, best)))
+                         : binary(Op::Eq, v, best);
+        });
+        if (largest) {
+          vals.push_back(m);
+        } else {  // nothing real left: a NaN, after every real value (+inf included)
+          TensorRef nan_ix = first([=](const Index& idx) { return unary(Op::IsNan, x.at(idx)); });
+          const TensorRef real_ix = ix;
+          auto found = [=](const Index& idx) { return binary(Op::Lt, kept(real_ix, idx), none); };
+          ix = L.pointwise(DType::Int64, real_ix.sizes, [=](const Index& idx) { return select(found(idx), real_ix.at(idx), nan_ix.at(idx)); });
+          vals.push_back(L.pointwise(dt, real_ix.sizes, [=](const Index& idx) {
+            return select(found(idx), m.at(idx), constant(std::numeric_limits<double>::quiet_NaN(), dt));
+          }));
+        }
+        idxs.push_back(ix);
+      }
+      // Assemble the k slices along dim (nested selects, as cat does).
+      auto assemble = [&](const std::vector<TensorRef>& parts, DType t) {
+        Index sizes = x.sizes;
+        sizes[dim] = sym::Expr(k);
+        return L.pointwise(t, sizes, [=](const Index& idx) {
+          ExprRef e = kept(parts.back(), idx);
+          for (int64_t j = k - 1; j-- > 0;)
+            e = where(binary(Op::Eq, index_value(idx[dim]), index_value(sym::Expr(j))), kept(parts[static_cast<size_t>(j)], idx), e);
+          return e;
+        });
+      };
+      return std::vector<TensorRef>{assemble(vals, dt), assemble(idxs, DType::Int64)};
+    }
     case OpKind::MaxDim: {
       TensorRef x = a.tensor("self");
       auto dims = dims_of(L, a, "dim", x.rank());

@@ -416,8 +416,11 @@ std::vector<Type> adaptive_avg_pool1d(Ctx& c) {
 
 // ---- upsampling
 
+// (.vec: input, output_size or scale_factors; the default overloads TorchScript records: self,
+// output_size, scales_h / scales_w.)
 std::vector<Type> upsample2d(Ctx& c) {
-  const Type& x = c.tensor("input");
+  const bool vec = c.node.kind == OpKind::UpsampleNearest2dVec || c.node.kind == OpKind::UpsampleBilinear2dVec;
+  const Type& x = c.tensor(vec ? "input" : "self");
   if (x.rank() != 4) c.fail("expects a 4-d input (N, C, H, W), got ", x.str());
   Exprs out;
   if (auto o = c.opt_syms("output_size")) {
@@ -477,6 +480,8 @@ void add_data_rules(RuleTable& t) {
   set_rule(t, K::AdaptiveAvgPool1d, adaptive_avg_pool1d);
   set_rule(t, K::UpsampleNearest2dVec, upsample2d);
   set_rule(t, K::UpsampleBilinear2dVec, upsample2d);
+  set_rule(t, K::UpsampleNearest2d, upsample2d);
+  set_rule(t, K::UpsampleBilinear2d, upsample2d);
 }
 
 }  // namespace ptc::shape
