@@ -45,6 +45,23 @@ TensorRef narrow(Lowering& L, const TensorRef& x, int64_t dim, sym::Expr start, 
 
 namespace {
 
+// constant_pad_nd / F.pad(mode="constant"): pad holds (before, after) pairs from the last dim
+// backwards; positions outside the input read `value`.
+TensorRef constant_pad(Lowering& L, const TensorRef& x, const std::vector<int64_t>& pad, DType dt, ExprRef value, const Index& sizes) {
+  return L.pointwise(dt, sizes, [=](const Index& idx) {
+    Index in = idx;
+    ExprRef inside;
+    for (size_t p = 0; p + 1 < pad.size() && p / 2 < x.rank(); p += 2) {
+      const size_t d = x.rank() - 1 - p / 2;
+      in[d] = idx[d] - pad[p];
+      ExprRef ok = binary(Op::And, binary(Op::Ge, index_value(in[d]), index_value(0)),
+                          binary(Op::Lt, index_value(in[d]), index_value(x.sizes[d])));
+      inside = inside ? binary(Op::And, inside, ok) : ok;
+    }
+    return inside ? where(inside, cast(x.at(in), dt), value) : cast(x.at(in), dt);
+  });
+}
+
 // Clamps a slice bound like Python: negative counts from the end, then into [0, size].
 sym::Expr slice_bound(const sym::Expr& b, const sym::Expr& size) {
   if (auto c = b.as_const()) {
@@ -380,46 +397,16 @@ Lowered lower_view(Lowering& L, const Node& n, const Args& a) {
         return e;
       }));
     }
-    case OpKind::ConstantPadNd: {
-      TensorRef x = a.tensor("self");
-      std::vector<int64_t> pad = a.ints("pad");
-      DType dt = a.out_dtype();
-      ExprRef value = a.scalar("value", dt);
-      Index sizes = a.out_sizes();
-      return one(L.pointwise(dt, sizes, [=](const Index& idx) {
-        Index in = idx;
-        ExprRef inside;
-        for (size_t p = 0; p + 1 < pad.size() + 1 && p / 2 < x.rank(); p += 2) {
-          size_t d = x.rank() - 1 - p / 2;
-          in[d] = idx[d] - pad[p];
-          ExprRef ok = binary(Op::And, binary(Op::Ge, index_value(in[d]), index_value(0)),
-                              binary(Op::Lt, index_value(in[d]), index_value(x.sizes[d])));
-          inside = inside ? binary(Op::And, inside, ok) : ok;
-        }
-        return inside ? where(inside, cast(x.at(in), dt), value) : cast(x.at(in), dt);
-      }));
-    }
+    case OpKind::ConstantPadNd:
+      return one(constant_pad(L, a.tensor("self"), a.ints("pad"), a.out_dtype(), a.scalar("value", a.out_dtype()), a.out_sizes()));
     case OpKind::Pad: {  // F.pad: constant (as constant_pad_nd), reflect, replicate, circular
       TensorRef x = a.tensor("self");
       const std::vector<int64_t> pad = a.ints("pad");
       const std::string mode = a.is_none("mode") ? "constant" : a.s("mode");
       const DType dt = a.out_dtype();
       const Index sizes = a.out_sizes();
-      if (mode == "constant") {
-        ExprRef value = a.is_none("value") ? constant(0, dt) : a.scalar("value", dt);
-        return one(L.pointwise(dt, sizes, [=](const Index& idx) {
-          Index in = idx;
-          ExprRef inside;
-          for (size_t p = 0; p + 1 < pad.size() && p / 2 < x.rank(); p += 2) {
-            const size_t d = x.rank() - 1 - p / 2;
-            in[d] = idx[d] - pad[p];
-            ExprRef ok = binary(Op::And, binary(Op::Ge, index_value(in[d]), index_value(0)),
-                                binary(Op::Lt, index_value(in[d]), index_value(x.sizes[d])));
-            inside = inside ? binary(Op::And, inside, ok) : ok;
-          }
-          return inside ? where(inside, cast(x.at(in), dt), value) : cast(x.at(in), dt);
-        }));
-      }
+      if (mode == "constant")
+        return one(constant_pad(L, x, pad, dt, a.is_none("value") ? constant(0, dt) : a.scalar("value", dt), sizes));
       if (mode != "reflect" && mode != "replicate" && mode != "circular")
         L.fail("pad: unknown mode '", mode, "' (constant, reflect, replicate and circular lower)");
       // Each padded dim reads its source in three pieces (before, inside, after); Where picks the
