@@ -142,12 +142,13 @@ class Everything(torch.nn.Module):  # one module with every op above, for the CU
     def forward(self, x):  # [b, 4, 5, 6]
         y = self.ct(self.gn(x))
         y = F.interpolate(y, scale_factor=2, mode="nearest") + F.interpolate(y, scale_factor=2, mode="bilinear")
-        z = y[:, :, 0].index_copy(2, self.idx, y[:, :, 1, :2])  # (argmin: no CUDA arg-reductions yet)
+        z = y[:, :, 0].index_copy(2, self.idx, y[:, :, 1, :2])
         p = F.pad(x, (2, 1, 1, 2), mode="reflect") + F.pad(x, (2, 1, 1, 2), mode="circular") + F.pad(x, (2, 1, 1, 2), mode="replicate")
         m = x.new_zeros(x.shape)
         m[:, 1:3, 0] = x[:, :2, 1]
         return (y.repeat(1, 2, 1, 1), torch.var(y, dim=1), torch.std(y, dim=(2, 3)), z, z.scatter(2, self.idx.expand(z.shape[0], 4, 2), 0.5),
-                p, torch.fmod(x, 0.3), m, torch.topk(x, 2)[0], torch.topk(x, 3, dim=1, largest=False)[1])
+                p, torch.fmod(x, 0.3), m, torch.topk(x, 2)[0], torch.topk(x, 3, dim=1, largest=False)[1],
+                x.argmax(dim=1), x.argmin(dim=-1), torch.max(x, dim=2)[1], x.argmax())
 
 
 MODULES = {  # name: (module, one input of batch size b)

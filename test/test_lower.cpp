@@ -680,3 +680,37 @@ TEST_CASE("max pooling's gradient keeps the gather when the indices' pool differ
     same_outputs(gather, direct, *b.g, rng);
   }
 }
+
+TEST_CASE("arg-reductions without ReduceOp::ArgMax (the CUDA lowering) give the ArgMax answers: ties, NaN, infinities", "[lower]") {
+  // x [3, 5]: ties (first position wins), a NaN (its position wins), all -inf.
+  test::GraphBuilder b;
+  Value* x = b.input("x", DType::Float32, {sym::Expr(3), sym::Expr(5)});
+  Value* amax = b.op(OpKind::Argmax, "amax", {{"self", x}, {"dim", int64_t(1)}});
+  Value* amin = b.op(OpKind::Argmin, "amin", {{"self", x}, {"dim", int64_t(0)}, {"keepdim", true}});
+  Value* flat = b.op(OpKind::Argmax, "flat", {{"self", x}});
+  std::vector<Value*> mx = b.node(OpKind::MaxDim, "mx", {{"self", x}, {"dim", int64_t(1)}});
+  b.g->outputs = {amax, amin, flat, mx[0], mx[1]};
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> data{1, 3, 3, 0, 3, 2, nan, 5, nan, -1, -inf, -inf, -inf, -inf, -inf};
+  std::vector<std::byte> bytes(data.size() * 4);
+  std::memcpy(bytes.data(), data.data(), bytes.size());
+  LowerOptions two;
+  two.arg_reductions = false;
+  auto with = interpret(lower_to_loops(*b.g), *b.g, {bytes}, {});
+  auto without = interpret(lower_to_loops(*b.g, two), *b.g, {bytes}, {});
+  REQUIRE(with.size() == 5);
+  REQUIRE(without.size() == 5);
+  auto ints = [](const std::vector<std::byte>& v) {
+    std::vector<int64_t> out(v.size() / 8);
+    std::memcpy(out.data(), v.data(), v.size());
+    return out;
+  };
+  CHECK(ints(with[0]) == std::vector<int64_t>{1, 1, 0});   // ties: the first; a NaN; all -inf: the first
+  CHECK(ints(without[0]) == ints(with[0]));
+  CHECK(ints(with[1]) == std::vector<int64_t>{2, 1, 2, 1, 2});  // a NaN wins argmin too
+  CHECK(ints(without[1]) == ints(with[1]));
+  CHECK(ints(with[2]) == std::vector<int64_t>{6});          // the first NaN of the flattened tensor
+  CHECK(ints(without[2]) == ints(with[2]));
+  CHECK(ints(without[4]) == ints(with[4]));
+  CHECK(std::memcmp(without[3].data(), with[3].data(), with[3].size()) == 0);
+}

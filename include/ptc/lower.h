@@ -38,6 +38,10 @@ struct LowerOptions {
   // realized from an NHWC buffer is stored NHWC too (realize), so the pointwise kernels between
   // convolutions run in NHWC order. Weights in KRSC come from the channels_last_weights pass.
   bool channels_last = false;
+  // Arg-reductions (argmax, argmin, max.dim's indices) as ReduceOp::ArgMax / ArgMin; false: as
+  // two reductions the backend has, the max / min and then the first position holding it (Min
+  // over positions), with torch's answers for ties and NaN.
+  bool arg_reductions = true;
   // max_pool2d_with_indices_backward, when its indices come from max_pool2d_with_indices of the
   // same input and geometry, as one extern (ExternKind::MaxPoolGrad) that finds each window's
   // maximum and adds its gradient there, per plane; false: a gather over the windows covering

@@ -7,6 +7,29 @@
 namespace ptc::loop {
 namespace {
 
+// argmax / argmin over `dims` (the flat position within them, row-major): one ArgMax / ArgMin
+// reduction, or without LowerOptions::arg_reductions the max / min and then the first position
+// holding it (a NaN, when there is one: maxnan / minnan propagate it, as torch's answer does).
+TensorRef arg_reduce(Lowering& L, TensorRef x, const std::vector<int64_t>& dims, bool keep, bool max, const std::string& o) {
+  if (L.options.arg_reductions) return L.reduce(x, dims, keep, max ? ReduceOp::ArgMax : ReduceOp::ArgMin, DType::Int64, o);
+  if (!x.view) x = L.realize(x, o);
+  const TensorRef m = L.reduce(x, dims, true, max ? ReduceOp::Max : ReduceOp::Min, x.dtype, o);
+  const bool nan = dtype_is_float(x.dtype);
+  TensorRef pos = L.pointwise(DType::Int64, x.sizes, [=](const Index& idx) {
+    Index at = idx;
+    sym::Expr flat = 0;
+    for (int64_t d : dims) {
+      at[static_cast<size_t>(d)] = 0;
+      flat = flat * x.sizes[static_cast<size_t>(d)] + idx[static_cast<size_t>(d)];
+    }
+    ExprRef v = x.at(idx), best = m.at(at);
+    ExprRef same = binary(Op::Eq, v, best);
+    if (nan) same = binary(Op::Or, same, binary(Op::And, unary(Op::IsNan, v), unary(Op::IsNan, best)));
+    return select(same, index_value(flat), constant(static_cast<double>(int64_t(1) << 62), DType::Int64));
+  });
+  return L.reduce(pos, dims, keep, ReduceOp::Min, DType::Int64, o);
+}
+
 std::vector<int64_t> dims_of(Lowering& L, const Args& a, const char* name, size_t rank) {
   std::vector<int64_t> dims;
   if (!a.n.arg(name) || a.is_none(name)) {
@@ -295,8 +318,7 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
     }
     case OpKind::Argmax: case OpKind::Argmin: {
       TensorRef x = a.tensor("self");
-      const ReduceOp op = n.kind == OpKind::Argmax ? ReduceOp::ArgMax : ReduceOp::ArgMin;
-      return one(L.reduce(x, dims_of(L, a, "dim", x.rank()), a.b("keepdim"), op, DType::Int64, o));
+      return one(arg_reduce(L, x, dims_of(L, a, "dim", x.rank()), a.b("keepdim"), n.kind == OpKind::Argmax, o));
     }
     case OpKind::Topk: {
       // One pass per value: the best of the elements not yet chosen (a max / min reduction), then
@@ -382,8 +404,7 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       TensorRef x = a.tensor("self");
       auto dims = dims_of(L, a, "dim", x.rank());
       bool keep = a.b("keepdim");
-      return std::vector<TensorRef>{L.reduce(x, dims, keep, ReduceOp::Max, a.out_dtype(0), o),
-                                    L.reduce(x, dims, keep, ReduceOp::ArgMax, DType::Int64, o)};
+      return std::vector<TensorRef>{L.reduce(x, dims, keep, ReduceOp::Max, a.out_dtype(0), o), arg_reduce(L, x, dims, keep, true, o)};
     }
     case OpKind::SoftmaxInt: case OpKind::UnderscoreSoftmax: case OpKind::LogSoftmaxInt: case OpKind::UnderscoreLogSoftmax: {
       TensorRef x = a.tensor("self");

@@ -61,6 +61,7 @@ class CudaBackend final : public Backend {
     o.cudnn_conv = true;
     o.attention_heads_inner = true;
     o.channels_last = channels_last;
+    o.arg_reductions = false;  // the CUDA reductions have no (value, index) pairs
     return o;
   }
   sched::ScheduleOptions schedule_options() const override {
