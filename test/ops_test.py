@@ -164,6 +164,22 @@ MODULES = {  # name: (module, one input of batch size b)
 }
 
 
+class TrainSliceAssign(torch.nn.Module):  # derivatives through in-place slice / select updates (slice_scatter, select_scatter)
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(5, 5)
+
+    def forward(self, x):  # [4, 6, 5]
+        h = self.lin(x)
+        m = torch.zeros_like(h)
+        m[:, 1:4] = h[:, :3] * 2
+        m[:, 0] = h[:, 5]
+        y = h.clone()
+        y[:, 2:4] += m[:, 1:3]
+        y[:, :, 1] = 0.5
+        return ((m * y).sum() + (y * y).sum()).reshape(1)
+
+
 class TrainVarRepeat(torch.nn.Module):  # derivatives: var (and var_mean's mean), std, repeat
     def __init__(self):
         super().__init__()
@@ -286,6 +302,8 @@ def main():
 
         t.check("var, var_mean, std and repeat gradients match torch.autograd (--train)",
                 lambda: check_training(TrainVarRepeat, torch.randn(4, 3, 8), "train_var_repeat.so", 2))
+        t.check("gradients through in-place slice and select updates match torch.autograd (--train)",
+                lambda: check_training(TrainSliceAssign, torch.randn(4, 6, 5), "train_slice_assign.so", 6))
         t.check("conv_transpose2d, group_norm and nearest upsampling gradients match torch.autograd (--train)",
                 lambda: check_training(TrainUpBlock, torch.randn(2, 4, 3, 4), "train_up_block.so", 4))
 

@@ -205,6 +205,36 @@ void pad(GradContext& c) {
   constant_pad(c);
 }
 
+// slice_scatter / select_scatter: self's gradient is the gradient with the scattered part zeroed
+// (the same scatter, of zeros), src's that part of the gradient (the same slice / select).
+void scatter_into(GradContext& c) {
+  const bool slice = c.n.kind == OpKind::SliceScatter;
+  Value *x = c.in("self"), *src = c.in("src"), *g = c.grad();
+  if (!g) return;
+  std::vector<std::pair<std::string, Arg>> where;
+  for (const char* name : {"dim", "start", "end", "step", "index"})
+    if (const Arg* a = c.n.arg(name)) where.emplace_back(name, *a);
+  if (c.needs(src)) {
+    auto args = where;
+    args.emplace_back("self", g);
+    c.add_grad(src, c.b.op(slice ? OpKind::SliceTensor : OpKind::SelectInt, std::move(args)));
+  }
+  if (c.needs(x)) {
+    auto args = where;
+    args.emplace_back("self", g);
+    args.emplace_back("src", c.b.zeros(src->type.sizes, g->type.dtype));
+    c.add_grad(x, c.b.op(slice ? OpKind::SliceScatter : OpKind::SelectScatter, std::move(args)));
+  }
+}
+// fill / copy: self is overwritten (no gradient); a tensor value gets the sum of the gradient,
+// src the gradient summed to its sizes (it was broadcast) in its dtype.
+void fill(GradContext& c) {
+  if (c.n.kind == OpKind::FillTensor && c.grad()) c.add_grad_to(c.in("value"), c.grad());
+}
+void copy(GradContext& c) {
+  if (c.grad()) c.add_grad_to(c.in("src"), c.grad());
+}
+
 }  // namespace
 
 void register_view_rules(RuleTable& t_) {
@@ -221,6 +251,11 @@ void register_view_rules(RuleTable& t_) {
   set_rule(t_, OpKind::Expand, expand);
   set_rule(t_, OpKind::ExpandAs, expand);
   set_rule(t_, OpKind::SliceTensor, slice);
+  set_rule(t_, OpKind::SliceScatter, scatter_into);
+  set_rule(t_, OpKind::SelectScatter, scatter_into);
+  set_rule(t_, OpKind::FillScalar, fill);
+  set_rule(t_, OpKind::FillTensor, fill);
+  set_rule(t_, OpKind::Copy, copy);
   set_rule(t_, OpKind::Narrow, narrow);
   set_rule(t_, OpKind::SelectInt, select);
   set_rule(t_, OpKind::SplitTensor, split);

@@ -82,6 +82,10 @@ void graph_passes(CompileState& st) {
 void differentiate(CompileState& st) {
   auto dump = [&](const char* name, const Graph& g) { dump_graph(st, name, g, std::cout); };
   for_model(st, [&] {
+    // In-place updates made functional first, as for inference (updates through slice / select
+    // views become scatters the backward differentiates; buffers updated in place become buffer
+    // updates).
+    st.graph = run_pass_list(*st.graph, {{"functionalize", functionalize}}, dump);
     st.graph = run_training_graph_passes(*st.graph, dump);
     // Mixed precision (--precision bf16 / fp16): autocast before differentiation, as torch.autocast
     // records it. The parameters stay fp32 (master weights, optimizer state) and are rounded at
