@@ -7,6 +7,21 @@
 namespace ptc::loop {
 namespace {
 
+// No position: what first_position reduces to when nothing matches.
+constexpr int64_t kNoPosition = int64_t(1) << 62;
+
+// The first position over `dims` (flat, row-major within them) where `match` holds, kept dims
+// size 1 when `keep`; kNoPosition where none does. A Min reduction over positions.
+TensorRef first_position(Lowering& L, const Index& sizes, const std::vector<int64_t>& dims, bool keep,
+                         std::function<ExprRef(const Index&)> match, const std::string& o) {
+  TensorRef pos = L.pointwise(DType::Int64, sizes, [=](const Index& idx) {
+    sym::Expr flat = 0;
+    for (int64_t d : dims) flat = flat * sizes[static_cast<size_t>(d)] + idx[static_cast<size_t>(d)];
+    return select(match(idx), index_value(flat), constant(static_cast<double>(kNoPosition), DType::Int64));
+  });
+  return L.reduce(pos, dims, keep, ReduceOp::Min, DType::Int64, o);
+}
+
 // argmax / argmin over `dims` (the flat position within them, row-major): one ArgMax / ArgMin
 // reduction, or without LowerOptions::arg_reductions the max / min and then the first position
 // holding it (a NaN, when there is one: maxnan / minnan propagate it, as torch's answer does).
@@ -15,19 +30,13 @@ TensorRef arg_reduce(Lowering& L, TensorRef x, const std::vector<int64_t>& dims,
   if (!x.view) x = L.realize(x, o);
   const TensorRef m = L.reduce(x, dims, true, max ? ReduceOp::Max : ReduceOp::Min, x.dtype, o);
   const bool nan = dtype_is_float(x.dtype);
-  TensorRef pos = L.pointwise(DType::Int64, x.sizes, [=](const Index& idx) {
+  return first_position(L, x.sizes, dims, keep, [=](const Index& idx) {
     Index at = idx;
-    sym::Expr flat = 0;
-    for (int64_t d : dims) {
-      at[static_cast<size_t>(d)] = 0;
-      flat = flat * x.sizes[static_cast<size_t>(d)] + idx[static_cast<size_t>(d)];
-    }
+    for (int64_t d : dims) at[static_cast<size_t>(d)] = 0;
     ExprRef v = x.at(idx), best = m.at(at);
     ExprRef same = binary(Op::Eq, v, best);
-    if (nan) same = binary(Op::Or, same, binary(Op::And, unary(Op::IsNan, v), unary(Op::IsNan, best)));
-    return select(same, index_value(flat), constant(static_cast<double>(int64_t(1) << 62), DType::Int64));
-  });
-  return L.reduce(pos, dims, keep, ReduceOp::Min, DType::Int64, o);
+    return nan ? binary(Op::Or, same, binary(Op::And, unary(Op::IsNan, v), unary(Op::IsNan, best))) : same;
+  }, o);
 }
 
 std::vector<int64_t> dims_of(Lowering& L, const Args& a, const char* name, size_t rank) {
@@ -360,14 +369,11 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
           return p ? select(p, constant(largest ? -inf : inf, dt), v) : v;
         });
         TensorRef m = L.reduce(masked, {static_cast<int64_t>(dim)}, true, largest ? ReduceOp::Max : ReduceOp::Min, dt, n.name);
-        const ExprRef none = constant(static_cast<double>(int64_t(1) << 62), DType::Int64);
         auto first = [&](std::function<ExprRef(const Index&)> match) {  // the first position not yet chosen that matches
-          TensorRef pos = L.pointwise(DType::Int64, x.sizes, [=](const Index& idx) {
+          return first_position(L, x.sizes, {static_cast<int64_t>(dim)}, true, [=](const Index& idx) {
             ExprRef c = match(idx), p = taken(idx);
-            if (p) c = binary(Op::And, c, unary(Op::Not, p));
-            return select(c, index_value(idx[dim]), none);
-          });
-          return L.reduce(pos, {static_cast<int64_t>(dim)}, true, ReduceOp::Min, DType::Int64, n.name);
+            return p ? binary(Op::And, c, unary(Op::Not, p)) : c;
+          }, n.name);
         };
         TensorRef ix = first([=](const Index& idx) {
           ExprRef v = x.at(idx), best = kept(m, idx);
@@ -379,6 +385,7 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
         } else {  // nothing real left: a NaN, after every real value (+inf included)
           TensorRef nan_ix = first([=](const Index& idx) { return unary(Op::IsNan, x.at(idx)); });
           const TensorRef real_ix = ix;
+          const ExprRef none = constant(static_cast<double>(kNoPosition), DType::Int64);
           auto found = [=](const Index& idx) { return binary(Op::Lt, kept(real_ix, idx), none); };
           ix = L.pointwise(DType::Int64, real_ix.sizes, [=](const Index& idx) { return select(found(idx), real_ix.at(idx), nan_ix.at(idx)); });
           vals.push_back(L.pointwise(dt, real_ix.sizes, [=](const Index& idx) {
