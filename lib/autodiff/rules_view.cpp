@@ -226,13 +226,10 @@ void scatter_into(GradContext& c) {
     c.add_grad(x, c.b.op(slice ? OpKind::SliceScatter : OpKind::SelectScatter, std::move(args)));
   }
 }
-// fill / copy: self is overwritten (no gradient); a tensor value gets the sum of the gradient,
-// src the gradient summed to its sizes (it was broadcast) in its dtype.
-void fill(GradContext& c) {
-  if (c.n.kind == OpKind::FillTensor && c.grad()) c.add_grad_to(c.in("value"), c.grad());
-}
+// copy / fill.Tensor: self is overwritten (no gradient); src (fill's 0-d value) gets the
+// gradient summed to its sizes (it was broadcast), in its dtype.
 void copy(GradContext& c) {
-  if (c.grad()) c.add_grad_to(c.in("src"), c.grad());
+  if (c.grad()) c.add_grad_to(c.in(c.n.kind == OpKind::FillTensor ? "value" : "src"), c.grad());
 }
 
 }  // namespace
@@ -253,8 +250,7 @@ void register_view_rules(RuleTable& t_) {
   set_rule(t_, OpKind::SliceTensor, slice);
   set_rule(t_, OpKind::SliceScatter, scatter_into);
   set_rule(t_, OpKind::SelectScatter, scatter_into);
-  set_rule(t_, OpKind::FillScalar, fill);
-  set_rule(t_, OpKind::FillTensor, fill);
+  set_rule(t_, OpKind::FillTensor, copy);
   set_rule(t_, OpKind::Copy, copy);
   set_rule(t_, OpKind::Narrow, narrow);
   set_rule(t_, OpKind::SelectInt, select);

@@ -309,17 +309,15 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
       DType dt = a.out_dtype();
       return out(map1(L, a.tensor("self"), dt, [dt](ExprRef x) { return cast(x, dt); }));
     }
-    case OpKind::Copy: case OpKind::CopyInplace: {  // src broadcast to self's sizes, in self's dtype
+    case OpKind::Copy: case OpKind::CopyInplace:
+    case OpKind::FillTensor: case OpKind::FillTensorInplace: {  // src (fill: the 0-d value) broadcast to self's sizes, in self's dtype
       TensorRef x = a.tensor("self");
       DType dt = x.dtype;
-      return out(map1(L, L.broadcast_to(a.tensor("src"), x.sizes), dt, [dt](ExprRef v) { return cast(v, dt); }));
+      const bool fill = k == OpKind::FillTensor || k == OpKind::FillTensorInplace;
+      return out(map1(L, L.broadcast_to(a.tensor(fill ? "value" : "src"), x.sizes), dt, [dt](ExprRef v) { return cast(v, dt); }));
     }
     case OpKind::FillScalar: case OpKind::FillScalarInplace:
       return out(full(L, a.out_sizes(), a.scalar("value", a.out_dtype())));
-    case OpKind::FillTensor: case OpKind::FillTensorInplace: {  // the 0-d value broadcast, in self's dtype
-      DType dt = a.out_dtype();
-      return out(map1(L, L.broadcast_to(a.tensor("value"), a.out_sizes()), dt, [dt](ExprRef v) { return cast(v, dt); }));
-    }
     case OpKind::Full: return out(full(L, a.out_sizes(), a.scalar("fill_value", a.out_dtype())));
     case OpKind::FullLike: return out(full(L, a.out_sizes(), a.scalar("fill_value", a.out_dtype())));
     case OpKind::Zeros: case OpKind::ZerosLike: return out(full(L, a.out_sizes(), constant(0, a.out_dtype())));
