@@ -7,6 +7,11 @@
 namespace ptc::loop {
 namespace {
 
+// v == best, or both NaN (a max / min that propagated a NaN found it at v).
+ExprRef same_or_both_nan(ExprRef v, ExprRef best) {
+  return binary(Op::Or, binary(Op::Eq, v, best), binary(Op::And, unary(Op::IsNan, v), unary(Op::IsNan, best)));
+}
+
 // No position: what first_position reduces to when nothing matches.
 constexpr int64_t kNoPosition = int64_t(1) << 62;
 
@@ -25,17 +30,20 @@ TensorRef first_position(Lowering& L, const Index& sizes, const std::vector<int6
 // argmax / argmin over `dims` (the flat position within them, row-major): one ArgMax / ArgMin
 // reduction, or without LowerOptions::arg_reductions the max / min and then the first position
 // holding it (a NaN, when there is one: maxnan / minnan propagate it, as torch's answer does).
-TensorRef arg_reduce(Lowering& L, TensorRef x, const std::vector<int64_t>& dims, bool keep, bool max, const std::string& o) {
+// `best` (when given) gets the max / min the second form computes, with kept dims of size 1;
+// it stays unset with ArgMax / ArgMin.
+TensorRef arg_reduce(Lowering& L, TensorRef x, const std::vector<int64_t>& dims, bool keep, bool max, const std::string& o,
+                     std::optional<TensorRef>* best = nullptr) {
   if (L.options.arg_reductions) return L.reduce(x, dims, keep, max ? ReduceOp::ArgMax : ReduceOp::ArgMin, DType::Int64, o);
   if (!x.view) x = L.realize(x, o);
   const TensorRef m = L.reduce(x, dims, true, max ? ReduceOp::Max : ReduceOp::Min, x.dtype, o);
+  if (best) *best = m;
   const bool nan = dtype_is_float(x.dtype);
   return first_position(L, x.sizes, dims, keep, [=](const Index& idx) {
     Index at = idx;
     for (int64_t d : dims) at[static_cast<size_t>(d)] = 0;
     ExprRef v = x.at(idx), best = m.at(at);
-    ExprRef same = binary(Op::Eq, v, best);
-    return nan ? binary(Op::Or, same, binary(Op::And, unary(Op::IsNan, v), unary(Op::IsNan, best))) : same;
+    return nan ? same_or_both_nan(v, best) : binary(Op::Eq, v, best);
   }, o);
 }
 
@@ -377,8 +385,7 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
         };
         TensorRef ix = first([=](const Index& idx) {
           ExprRef v = x.at(idx), best = kept(m, idx);
-          return largest ? binary(Op::Or, binary(Op::Eq, v, best), binary(Op::And, unary(Op::IsNan, v), unary(Op::IsNan, best)))
-                         : binary(Op::Eq, v, best);
+          return largest ? same_or_both_nan(v, best) : binary(Op::Eq, v, best);
         });
         if (largest) {
           vals.push_back(m);
@@ -411,7 +418,10 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       TensorRef x = a.tensor("self");
       auto dims = dims_of(L, a, "dim", x.rank());
       bool keep = a.b("keepdim");
-      return std::vector<TensorRef>{L.reduce(x, dims, keep, ReduceOp::Max, a.out_dtype(0), o), arg_reduce(L, x, dims, keep, true, o)};
+      std::optional<TensorRef> m;  // (the max the two-reduction argmax computed, when it did)
+      TensorRef ix = arg_reduce(L, x, dims, keep, true, o, &m);
+      TensorRef values = !m ? L.reduce(x, dims, keep, ReduceOp::Max, a.out_dtype(0), o) : keep ? *m : reshape(L, *m, a.out_sizes(0));
+      return std::vector<TensorRef>{values, ix};
     }
     case OpKind::SoftmaxInt: case OpKind::UnderscoreSoftmax: case OpKind::LogSoftmaxInt: case OpKind::UnderscoreLogSoftmax: {
       TensorRef x = a.tensor("self");
