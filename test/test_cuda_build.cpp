@@ -260,6 +260,36 @@ TEST_CASE("CUDA --precision bf16 / fp16: GEMMs and convolutions in half precisio
       std::string syms = shell("nm -D --defined-only " + so);
       CHECK(syms.find("ptc_run") != std::string::npos);
     }
+  // Pointwise kernels over half-precision buffers have a vectorized version that reads and
+  // writes them 4 elements (8 bytes) at a time (ptc_cuda::load4 / store4), and nvcc builds it.
+  // A half-precision convolution's bias and ReLU run in its cuDNN call (the schedule sees
+  // through the conversions between float32 and the half type).
+  struct Emitted {
+    std::string name, flags, type;
+  };
+  for (const Emitted& e : {Emitted{"tfm_dyn.pt2", "--precision fp16", "ptc_rt::half"}, Emitted{"mlp_dyn_bf16.pt2", "", "ptc_rt::bfloat16"},
+                           Emitted{"small_cnn_f16.pt2", "", "ptc_rt::half"}}) {
+    INFO(e.name << " " << e.flags);
+    const std::string dir = test::temp_dir() + "/cuda_vec_" + e.name;
+    auto r = test::run_ptc("compile -q --device cuda --no-cache " + e.flags + " " + test::fixture(e.name) + " -o " + dir + ".so --emit-dir " + dir);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const std::string src = test::read_file(dir + "/model.cu");
+    if (e.name == "small_cnn_f16.pt2") {
+      CHECK(src.find("a.type = ptc_cuda::kF16;") != std::string::npos);
+      CHECK(src.find("a.bias = ") != std::string::npos);
+      CHECK(src.find("a.act = ptc_cuda::kActRelu;") != std::string::npos);
+      continue;
+    }
+    bool half_vector = false;
+    const std::regex half_load("load4\\(b(\\d+) ");
+    for (auto it = std::sregex_iterator(src.begin(), src.end(), half_load); it != std::sregex_iterator(); ++it) {
+      const std::string b = "b" + (*it)[1].str();
+      for (const char* end : {",", ")"})
+        for (const char* qual : {"* __restrict__ ", "* "}) half_vector = half_vector || src.find(e.type + qual + b + end) != std::string::npos;
+    }
+    CHECK(half_vector);
+  }
   // Mixed-precision training: bf16 GEMMs and convolutions with their gradients (cuDNN's
   // backward-data and backward-filter in bf16), fp32 master weights.
   for (const char* p : {"bf16", "fp16"})

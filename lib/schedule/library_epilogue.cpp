@@ -15,13 +15,24 @@ bool mentions_loop_var(const sym::Expr& e) {
   return false;
 }
 
+// `e` without conversions between float32 and the library call's type `dt`. Generated code
+// computes a half-precision value in float32 and rounds it where it is stored, and so does the
+// library's epilogue (one rounding of the float32 accumulator plus bias and residual: none of the
+// intermediate roundings an unfused chain might name, which only lose precision).
+ExprRef strip_casts(ExprRef e, DType dt) {
+  auto either = [dt](DType t) { return t == DType::Float32 || t == dt; };
+  while (e->op == Op::Cast && either(e->dtype) && either(e->args[0]->dtype)) e = e->args[0];
+  return e;
+}
+
 // The terms of a (possibly nested) sum.
-void add_terms(const ExprRef& e, std::vector<ExprRef>& out) {
-  if (e->op == Op::Add) {
-    add_terms(e->args[0], out);
-    add_terms(e->args[1], out);
+void add_terms(const ExprRef& e, DType dt, std::vector<ExprRef>& out) {
+  const ExprRef x = strip_casts(e, dt);
+  if (x->op == Op::Add) {
+    add_terms(x->args[0], dt, out);
+    add_terms(x->args[1], dt, out);
   } else {
-    out.push_back(e);
+    out.push_back(x);
   }
 }
 
@@ -46,17 +57,17 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
   const DType dt = p.buffers[ext.out].dtype;
   if (p.buffers[e.out].dtype != dt || (dt != DType::Float32 && !dtype_is_half(dt))) return std::nullopt;
   LibraryEpilogue m;
-  ExprRef body = e.body;
+  ExprRef body = strip_casts(e.body, dt);
   if (body->op == Op::Relu) {
     m.act = Act::Relu;
     body = body->args[0];
-  } else if (conv && body->op == Op::Min && is_const(body->args[1], 6) && body->args[0]->op == Op::Max &&
-             is_const(body->args[0]->args[1], 0)) {
+  } else if (conv && body->op == Op::Min && is_const(body->args[1], 6) && strip_casts(body->args[0], dt)->op == Op::Max &&
+             is_const(strip_casts(body->args[0], dt)->args[1], 0)) {
     m.act = Act::Relu6;
-    body = body->args[0]->args[0];
+    body = strip_casts(body->args[0], dt)->args[0];
   }
   std::vector<ExprRef> terms;
-  add_terms(body, terms);
+  add_terms(body, dt, terms);
   const std::vector<sym::Expr> vars = loop_vars(e.domain, e.domain.size());
   const sym::Expr own = row_major_flat(vars, e.domain);
   const sym::Expr channel = gemm || nhwc ? vars.back() : vars[1];

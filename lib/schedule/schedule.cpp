@@ -140,7 +140,10 @@ bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Comput
   const bool conv = gemm.extern_kind == loop::ExternKind::Convolution || gemm.extern_kind == loop::ExternKind::ConvInputGrad ||
                     gemm.extern_kind == loop::ExternKind::MaxPoolGrad;
   if (conv ? !(e.domain == gemm.domain) : !same_flat_rows(e.domain, gemm.domain)) return false;
-  if (p.buffers[gemm.out].dtype != DType::Float32 || p.buffers[e.out].dtype != DType::Float32) return false;
+  // float32; or, for a library's epilogue (cuBLASLt's, cuDNN's), bfloat16 / float16 in and out:
+  // the library adds bias and residual to its float32 accumulator and rounds once.
+  const DType dt = p.buffers[gemm.out].dtype;
+  if (p.buffers[e.out].dtype != dt || !(dt == DType::Float32 || (mode == Epilogues::Library && dtype_is_half(dt)))) return false;
   // Read elsewhere too: a convolution still runs it (stored as well, Kernel::epilogue_keeps) on
   // the CPU, where the epilogue reads the rows the convolution just wrote, e.g. the batch norm +
   // ReLU after a training forward's convolution, whose output the backward keeps.

@@ -182,17 +182,20 @@ void emit_sym_locals(std::ostream& os, const std::vector<std::string>& syms, con
   for (size_t i = 0; i < syms.size(); ++i) os << in << "const int64_t " << syms[i] << " = sym[" << i << "]; (void)" << syms[i] << ";\n";
 }
 
-// 128-bit vectorization of a pointwise kernel: each thread takes 4 consecutive elements along
-// the last dimension (whose size is a multiple of 4). A float32 load whose index advances by one
-// with the last loop variable from a multiple of 4 there (and which no `where` branch guards)
-// becomes one float4 load, each float32 result one float4 store; the rest runs per lane. The
-// launcher takes this version when every pointer it vectorizes is 16-byte aligned.
+// Vectorization of a pointwise kernel: each thread takes 4 consecutive elements along the last
+// dimension (whose size is a multiple of 4). A float32 / float16 / bfloat16 load whose index
+// advances by one with the last loop variable from a multiple of 4 there (and which no `where`
+// branch guards) becomes one 16-byte (float32) or 8-byte (half) load, each such result one store
+// (ptc_cuda::load4 / store4); the rest runs per lane. The launcher takes this version when every
+// pointer it vectorizes is aligned to 4 elements.
 constexpr int kVec = 4;
 
 struct VecPlan {
-  std::set<const loop::Expr*> loads;  // the loads read as float4
-  std::set<int> buffers;              // buffers read or written as float4
+  std::set<const loop::Expr*> loads;  // the loads read 4 at a time
+  std::set<int> buffers;              // buffers read or written 4 at a time
 };
+
+bool vectorizable(DType t) { return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16; }
 
 // The loads of `e` outside `where` branches (which guard what they read).
 void unguarded_loads(const ExprRef& e, std::vector<const loop::Expr*>& out, std::set<const loop::Expr*>& seen) {
@@ -217,11 +220,11 @@ std::optional<VecPlan> plan_vec4(const loop::Program& p, const sched::Kernel& k)
   for (int ci : k.comps) {
     const Computation& c = p.comps[ci];
     if (c.kind != Computation::Kind::Pointwise || !(c.domain == dom)) return std::nullopt;
-    if (p.buffers[c.out].dtype == DType::Float32) v.buffers.insert(c.out);
+    if (vectorizable(p.buffers[c.out].dtype)) v.buffers.insert(c.out);
     std::vector<const loop::Expr*> loads;
     unguarded_loads(c.body, loads, seen);
     for (const loop::Expr* l : loads) {
-      if (l->dtype != DType::Float32 || p.buffers[l->buffer].dtype != DType::Float32) continue;
+      if (!vectorizable(l->dtype) || p.buffers[l->buffer].dtype != l->dtype) continue;
       const sym::Expr at0 = sym::substitute(l->index, {{xl, sym::Expr(0)}});
       if (!(l->index - at0 == xl)) continue;  // not unit stride along the last dimension
       try {
@@ -266,12 +269,12 @@ void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched
       auto it = loaded.find(key);
       if (it == loaded.end()) {
         it = loaded.emplace(key, "v" + std::to_string(next_load++)).first;
-        os << "      const float4 " << it->second << " = *reinterpret_cast<const float4*>(b" << l->buffer << " + (" << key.second << "));\n";
+        os << "      const float4 " << it->second << " = ptc_cuda::load4(b" << l->buffer << " + (" << key.second << "));\n";
       }
       vars[l] = it->second;
     }
     const bool vstore = v.buffers.count(c.out) > 0;
-    const std::string T = ctype(p.buffers[c.out].dtype);
+    const std::string T = vstore ? "float" : ctype(p.buffers[c.out].dtype);  // a vector store rounds
     os << "      " << T << " r[" << kVec << "];\n";
     for (int j = 0; j < kVec; ++j) {
       os << "      {\n        const int64_t " << xl << " = " << xl << "_0 + " << j << "; (void)" << xl << ";\n";
@@ -281,7 +284,7 @@ void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched
       os << "        r[" << j << "] = " << val << ";\n      }\n";
     }
     if (vstore) {
-      os << "      *reinterpret_cast<float4*>(b" << c.out << " + i) = make_float4(r[0], r[1], r[2], r[3]);\n";
+      os << "      ptc_cuda::store4(b" << c.out << " + i, r[0], r[1], r[2], r[3]);\n";
     } else {
       for (int j = 0; j < kVec; ++j) os << "      b" << c.out << "[i + " << j << "] = r[" << j << "];\n";
     }
@@ -324,7 +327,7 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
     os << "  if (";
     bool first = true;
     for (int b : vec->buffers) {
-      os << (first ? "" : " && ") << "reinterpret_cast<uintptr_t>(buf[" << b << "]) % 16 == 0";
+      os << (first ? "" : " && ") << "reinterpret_cast<uintptr_t>(buf[" << b << "]) % " << kVec * dtype_size(p.buffers[b].dtype) << " == 0";
       first = false;
     }
     os << ") {\n    ptc_kernel_" << index << "_v4<<<ptc_cuda::grid_for(total / " << kVec << ", " << kBlock << "), " << kBlock << ", 0, stream>>>("
@@ -479,7 +482,7 @@ void emit_strided(std::ostream& os, const std::string& field, const std::string&
      << field << "s[i] = s[i]; }\n";
 }
 
-bool cudnn_kernel(const loop::Program& p, const Computation& c) {
+bool cudnn_kernel(const Computation& c) {
   return c.extern_kind != loop::ExternKind::Convolution || c.operands[1].dense() || c.operands[1].channels_last();
 }
 
@@ -552,7 +555,7 @@ void emit_cudnn_conv(std::ostream& os, const loop::Program& p, const sched::Kern
 
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
   const Computation& c = p.comps[k.comps.front()];
-  if (cudnn_kernel(p, c)) return emit_cudnn_conv(os, p, k, index, syms);
+  if (cudnn_kernel(c)) return emit_cudnn_conv(os, p, k, index, syms);
   PTC_CHECK(k.epilogue < 0, "a direct CUDA convolution with a fused epilogue");
   const loop::View& X = c.operands[0];
   const loop::View& W = c.operands[1];
@@ -660,7 +663,7 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
 
 bool uses_cudnn(const loop::Program& p, const sched::Schedule& s) {
   for (const auto& k : s.kernels)
-    if (k.kind == sched::Kernel::Kind::Conv && cudnn_kernel(p, p.comps[k.comps.front()])) return true;
+    if (k.kind == sched::Kernel::Kind::Conv && cudnn_kernel(p.comps[k.comps.front()])) return true;
   return false;
 }
 

@@ -87,7 +87,7 @@ LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, co
   LibrarySource src;
   src.files.emplace_back(part.empty() ? "model.cu" : part + "_model.cu", os.str());
   src.runtime_units = {"ptc_cuda_runtime.cu", "ptc_cuda_gemm_tc.cu"};
-  if (cudnn) src.runtime_units.push_back("ptc_cuda_cudnn.cu");
+  if (cudnn) src.runtime_units.insert(src.runtime_units.end(), {"ptc_cuda_cudnn.cu", "ptc_cuda_cudnn_graph.cu"});
   return src;
 }
 

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace ptc_cuda {
@@ -10,6 +12,36 @@ namespace ptc_cuda {
 inline unsigned grid_for(int64_t total, int block) {
   const int64_t b = (total + block - 1) / block;
   return static_cast<unsigned>(b < 1 ? 1 : (b > (int64_t{1} << 20) ? (int64_t{1} << 20) : b));
+}
+
+// Four consecutive elements, read as float / written from float in one access: 16 bytes of
+// float32, 8 of float16 or bfloat16 (the vectorized pointwise kernels; p aligned to that size).
+// A store rounds to nearest even, as a scalar store of the element type does.
+__device__ inline float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ inline float4 load4(const __nv_bfloat16* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+__device__ inline float4 load4(const __half* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+__device__ inline void store4(float* p, float a, float b, float c, float d) { *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d); }
+__device__ inline void store4(__nv_bfloat16* p, float a, float b, float c, float d) {
+  uint2 u;
+  *reinterpret_cast<__nv_bfloat162*>(&u.x) = __floats2bfloat162_rn(a, b);
+  *reinterpret_cast<__nv_bfloat162*>(&u.y) = __floats2bfloat162_rn(c, d);
+  *reinterpret_cast<uint2*>(p) = u;
+}
+__device__ inline void store4(__half* p, float a, float b, float c, float d) {
+  uint2 u;
+  *reinterpret_cast<__half2*>(&u.x) = __floats2half2_rn(a, b);
+  *reinterpret_cast<__half2*>(&u.y) = __floats2half2_rn(c, d);
+  *reinterpret_cast<uint2*>(p) = u;
 }
 
 // Reduces `v` over the block with `f` (associative); every thread gets the result. `smem` holds

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "ptc_cuda_cudnn_graph.h"
 #include "ptc_cuda_rt.h"
 
 namespace ptc_cuda {
@@ -134,10 +136,14 @@ bool fits_int(const CudnnConv& a) {
 }  // namespace
 
 struct ConvPlans {
-  std::mutex mu;  // the handle's stream and the plan map
+  std::mutex mu;  // the handle's stream and the plan maps
   cudnnHandle_t handle = nullptr;
   std::map<std::vector<int64_t>, ConvPlan> plans;
+  // Half-precision forward convolutions through the graph API (ptc_cuda_cudnn_graph.h); null
+  // with PTC_CUDNN_LEGACY=1 in the environment at ptc_open (all on the legacy API).
+  GraphConvPlans* graph = nullptr;
   ~ConvPlans() {
+    graph_conv_plans_destroy(graph);
     for (auto& [key, p] : plans) p.release();
     if (handle) cudnnDestroy(handle);
   }
@@ -155,6 +161,8 @@ ConvPlans* conv_plans_create(const char** err) {
     *err = dnn_error("creating a cuDNN handle", s);
     return nullptr;
   }
+  const char* legacy = std::getenv("PTC_CUDNN_LEGACY");
+  if (!legacy || std::string(legacy) != "1") p->graph = graph_conv_plans_create();
   return p;
 }
 
@@ -204,6 +212,11 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
   cudnnHandle_t h = ctx.conv->handle;
   cudnnStatus_t set = cudnnSetStream(h, stream);
   if (set != CUDNN_STATUS_SUCCESS) return dnn_error("cudnnSetStream", set);
+  if (a.direction == kConvForward && a.type != kF32 && ctx.conv->graph) {
+    bool unsupported = false;
+    const char* err = graph_conv_forward(ctx.conv->graph, h, ctx, a, ctx.conv_tf32() || ctx.inference, stream, &unsupported);
+    if (err || !unsupported) return err;
+  }
   auto it = ctx.conv->plans.find(key);
   if (it == ctx.conv->plans.end()) {
     ConvPlan p;
