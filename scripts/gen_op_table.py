@@ -21,7 +21,7 @@ batch_norm _native_batch_norm_legit_no_training native_batch_norm _native_batch_
 layer_norm native_layer_norm group_norm native_group_norm rms_norm
 relu relu_ gelu silu silu_ sigmoid tanh hardswish hardswish_ hardsigmoid hardtanh hardtanh_ mish
 add_.Tensor sub_.Tensor mul_.Tensor mul_.Scalar div_.Tensor div_.Scalar sigmoid_ tanh_ gelu_ hardsigmoid_ clamp_ relu6
-elu leaky_relu softplus erf exp log log1p sqrt rsqrt abs neg reciprocal sin cos floor ceil round sign
+elu selu celu leaky_relu softplus erf exp log log1p sqrt rsqrt abs neg reciprocal sin cos floor ceil round sign
 softmax.int _softmax log_softmax.int _log_softmax
 dropout dropout_ native_dropout
 add.Tensor add.Scalar sub.Tensor sub.Scalar rsub.Scalar mul.Tensor mul.Scalar div.Tensor div.Scalar div.Tensor_mode

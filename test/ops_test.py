@@ -151,6 +151,11 @@ class Everything(torch.nn.Module):  # one module with every op above, for the CU
                 x.argmax(dim=1), x.argmin(dim=-1), torch.max(x, dim=2)[1], x.argmax())
 
 
+class Elu(torch.nn.Module):  # aten::elu, which selu and celu become
+    def forward(self, x):  # [b, 6, 5]
+        return F.elu(x * 3), F.elu(x, alpha=0.5), F.selu(x * 3), F.celu(x * 3, alpha=2.0)
+
+
 MODULES = {  # name: (module, one input of batch size b)
     "group_norm": (GroupNorm, lambda b: torch.randn(b, 8, 5, 6)),
     "upsample": (Upsample, lambda b: torch.randn(b, 3, 5, 6)),
@@ -161,6 +166,7 @@ MODULES = {  # name: (module, one input of batch size b)
     "pad_fmod": (PadFmod, lambda b: torch.randn(b, 3, 5, 6)),
     "slice_assign": (SliceAssign, lambda b: torch.randn(b, 6, 5)),
     "topk": (TopK, lambda b: torch.randn(b, 6, 9)),
+    "elu": (Elu, lambda b: torch.randn(b, 6, 5)),
 }
 
 
@@ -178,6 +184,16 @@ class TrainSliceAssign(torch.nn.Module):  # derivatives through in-place slice /
         y[:, 2:4] += m[:, 1:3]
         y[:, :, 1] = 0.5
         return ((m * y).sum() + (y * y).sum()).reshape(1)
+
+
+class TrainElu(torch.nn.Module):  # derivatives: elu (with selu's and celu's constants)
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(5, 5))
+
+    def forward(self, x):  # [4, 5]
+        z = x @ self.w
+        return (F.elu(z).sum() + F.selu(z * 0.5).sum() + F.celu(z, alpha=2.0).pow(2).sum()).reshape(1)
 
 
 class TrainVarRepeat(torch.nn.Module):  # derivatives: var (and var_mean's mean), std, repeat
@@ -302,6 +318,8 @@ def main():
 
         t.check("var, var_mean, std and repeat gradients match torch.autograd (--train)",
                 lambda: check_training(TrainVarRepeat, torch.randn(4, 3, 8), "train_var_repeat.so", 2))
+        t.check("elu, selu and celu gradients match torch.autograd (--train)",
+                lambda: check_training(TrainElu, torch.randn(4, 5) * 2, "train_elu.so", 7))
         t.check("gradients through in-place slice and select updates match torch.autograd (--train)",
                 lambda: check_training(TrainSliceAssign, torch.randn(4, 6, 5), "train_slice_assign.so", 6))
         t.check("conv_transpose2d, group_norm and nearest upsampling gradients match torch.autograd (--train)",
@@ -390,26 +408,26 @@ def main():
             raise AssertionError("compile dropped an unknown in-place op instead of refusing it")
         t.check("an unknown in-place operator is refused, not dropped as unused", unknown_inplace_refused)
 
-        class Elu(torch.nn.Module):  # elu has a shape rule but no lowering yet
+        class BigTopk(torch.nn.Module):  # topk lowers for k <= 64 only
             def forward(self, x):
-                return F.elu(x) * 2, x.repeat(1, 2)
+                return torch.topk(x, 100).values * 2, x.repeat(1, 2)
 
         def inspect_lists_refused():
             import json
             import subprocess
-            path = work / "elu.pt2"
-            torch.export.save(torch.export.export(Elu(), (torch.randn(4, 8),)), str(path))
+            path = work / "big_topk.pt2"
+            torch.export.save(torch.export.export(BigTopk(), (torch.randn(4, 128),)), str(path))
             r = subprocess.run([str(exe), "inspect", "--json", str(path)], capture_output=True, text=True, check=True)
             refused = json.loads(r.stdout)["refused_ops"]
             for device in ("cpu", "cuda"):
                 ops = [u["op"] for u in refused[device]]
-                assert ops == ["aten::elu"], (device, ops)  # and not repeat, which lowers
+                assert ops == ["aten::topk"], (device, ops)  # and not repeat, which lowers
             try:
-                ptc.compile(path, work / "elu.so", ptc=exe)
+                ptc.compile(path, work / "big_topk.so", ptc=exe)
             except ptc.CompileError as e:
                 assert refused["cpu"][0]["reason"] in str(e), (refused["cpu"][0]["reason"], str(e))
                 return refused["cpu"][0]["reason"][-50:]
-            raise AssertionError("compile did not refuse elu")
+            raise AssertionError("compile did not refuse topk with k = 100")
         t.check("ptc inspect lists the ops compile would refuse, with compile's sentence", inspect_lists_refused)
 
         nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)

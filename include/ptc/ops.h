@@ -79,4 +79,12 @@ std::optional<OpKind> find_op(const std::string& qualified);
 // ("aten::add.Tensor", "_operator::mul"); the "default" overload is dropped.
 std::string qualified_from_target(const std::string& target);
 
+// torch's elu family as elu(x, alpha, scale, input_scale) = scale x where x > 0, else
+// scale alpha (exp(input_scale x) - 1): elu's own arguments; selu's fixed constants; celu's
+// alpha with input_scale 1 / alpha. `given`: the node's arguments where it has them.
+struct EluConstants {
+  double alpha = 1, scale = 1, input_scale = 1;
+};
+EluConstants elu_constants(OpKind kind, EluConstants given);
+
 }  // namespace ptc

@@ -56,6 +56,7 @@ bool is_cheap(OpKind k) {
   switch (k) {
     case OpKind::Relu: case OpKind::Gelu: case OpKind::Silu: case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Hardswish:
     case OpKind::Hardsigmoid: case OpKind::Hardtanh: case OpKind::Mish: case OpKind::Relu6: case OpKind::Elu:
+    case OpKind::Selu: case OpKind::Celu:
     case OpKind::LeakyRelu: case OpKind::Softplus: case OpKind::Erf: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
     case OpKind::Rsqrt: case OpKind::Abs: case OpKind::Neg: case OpKind::Reciprocal: case OpKind::AddTensor:
     case OpKind::AddScalar: case OpKind::SubTensor: case OpKind::SubScalar: case OpKind::RsubScalar: case OpKind::MulTensor:

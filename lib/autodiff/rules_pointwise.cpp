@@ -141,6 +141,22 @@ void leaky_relu(GradContext& c) {
   Value* g = c.grad();
   c.add_grad_to(x, b.op(OpKind::WhereSelf, {{"condition", pos}, {"self", g}, {"other", b.scale(g, c.number("negative_slope"))}}));
 }
+// elu (and selu, celu): scale where x > 0, else scale alpha input_scale exp(input_scale x)
+// (torch's elu_backward in terms of the input).
+void elu(GradContext& c) {
+  Builder& b = c.b;
+  Value* x = c.in("self");
+  const OpKind k = c.n.kind;
+  EluConstants given;
+  if (k != OpKind::Selu) given.alpha = c.number("alpha");
+  if (k == OpKind::Elu) given.scale = c.number("scale"), given.input_scale = c.number("input_scale");
+  const EluConstants e = elu_constants(k, given);
+  const double alpha = e.alpha, scale = e.scale, in_scale = e.input_scale;
+  Value* pos = cmp(b, OpKind::GtScalar, x, 0);
+  Value* g = c.grad();
+  Value* neg = b.mul(g, b.scale(b.exp(b.scale(x, in_scale)), scale * alpha * in_scale));
+  c.add_grad_to(x, b.op(OpKind::WhereSelf, {{"condition", pos}, {"self", b.scale(g, scale)}, {"other", neg}}));
+}
 // The gradient passes where lo <= x <= hi (clamp, as torch), or lo < x < hi (strict: hardtanh
 // and relu6, as torch's hardtanh_backward).
 void pass_between(GradContext& c, Value* x, std::optional<double> lo, std::optional<double> hi, bool strict = false) {
@@ -281,6 +297,7 @@ void register_pointwise_rules(RuleTable& t) {
   set_rule(t, OpKind::Erf, erf);
   set_rule(t, OpKind::PowTensorScalar, pow_scalar);
   set_rule(t, OpKind::LeakyRelu, leaky_relu);
+  for (OpKind k : {OpKind::Elu, OpKind::Selu, OpKind::Celu}) set_rule(t, k, elu);
   set_rule(t, OpKind::Hardtanh, hardtanh);
   set_rule(t, OpKind::Relu6, relu6);
   set_rule(t, OpKind::Clamp, clamp);

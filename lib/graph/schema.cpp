@@ -281,6 +281,12 @@ const Table& table() {
 
 const std::vector<OpInfo>& all_ops() { return table().ops; }
 
+EluConstants elu_constants(OpKind kind, EluConstants given) {
+  if (kind == OpKind::Selu) return {1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1};
+  if (kind == OpKind::Celu) return {given.alpha, 1, 1 / given.alpha};
+  return given;
+}
+
 const OpInfo& op_info(OpKind kind) {
   const auto& ops = table().ops;
   PTC_CHECK(static_cast<size_t>(kind) < ops.size(), "op_info of an unknown op");

@@ -150,6 +150,21 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
         return select(binary(Op::Gt, x, c(0, dt)), x, binary(Op::Mul, x, slope));
       }));
     }
+    case OpKind::Elu: case OpKind::Selu: case OpKind::Celu: {
+      // scale x where x > 0, else scale alpha (exp(input_scale x) - 1); selu and celu are elus
+      // with fixed constants (elu_constants)
+      DType dt = a.out_dtype();
+      EluConstants given;
+      if (k != OpKind::Selu) given.alpha = a.f("alpha");
+      if (k == OpKind::Elu) given.scale = a.f("scale"), given.input_scale = a.f("input_scale");
+      const EluConstants e = elu_constants(k, given);
+      ExprRef alpha = constant(e.alpha, dt), scale = constant(e.scale, dt), in_scale = constant(e.input_scale, dt);
+      return out(map1(L, a.tensor("self"), dt, [=](ExprRef x) {
+        x = cast(x, dt);
+        ExprRef neg = binary(Op::Mul, binary(Op::Mul, scale, alpha), binary(Op::Sub, unary(Op::Exp, binary(Op::Mul, x, in_scale)), c(1, dt)));
+        return select(binary(Op::Gt, x, c(0, dt)), binary(Op::Mul, x, scale), neg);
+      }));
+    }
     case OpKind::Mish: {
       DType dt = a.out_dtype();
       return out(map1(L, a.tensor("self"), dt, [dt](ExprRef x) {

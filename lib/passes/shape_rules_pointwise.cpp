@@ -220,7 +220,7 @@ std::vector<Type> masked_fill(Ctx& c) {
 
 void add_pointwise_rules(RuleTable& t) {
   using K = OpKind;
-  for (K k : {K::Relu, K::Gelu, K::Silu, K::Hardswish, K::Hardsigmoid, K::Mish, K::Elu, K::LeakyRelu, K::Softplus,
+  for (K k : {K::Relu, K::Gelu, K::Silu, K::Hardswish, K::Hardsigmoid, K::Mish, K::Elu, K::Selu, K::Celu, K::LeakyRelu, K::Softplus,
               K::Abs, K::Neg, K::Floor, K::Ceil, K::Round, K::Sign, K::BitwiseNot, K::Relu6})
     set_rule(t, k, unary_same);
   for (K k : {K::Sigmoid, K::Tanh, K::Erf, K::Exp, K::Log, K::Log1p, K::Sqrt, K::Rsqrt, K::Reciprocal, K::Sin, K::Cos})
