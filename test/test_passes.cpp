@@ -647,7 +647,7 @@ TEST_CASE("channels_last_weights: convolution weights become KRSC constants; cha
   CHECK(grouped(16, 16, true, 1, 6));      // one of eight left to cuDNN
   CHECK_FALSE(grouped(16, 16, true, 1, 5));  // one of seven
   CHECK_FALSE(grouped(16, 16, true, 3, 0));
-  auto out = run_graph_passes(*g, {}, GraphPassOptions{true});
+  auto out = run_graph_passes(*g, {}, test::channels_last_options());
   INFO(print_graph(*out));
   int convs = 0;
   for (const auto& n : out->nodes()) {

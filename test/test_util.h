@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ptc/graph.h"
+#include "ptc/passes.h"
 #include "zip_writer.h"
 
 namespace ptc::test {
@@ -18,6 +19,13 @@ std::string fixture(const std::string& name);     // models/<name>
 std::string temp_dir();                           // a fresh folder for this test process
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& bytes);
+
+// The graph passes' options with channels_last_weights on (the rest as by default).
+inline GraphPassOptions channels_last_options() {
+  GraphPassOptions o;
+  o.channels_last_weights = true;
+  return o;
+}
 
 struct RunResult {
   int exit_code = -1;
