@@ -30,7 +30,7 @@ eq.Tensor eq.Scalar ne.Scalar lt.Scalar gt.Scalar le.Scalar ge.Scalar lt.Tensor 
 logical_not logical_and logical_or bitwise_not bitwise_and.Tensor __and__.Tensor isnan isinf any.dim any.dims any all.dim
 floor_divide remainder.Scalar fmod.Scalar tril triu
 where.self where.ScalarSelf where.ScalarOther where.Scalar masked_fill.Scalar masked_fill.Tensor masked_fill_.Scalar masked_fill_.Tensor
-mean mean.dim sum.dim_IntList sum amax amin max.dim argmax argmin var.correction var.dim var_mean.correction var_mean.dim std.correction std.dim cumsum topk
+mean mean.dim sum.dim_IntList sum amax amin max.dim argmax argmin var.correction var.dim var_mean.correction var_mean.dim std.correction std.dim cumsum topk sort sort.stable argsort argsort.stable
 scaled_dot_product_attention _scaled_dot_product_flash_attention_for_cpu _native_multi_head_attention
 view reshape _unsafe_view as_strided permute transpose.int expand expand_as contiguous clone alias
 flatten.using_ints unflatten.int unsqueeze squeeze.dim squeeze.dims squeeze

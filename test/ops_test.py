@@ -110,12 +110,15 @@ class SliceAssign(torch.nn.Module):  # in-place updates through slice / select v
                 torch.slice_scatter(x, x[:, :2] + 1, 1, 3, 5), torch.slice_scatter(x, x[:, :, :2] * 4, 2, 1, None, 3))
 
 
-class TopK(torch.nn.Module):  # topk: largest and smallest, along the last and a middle dim
+class TopK(torch.nn.Module):  # topk: largest and smallest, along the last and a middle dim; k > 64 and ints by a sort
     def forward(self, x):  # [b, 6, 9]
         v1, i1 = torch.topk(x, 3)
         v2, i2 = torch.topk(x * 2 + 1, 2, dim=1, largest=False)
         v3, i3 = torch.topk(x, 1, dim=-1, sorted=False)
-        return v1, i1, v2, i2, v3 + 1, i3
+        wide = x.reshape(x.shape[0], 54).repeat(1, 2) * torch.arange(1, 109)  # distinct values
+        v4, i4 = torch.topk(wide, 70)
+        v5, i5 = torch.topk((x * 100).to(torch.int32), 4, largest=False)
+        return v1, i1, v2, i2, v3 + 1, i3, v4, i4, v5
 
 
 class Counter(torch.nn.Module):  # buffers updated in place: the library holds them between runs
@@ -148,12 +151,19 @@ class Everything(torch.nn.Module):  # one module with every op above, for the CU
         m[:, 1:3, 0] = x[:, :2, 1]
         return (y.repeat(1, 2, 1, 1), torch.var(y, dim=1), torch.std(y, dim=(2, 3)), z, z.scatter(2, self.idx.expand(z.shape[0], 4, 2), 0.5),
                 p, torch.fmod(x, 0.3), m, torch.topk(x, 2)[0], torch.topk(x, 3, dim=1, largest=False)[1],
-                x.argmax(dim=1), x.argmin(dim=-1), torch.max(x, dim=2)[1], x.argmax())
+                x.argmax(dim=1), x.argmin(dim=-1), torch.max(x, dim=2)[1], x.argmax(), torch.sort(x, dim=1)[0], torch.argsort(x, dim=-1))
 
 
 class Elu(torch.nn.Module):  # aten::elu, which selu and celu become
     def forward(self, x):  # [b, 6, 5]
         return F.elu(x * 3), F.elu(x, alpha=0.5), F.selu(x * 3), F.celu(x * 3, alpha=2.0)
+
+
+class Sort(torch.nn.Module):  # sort, argsort: ties (rounded values) in stable order
+    def forward(self, x):  # [b, 6, 9]
+        r = (x * 2).round()
+        return (*torch.sort(x), *torch.sort(x, dim=1, descending=True), torch.argsort(x, dim=0),
+                *torch.sort(r, stable=True), *torch.sort(r, dim=1, descending=True, stable=True), torch.argsort(r, dim=-1, stable=True))
 
 
 MODULES = {  # name: (module, one input of batch size b)
@@ -167,6 +177,7 @@ MODULES = {  # name: (module, one input of batch size b)
     "slice_assign": (SliceAssign, lambda b: torch.randn(b, 6, 5)),
     "topk": (TopK, lambda b: torch.randn(b, 6, 9)),
     "elu": (Elu, lambda b: torch.randn(b, 6, 5)),
+    "sort": (Sort, lambda b: torch.randn(b, 6, 9)),
 }
 
 
@@ -291,6 +302,24 @@ def main():
             return "largest and smallest: torch's values, distinct positions"
         t.check("topk with ties, infinities and NaN", topk_ties)
 
+        class SortSpecial(torch.nn.Module):
+            def forward(self, x):  # [r, 8]
+                return (*torch.sort(x, stable=True), *torch.sort(x, descending=True, stable=True))
+
+        def sort_special():
+            """Infinities, NaN (after everything ascending, first descending) and -0.0 == 0.0 in stable order."""
+            inf, nan = float("inf"), float("nan")
+            x = torch.tensor([[1, 3, 3, 0, 3, 1, 2, 2], [inf, -inf, 0, inf, nan, -inf, 1, nan],
+                              [nan, nan, nan, nan, nan, 2, nan, nan], [-inf] * 8, [0.0, -0.0, 0.0, -0.0, nan, -1, 0, inf]])
+            lib = ptc.compile(torch.export.export(SortSpecial(), (x,)), work / "sort_special.so", ptc=exe)
+            with ptc.load(lib) as m:
+                got, ref = m(x), SortSpecial()(x)
+            for g, r in zip(got, ref):
+                assert torch.equal(g.nan_to_num(7.5), r.nan_to_num(7.5)), (g, r)
+                assert g.dtype != torch.float32 or torch.equal(torch.signbit(g), torch.signbit(r)), (g, r)
+            return "ascending and descending: torch's values and indices"
+        t.check("sort with ties, infinities, NaN and signed zeros (stable)", sort_special)
+
         def check_training(make_module, x, lib_name, seed):
             """A --train library of the module against torch.autograd: the loss and every parameter's gradient."""
             torch.manual_seed(seed)
@@ -408,7 +437,7 @@ def main():
             raise AssertionError("compile dropped an unknown in-place op instead of refusing it")
         t.check("an unknown in-place operator is refused, not dropped as unused", unknown_inplace_refused)
 
-        class BigTopk(torch.nn.Module):  # topk lowers for k <= 64 only
+        class BigTopk(torch.nn.Module):  # topk with k > 64 sorts, which lowers for dims up to 4096
             def forward(self, x):
                 return torch.topk(x, 100).values * 2, x.repeat(1, 2)
 
@@ -416,7 +445,7 @@ def main():
             import json
             import subprocess
             path = work / "big_topk.pt2"
-            torch.export.save(torch.export.export(BigTopk(), (torch.randn(4, 128),)), str(path))
+            torch.export.save(torch.export.export(BigTopk(), (torch.randn(2, 5000),)), str(path))
             r = subprocess.run([str(exe), "inspect", "--json", str(path)], capture_output=True, text=True, check=True)
             refused = json.loads(r.stdout)["refused_ops"]
             for device in ("cpu", "cuda"):
@@ -427,7 +456,7 @@ def main():
             except ptc.CompileError as e:
                 assert refused["cpu"][0]["reason"] in str(e), (refused["cpu"][0]["reason"], str(e))
                 return refused["cpu"][0]["reason"][-50:]
-            raise AssertionError("compile did not refuse topk with k = 100")
+            raise AssertionError("compile did not refuse topk with k = 100 over 5000 elements")
         t.check("ptc inspect lists the ops compile would refuse, with compile's sentence", inspect_lists_refused)
 
         nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)

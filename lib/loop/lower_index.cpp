@@ -32,6 +32,53 @@ ExprRef pick(const View& v, DType dt, const Index& at, size_t dim, ExprRef idx) 
   return load_at(v.buffer, dt, base, off, last_index(v));
 }
 
+}  // namespace
+
+// A stable sort by ranks: rank[i] = how many elements go before element i (smaller, or equal and
+// earlier; NaN after everything, as in torch, and NaNs equal to each other), a sum over the dim;
+// then indices[r] = the i whose rank is r (a sum over the dim) and the values read there.
+// Quadratic in the dim's size, so it lowers for dims up to kMaxSorted elements.
+std::vector<TensorRef> sort_along(Lowering& L, TensorRef x, size_t dim, bool descending, const std::string& origin) {
+  constexpr int64_t kMaxSorted = 4096;
+  const sym::Expr len = x.sizes[dim];
+  if (sym::prove_gt(len, sym::Expr(kMaxSorted)))
+    L.fail("sorting along a dimension of ", len.str(), " elements does not lower yet (at most ", kMaxSorted, ": the sort is quadratic)");
+  if (!x.view) x = L.realize(x, origin);
+  const bool nan = dtype_is_float(x.dtype);
+  // [..., i, ..., j]: whether element j goes before element i
+  Index pairs = x.sizes;
+  pairs.push_back(len);
+  const size_t j_dim = pairs.size() - 1;
+  TensorRef before = L.pointwise(DType::Int64, pairs, [=](const Index& idx) {
+    Index at_i(idx.begin(), idx.end() - 1), at_j = at_i;
+    at_j[dim] = idx[j_dim];
+    ExprRef xi = x.at(at_i), xj = x.at(at_j);
+    ExprRef first = binary(descending ? Op::Gt : Op::Lt, xj, xi);
+    if (nan) {  // NaN is the largest: first when descending, last otherwise
+      ExprRef nan_first = descending ? binary(Op::And, unary(Op::IsNan, xj), unary(Op::Not, unary(Op::IsNan, xi)))
+                                     : binary(Op::And, unary(Op::IsNan, xi), unary(Op::Not, unary(Op::IsNan, xj)));
+      first = binary(Op::Or, first, nan_first);
+    }
+    ExprRef tie = binary(Op::And, nan ? same_or_both_nan(xj, xi) : binary(Op::Eq, xj, xi),
+                         binary(Op::Lt, index_value(idx[j_dim]), index_value(idx[dim])));
+    return cast(binary(Op::Or, first, tie), DType::Int64);
+  });
+  TensorRef rank = L.realize(L.reduce(before, {static_cast<int64_t>(j_dim)}, false, ReduceOp::Sum, DType::Int64, origin), origin);
+  // [..., r, ..., i]: i where element i has rank r
+  TensorRef at_rank = L.pointwise(DType::Int64, pairs, [=](const Index& idx) {
+    Index at_i(idx.begin(), idx.end() - 1);
+    at_i[dim] = idx[j_dim];
+    return select(binary(Op::Eq, rank.at(at_i), index_value(idx[dim])), index_value(idx[j_dim]), constant(0, DType::Int64));
+  });
+  TensorRef indices = L.realize(L.reduce(at_rank, {static_cast<int64_t>(j_dim)}, false, ReduceOp::Sum, DType::Int64, origin), origin);
+  View xv = L.as_view(x, origin);
+  const DType dt = x.dtype;
+  TensorRef values = L.pointwise(dt, x.sizes, [=](const Index& idx) { return pick(xv, dt, idx, dim, indices.at(idx)); });
+  return {values, indices};
+}
+
+namespace {
+
 // upsample_nearest2d / upsample_bilinear2d: torch's scale for one spatial dim, in float32 as its
 // kernels compute it (compute_scales_value; align_corners: (in - 1) / (out - 1)).
 ExprRef upsample_scale(const std::optional<double>& factor, const sym::Expr& in, const sym::Expr& out, bool align_corners) {
@@ -170,6 +217,17 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
         Index at{sym::Expr(0), idx.back()};
         return pick(wv, dt, at, 0, ids.at(id_at));
       }));
+    }
+    case OpKind::Sort: case OpKind::SortStable: case OpKind::Argsort: case OpKind::ArgsortStable: {
+      TensorRef x = a.tensor("self");
+      const bool argsort = n.kind == OpKind::Argsort || n.kind == OpKind::ArgsortStable;
+      if (x.rank() == 0) {
+        TensorRef zero = L.pointwise(DType::Int64, {}, [](const Index&) { return constant(0, DType::Int64); });
+        return argsort ? one(zero) : std::vector<TensorRef>{x, zero};
+      }
+      std::vector<TensorRef> sorted = sort_along(L, x, static_cast<size_t>(normalize_dim(L, a.i("dim"), x.rank())), a.b("descending"), n.name);
+      if (argsort) return one(sorted[1]);
+      return sorted;
     }
     case OpKind::Gather: {  // out[i] = self[i with i[dim] = index[i]]
       TensorRef x = a.tensor("self"), index = a.tensor("index");

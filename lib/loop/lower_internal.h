@@ -158,6 +158,11 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a);
 
 // Shared pieces.
 TensorRef map1(Lowering& L, const TensorRef& x, DType dt, const std::function<ExprRef(ExprRef)>& f);
+// v == w, or both NaN (lower_reduce.cpp).
+ExprRef same_or_both_nan(ExprRef v, ExprRef w);
+// x sorted along dim, stably (NaN last, or first when descending): {values, int64 indices}
+// (lower_index.cpp; quadratic in the dim's size).
+std::vector<TensorRef> sort_along(Lowering& L, TensorRef x, size_t dim, bool descending, const std::string& origin);
 TensorRef map2(Lowering& L, const TensorRef& x, const TensorRef& y, DType dt,
                const std::function<ExprRef(ExprRef, ExprRef)>& f);
 TensorRef softmax(Lowering& L, const TensorRef& x, int64_t dim, bool log, DType dt);

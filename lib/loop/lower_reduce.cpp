@@ -5,12 +5,12 @@
 #include "lower_internal.h"
 
 namespace ptc::loop {
-namespace {
-
-// v == best, or both NaN (a max / min that propagated a NaN found it at v).
-ExprRef same_or_both_nan(ExprRef v, ExprRef best) {
-  return binary(Op::Or, binary(Op::Eq, v, best), binary(Op::And, unary(Op::IsNan, v), unary(Op::IsNan, best)));
+// (A max / min that propagated a NaN found it where this holds.)
+ExprRef same_or_both_nan(ExprRef v, ExprRef w) {
+  return binary(Op::Or, binary(Op::Eq, v, w), binary(Op::And, unary(Op::IsNan, v), unary(Op::IsNan, w)));
 }
+
+namespace {
 
 // No position: what first_position reduces to when nothing matches.
 constexpr int64_t kNoPosition = int64_t(1) << 62;
@@ -345,11 +345,17 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       const sym::Expr ks = a.syms("k")[0];
       if (!ks.as_const()) L.fail("topk: k must be a constant, got ", ks.str());
       const int64_t k = *ks.as_const();
-      if (k > 64) L.fail("topk with k = ", k, " does not lower yet (at most 64: two reductions per value)");
       if (x.rank() == 0) return std::vector<TensorRef>{x, L.pointwise(DType::Int64, {}, [](const Index&) { return constant(0, DType::Int64); })};
-      if (!dtype_is_float(x.dtype)) L.fail("topk of ", dtype_name(x.dtype), " does not lower yet (floating-point inputs only)");
       const size_t dim = static_cast<size_t>(normalize_dim(L, a.i("dim"), x.rank()));
       const bool largest = a.b("largest");
+      if (k > 64 || !dtype_is_float(x.dtype)) {  // the first k of a sort (stable: ties in order)
+        const std::vector<TensorRef> sorted = sort_along(L, x, dim, largest, n.name);
+        Index sizes = x.sizes;
+        sizes[dim] = sym::Expr(k);
+        std::vector<TensorRef> out;
+        for (const TensorRef& t : sorted) out.push_back(L.pointwise(t.dtype, sizes, [t](const Index& idx) { return t.at(idx); }));
+        return out;
+      }
       if (!x.view) x = L.realize(x, n.name);
       const DType dt = x.dtype;
       const double inf = std::numeric_limits<double>::infinity();

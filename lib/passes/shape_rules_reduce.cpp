@@ -263,6 +263,14 @@ std::vector<Type> topk(Ctx& c) {
   return {make_contiguous(x, x.dtype, out), make_contiguous(x, DType::Int64, out)};
 }
 
+// sort: values as self, int64 indices; argsort: the indices only.
+std::vector<Type> sort(Ctx& c) {
+  const Type& x = c.tensor("self");
+  c.dim_arg("dim", static_cast<int64_t>(x.rank()));  // (checks the dim)
+  if (c.node.kind == OpKind::Argsort || c.node.kind == OpKind::ArgsortStable) return {make_contiguous(x, DType::Int64, x.sizes)};
+  return {make_contiguous(x, x.dtype, x.sizes), make_contiguous(x, DType::Int64, x.sizes)};
+}
+
 }  // namespace
 
 void add_reduce_rules(RuleTable& t) {
@@ -298,6 +306,7 @@ void add_reduce_rules(RuleTable& t) {
   set_rule(t, K::Any, any_all);
   set_rule(t, K::Cumsum, cumsum);
   set_rule(t, K::Topk, topk);
+  for (K k : {K::Sort, K::SortStable, K::Argsort, K::ArgsortStable}) set_rule(t, k, sort);
 }
 
 }  // namespace ptc::shape
