@@ -265,12 +265,7 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
     // Algorithms may take up to kConvMaxWorkspace and half the free memory; timing them needs
     // a workspace that large for the call (from the model's pool, given back right after).
     void* ws = ctx.gemm_ws;
-    size_t wsb = ctx.gemm_ws_bytes;
-    size_t free_bytes = 0, total_bytes = 0;
-    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
-      wsb = std::max(wsb, std::min(kConvMaxWorkspace, free_bytes / 2));
-    else
-      cudaGetLastError();
+    size_t wsb = conv_workspace_limit(ctx);
     void* find_ws = nullptr;
     if (timed && wsb > ctx.gemm_ws_bytes) {
       if (pool_alloc(&find_ws, wsb, ctx.pool, stream) == cudaSuccess) {

@@ -234,14 +234,8 @@ const char* build(cudnnHandle_t h, const Ctx& ctx, const CudnnConv& a, bool tran
   if (b.ok()) b.status = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs.data());
   if (!b.ok()) return nullptr;
 
-  // The workspace an engine may take: as the legacy path's (up to kConvMaxWorkspace and half the
-  // free memory), from the model's pool for the timing.
-  size_t limit = ctx.gemm_ws_bytes;
-  size_t free_bytes = 0, total_bytes = 0;
-  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
-    limit = std::max(limit, std::min(kConvMaxWorkspace, free_bytes / 2));
-  else
-    cudaGetLastError();
+  // The workspace an engine may take (from the model's pool for the timing).
+  const size_t limit = conv_workspace_limit(ctx);
   struct Candidate {
     cudnnBackendDescriptor_t plan;
     int64_t ws;

@@ -185,6 +185,17 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream);
 // weight gradient at batch 32 is 7 ms within 64 MiB and under 1 ms with its im2col columns).
 constexpr size_t kConvWorkspace = size_t{64} << 20;
 constexpr size_t kConvMaxWorkspace = size_t{2} << 30;
+// The workspace a convolution algorithm may take on a shape's first call: up to
+// kConvMaxWorkspace and half the free memory, at least the run's own.
+inline size_t conv_workspace_limit(const Ctx& ctx) {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return ctx.gemm_ws_bytes;
+  }
+  const size_t most = free_bytes / 2 < kConvMaxWorkspace ? free_bytes / 2 : kConvMaxWorkspace;
+  return most > ctx.gemm_ws_bytes ? most : ctx.gemm_ws_bytes;
+}
 
 // Fused scaled-dot-product attention, flash-style (tiled, online softmax, no Tq x Tk buffer):
 //   o[b, h, i, :] = sum_j softmax_j(scale * q[b, h, i, :] . k[b, h, j, :] + mask) v[b, h, j, :]
