@@ -61,10 +61,10 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
   if (body->op == Op::Relu) {
     m.act = Act::Relu;
     body = body->args[0];
-  } else if (conv && body->op == Op::Min && is_const(body->args[1], 6) && strip_casts(body->args[0], dt)->op == Op::Max &&
-             is_const(strip_casts(body->args[0], dt)->args[1], 0)) {
+  } else if (const ExprRef lo = body->op == Op::Min ? strip_casts(body->args[0], dt) : nullptr;
+             conv && lo && is_const(body->args[1], 6) && lo->op == Op::Max && is_const(lo->args[1], 0)) {
     m.act = Act::Relu6;
-    body = strip_casts(body->args[0], dt)->args[0];
+    body = lo->args[0];
   }
   std::vector<ExprRef> terms;
   add_terms(body, dt, terms);

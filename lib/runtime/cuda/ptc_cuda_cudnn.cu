@@ -200,9 +200,6 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
     return gemm(ctx, g, stream);
   }
   if (!fits_int(a)) return "cudnn_conv: a size or stride beyond cuDNN's 32-bit range";
-  const std::vector<int64_t> key{a.direction, a.N, a.C, a.H, a.W, a.O, a.KH, a.KW, a.OH, a.OW, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw,
-                                 a.groups, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3],
-                                 static_cast<int64_t>(ctx.gemm_ws_bytes), a.bias ? 1 + a.act : 0, a.w_nhwc, a.type};
   // Half precision: x, w and y in bfloat16 / float16, accumulation in float32 (cuDNN's
   // PSEUDO_HALF / PSEUDO_BFLOAT16 configurations) on the tensor cores; the epilogue as bias_act.
   const cudnnDataType_t dt = a.type == kBF16 ? CUDNN_DATA_BFLOAT16 : a.type == kF16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
@@ -217,6 +214,9 @@ const char* cudnn_conv(const Ctx& ctx, const CudnnConv& a, cudaStream_t stream) 
     const char* err = graph_conv_forward(ctx.conv->graph, h, ctx, a, ctx.conv_tf32() || ctx.inference, stream, &unsupported);
     if (err || !unsupported) return err;
   }
+  const std::vector<int64_t> key{a.direction, a.N, a.C, a.H, a.W, a.O, a.KH, a.KW, a.OH, a.OW, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw,
+                                 a.groups, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3],
+                                 static_cast<int64_t>(ctx.gemm_ws_bytes), a.bias ? 1 + a.act : 0, a.w_nhwc, a.type};
   auto it = ctx.conv->plans.find(key);
   if (it == ctx.conv->plans.end()) {
     ConvPlan p;
