@@ -207,6 +207,20 @@ class TrainElu(torch.nn.Module):  # derivatives: elu (with selu's and celu's con
         return (F.elu(z).sum() + F.selu(z * 0.5).sum() + F.celu(z, alpha=2.0).pow(2).sum()).reshape(1)
 
 
+class TrainSortTopk(torch.nn.Module):  # derivatives: sort (values), topk (k <= 64 and k > 64), argsort (none)
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(5, 80))
+
+    def forward(self, x):  # [4, 5]
+        z = x @ self.w
+        s = torch.sort(z, dim=-1, descending=True).values
+        ranks = torch.arange(80.0) + 1
+        order = torch.argsort(z[:, :3], dim=-1).to(torch.float32)
+        return ((s * ranks).sum() + torch.topk(z, 3).values.pow(2).sum() + (torch.topk(z, 70, largest=False).values * ranks[:70]).sum()
+                + order.sum()).reshape(1)
+
+
 class TrainVarRepeat(torch.nn.Module):  # derivatives: var (and var_mean's mean), std, repeat
     def __init__(self):
         super().__init__()
@@ -347,6 +361,8 @@ def main():
 
         t.check("var, var_mean, std and repeat gradients match torch.autograd (--train)",
                 lambda: check_training(TrainVarRepeat, torch.randn(4, 3, 8), "train_var_repeat.so", 2))
+        t.check("sort and topk gradients match torch.autograd (--train)",
+                lambda: check_training(TrainSortTopk, torch.randn(4, 5), "train_sort_topk.so", 8))
         t.check("elu, selu and celu gradients match torch.autograd (--train)",
                 lambda: check_training(TrainElu, torch.randn(4, 5) * 2, "train_elu.so", 7))
         t.check("gradients through in-place slice and select updates match torch.autograd (--train)",

@@ -4,6 +4,7 @@
 //   amax/amin: the gradient split evenly among the positions equal to the result (torch's rule)
 //   max pooling: max_pool2d_with_indices_backward (each window's first maximum gets its gradient)
 //   cumsum: the reversed cumulative sum of the gradient
+//   sort, topk: the values' gradient scattered back to the positions the indices name
 #include <algorithm>
 
 #include "rules.h"
@@ -61,6 +62,20 @@ void gather(GradContext& c) {
   Value* x = c.in("self");
   const int64_t dim = norm_dim(c, c.integer("dim"), x->type.rank());
   c.add_grad(x, scatter_add(b, b.zeros(x->type.sizes, x->type.dtype), dim, c.in("index"), c.grad()));
+}
+
+// sort / topk: values = x gathered at indices along dim (output 1), so their gradient scatters back.
+void sorted_values(GradContext& c) {
+  Builder& b = c.b;
+  Value* x = c.in("self");
+  Value* g = c.grad(0);
+  if (!g) return;
+  if (x->type.rank() == 0) {
+    c.add_grad(x, g);
+    return;
+  }
+  const int64_t dim = norm_dim(c, c.integer("dim"), x->type.rank());
+  c.add_grad(x, scatter_add(b, b.zeros(x->type.sizes, x->type.dtype), dim, c.out(1), g));
 }
 
 void scatter_add_rule(GradContext& c) {
@@ -184,6 +199,7 @@ void register_index_rules(RuleTable& t) {
   set_rule(t, OpKind::MaxPool2d, max_pool2d);
   set_rule(t, OpKind::MaxPool2dWithIndices, max_pool2d);
   set_rule(t, OpKind::Cumsum, cumsum);
+  for (OpKind k : {OpKind::Sort, OpKind::SortStable, OpKind::Topk}) set_rule(t, k, sorted_values);
 }
 
 }  // namespace ptc::autodiff

@@ -347,7 +347,7 @@ void register_pointwise_rules(RuleTable& t) {
                    OpKind::GeTensor, OpKind::NeTensor, OpKind::LogicalNot, OpKind::LogicalAnd, OpKind::LogicalOr,
                    OpKind::BitwiseNot, OpKind::BitwiseAndTensor, OpKind::UnderscoreAndTensor, OpKind::Isnan, OpKind::Isinf,
                    OpKind::AnyDim, OpKind::AnyDims, OpKind::Any, OpKind::AllDim, OpKind::Argmax, OpKind::Argmin, OpKind::FloorDivide,
-                   OpKind::UnderscoreAssertTensorMetadata, OpKind::FillScalar})
+                   OpKind::UnderscoreAssertTensorMetadata, OpKind::FillScalar, OpKind::Argsort, OpKind::ArgsortStable})
     set_no_gradient(t, k);
 }
 
