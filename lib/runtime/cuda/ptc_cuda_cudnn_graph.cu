@@ -147,11 +147,8 @@ cudnnStatus_t make_pack(const CudnnConv& a, void* ws, cudnnBackendDescriptor_t* 
   return s;
 }
 
-// The largest power of two up to 16 that divides every operand's address.
-int64_t alignment(const CudnnConv& a) {
-  std::vector<int64_t> uids;
-  std::vector<void*> ptrs;
-  operands(a, uids, ptrs);
+// The largest power of two up to 16 that divides every operand's address (operands' order).
+int64_t alignment(const std::vector<void*>& ptrs) {
   int64_t align = 16;
   for (void* p : ptrs)
     while (align > 2 && reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(align) != 0) align /= 2;
@@ -164,11 +161,11 @@ constexpr int kCandidates = 12;  // heuristic results tried for a plan that fina
 // Builds the plan for `a` into `out`: the graph, cuDNN's heuristics (mode A), the first
 // candidates whose numerics suit and that finalize within the workspace limit, the fastest of the
 // first kRetimed on the call's buffers unless the stream is being captured.
-const char* build(cudnnHandle_t h, const Ctx& ctx, const CudnnConv& a, bool transforms, cudaStream_t stream, GraphPlan& out) {
+const char* build(cudnnHandle_t h, const Ctx& ctx, const CudnnConv& a, int64_t align, bool transforms, cudaStream_t stream,
+                  GraphPlan& out) {
   Builder b;
   const cudnnDataType_t dt = a.type == kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
-  const int64_t align = alignment(a);
   const int64_t cg = a.C / a.groups;
   const int64_t xd[4] = {a.N, a.C, a.H, a.W}, yd[4] = {a.N, a.O, a.OH, a.OW}, wd[4] = {a.O, cg, a.KH, a.KW};
   const int64_t krsc[4] = {a.KH * a.KW * cg, 1, a.KW * cg, cg}, kcrs[4] = {cg * a.KH * a.KW, a.KH * a.KW, a.KW, 1};
@@ -338,14 +335,18 @@ const char* graph_conv_forward(GraphConvPlans* plans, cudnnHandle_t h, const Ctx
     *unsupported = true;
     return nullptr;
   }
+  std::vector<int64_t> uids;
+  std::vector<void*> ptrs;
+  operands(a, uids, ptrs);
+  const int64_t align = alignment(ptrs);
   const std::vector<int64_t> key{a.N, a.C, a.H, a.W, a.O, a.KH, a.KW, a.OH, a.OW, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw, a.groups,
                                  a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ys[0], a.ys[1], a.ys[2], a.ys[3], a.w_nhwc, a.type,
-                                 a.bias ? 1 + a.act : 0, a.bias && a.residual ? 1 : 0, alignment(a), transforms ? 1 : 0,
+                                 a.bias ? 1 + a.act : 0, a.bias && a.residual ? 1 : 0, align, transforms ? 1 : 0,
                                  static_cast<int64_t>(ctx.gemm_ws_bytes)};
   auto it = plans->plans.find(key);
   if (it == plans->plans.end()) {
     GraphPlan p;
-    const char* err = build(h, ctx, a, transforms, stream, p);
+    const char* err = build(h, ctx, a, align, transforms, stream, p);
     if (err) {
       p.release();
       return err;
@@ -368,9 +369,6 @@ const char* graph_conv_forward(GraphConvPlans* plans, cudnnHandle_t h, const Ctx
     ws = own;
   }
   // The variant pack: rebuilt only when a pointer differs from the last call's.
-  std::vector<int64_t> uids;
-  std::vector<void*> ptrs;
-  operands(a, uids, ptrs);
   ptrs.push_back(ws);
   cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
   if (!p.pack || ptrs != p.pack_ptrs) {
