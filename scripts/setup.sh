@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 
 # clang + libclang-rt-dev + libomp-dev: the ThreadSanitizer build (with LLVM's OpenMP) and the
 # fuzzers of scripts/test.sh and scripts/fuzz.sh. ccache: rebuilds of every tree reuse objects.
+# libdnnl-dev: oneDNN, the CPU's channels-last convolutions (docs/user-guide.md).
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv ccache
               libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 libminizip-dev zlib1g-dev
-              clang libclang-rt-dev libomp-dev)
+              clang libclang-rt-dev libomp-dev libdnnl-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -55,9 +55,9 @@ struct Lib {
 const std::string kSanitize =
     std::string(PTC_TEST_SANITIZE).empty() ? "" : std::string(" --sanitize ") + PTC_TEST_SANITIZE + " --cxx " + PTC_TEST_CXX;
 
-std::string compile(const std::string& file) {
-  std::string out = test::temp_dir() + "/" + file + ".so";
-  auto r = test::run_ptc("compile -q " + test::fixture(file) + " -o " + out + kSanitize);
+std::string compile(const std::string& file, const std::string& flags = "", const std::string& tag = "") {
+  std::string out = test::temp_dir() + "/" + file + tag + ".so";
+  auto r = test::run_ptc("compile -q " + test::fixture(file) + " -o " + out + kSanitize + flags);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   return out;
@@ -339,6 +339,80 @@ TEST_CASE("one model handle runs from 8 threads at once for a bounded time with 
   CHECK(failures == 0);
 }
 
+#ifdef PTC_TEST_ONEDNN
+std::string ldd(const std::string& so) {
+  FILE* p = popen(("ldd " + so).c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  return out;
+}
+
+// The CPU's two convolution layouts: channels-last on oneDNN (the default for nets whose
+// convolutions are all ungrouped or depthwise, with bias / residual / ReLU / ReLU6 as its
+// post-ops) and NCHW on ptc's own kernels (--no-channels-last, and sanitized builds).
+TEST_CASE("CPU convolutions match eager channels-last on oneDNN and NCHW on ptc's kernels; the manifest and ldd say which", "[e2e][onednn]") {
+  if (!kSanitize.empty()) return;  // oneDNN is not instrumented (sanitized compiles stay NCHW)
+  for (const char* name : {"small_cnn", "mbv2_dyn", "cnn_pool"}) {
+    INFO(name);
+    const std::string nhwc = compile(std::string(name) + ".pt2", " --channels-last", ".cl"),
+                      nchw = compile(std::string(name) + ".pt2", " --no-channels-last", ".nchw");
+    {
+      Lib lib(nhwc);
+      check_cases(lib, name);
+    }
+    {
+      Lib lib(nchw);
+      check_cases(lib, name);
+    }
+    CHECK(test::run_ptc("inspect --json " + nhwc).output.find("\"channels_last\": true") != std::string::npos);
+    CHECK(test::run_ptc("inspect --json " + nchw).output.find("\"channels_last\": false") != std::string::npos);
+    CHECK(ldd(nhwc).find("libdnnl") != std::string::npos);
+    CHECK(ldd(nchw).find("libdnnl") == std::string::npos);
+  }
+  // the default: channels-last wherever every convolution is ungrouped or depthwise
+  const std::string so = compile("small_cnn.pt2", "", ".default");
+  CHECK(test::run_ptc("inspect --json " + so).output.find("\"channels_last\": true") != std::string::npos);
+}
+
+// oneDNN's call sites from several threads at once, at both recorded sizes: each site makes a
+// primitive per input shape under its lock, and every run brings its own memory objects.
+TEST_CASE("a channels-last CPU library runs from 4 threads at once at two sizes with correct results", "[e2e][onednn][stress]") {
+  if (!kSanitize.empty()) return;
+  Lib lib(compile("mbv2_dyn.pt2", " --channels-last", ".cl"));
+  json expect = json::parse(test::read_file(test::fixture("mbv2_dyn.expect.json")));
+  const double atol = expect["tolerance"]["atol"].get<double>(), rtol = expect["tolerance"]["rtol"].get<double>();
+  std::vector<NpyArray> ins, refs;
+  for (const json& c : expect["cases"]) {
+    ins.push_back(read_recorded(c["inputs"][0]));
+    refs.push_back(read_recorded(c["outputs"][0]));
+  }
+  REQUIRE(ins.size() >= 2);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 6; ++rep) {
+        const size_t c = static_cast<size_t>(t + rep) % ins.size();
+        std::vector<float> y(refs[c].data.size() / 4, -1.f);
+        ptc_tensor ti = as_tensor(ins[c]);
+        ptc_tensor to{y.data(), PTC_FLOAT32, static_cast<int32_t>(refs[c].shape.size()), refs[c].shape.data()};
+        if (lib.run(lib.m, 1, &ti, 1, &to) != PTC_OK) ++failures;
+        const float* want = reinterpret_cast<const float*>(refs[c].data.data());
+        for (size_t j = 0; j < y.size(); ++j)
+          if (std::fabs(y[j] - want[j]) > atol + rtol * std::fabs(want[j])) {
+            ++failures;
+            break;
+          }
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+}
+#endif
+
 // --sanitize builds instrumented generated code: the library needs the sanitizer runtime (in a
 // sanitizer build, ptc has it; else it is preloaded into `ptc run`), and runs the fixture to the
 // same numbers.
@@ -428,6 +502,10 @@ TEST_CASE("the report shows layer norm and softmax as one kernel each, GEMM+bias
   REQUIRE(relu.size() == 1);
   CHECK(relu[0]["kind"] == "conv");
   CHECK(relu[0]["computations"][1]["fused_as"] == "conv_epilogue");
+#ifdef PTC_TEST_ONEDNN
+  // (channels-last by default: the convolution runs on oneDNN, the ReLU as its post-op)
+  CHECK(relu[0]["library"] == "oneDNN");
+#endif
 
   // tfm_dyn: the fused QKV projection's bias add runs in its GEMM's epilogue (its three parts are
   // views of one stored result), and the attention is one fused kernel: no batch x heads x T x T

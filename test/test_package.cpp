@@ -259,7 +259,8 @@ TEST_CASE("ptc prebuild: the runtime helpers compiled once are linked instead of
   CHECK(again.exit_code == 0);
   CHECK(again.output.find("up to date") != std::string::npos);
   CHECK(static_cast<size_t>(std::distance(fs::directory_iterator(dir), {})) == objects);
-  // small_cnn needs the GEMM and convolution units: both come prebuilt, and the library runs
+  // small_cnn needs the GEMM unit and a convolution unit (oneDNN's where ptc has it, else ptc's
+  // own): both come prebuilt, and the library runs
   // (the model tests compare every fixture against eager with the build tree's prebuilt objects).
   std::string so = test::temp_dir() + "/prebuilt_cnn.so";
   auto c = test::run_ptc_env("PTC_PREBUILT_DIR=" + dir + " ", "compile -v --no-cache " + test::fixture("small_cnn.pt2") + " -o " + so);

@@ -55,9 +55,14 @@ class Backend {
 
   // Whether an inference library of `g` lays its convolutions out channels-last when the user
   // leaves it to ptc (--channels-last / --no-channels-last not given).
-  virtual bool channels_last_pays(const Graph& g, Precision p) const {
-    (void)g, (void)p;
+  virtual bool channels_last_pays(const Graph& g, const CompileOptions& o) const {
+    (void)g, (void)o;
     return false;
+  }
+  // The library kernel `k` calls, for the report ("oneDNN"); "" for ptc's own code.
+  virtual std::string kernel_library(const loop::Program& p, const sched::Kernel& k) const {
+    (void)p, (void)k;
+    return "";
   }
   // The lowering options for this target (`channels_last`: the layout decided for this compile).
   virtual LowerOptions lower_options(bool channels_last) const = 0;

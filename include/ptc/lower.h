@@ -33,10 +33,12 @@ struct LowerOptions {
   // (AttentionAttrs::heads_inner; the result is a permuted view): merging the heads back,
   // [B, T, H*Dv] for the output projection, is then a view instead of a copy.
   bool attention_heads_inner = false;
-  // (with cudnn_conv) Forward convolutions write NHWC buffers (domain [N, OH, OW, O],
-  // ConvAttrs::nhwc; the result is a permuted view) and read their input as it is laid out; a 4-d value
-  // realized from an NHWC buffer is stored NHWC too (realize), so the pointwise kernels between
-  // convolutions run in NHWC order. Weights in KRSC come from the channels_last_weights pass.
+  // Forward convolutions write NHWC buffers (domain [N, OH, OW, O], ConvAttrs::nhwc; the result
+  // is a permuted view) and read their input as it is laid out; a 4-d value realized from an NHWC
+  // buffer is stored NHWC too (realize), so the pointwise kernels between convolutions run in
+  // NHWC order. Weights in KRSC come from the channels_last_weights pass. With cudnn_conv (CUDA)
+  // 1x1 convolutions become GEMMs and depthwise ones pointwise taps; without it (the CPU, on
+  // oneDNN) every float32 forward convolution is the NHWC extern.
   bool channels_last = false;
   // Arg-reductions (argmax, argmin, max.dim's indices) as ReduceOp::ArgMax / ArgMin; false: as
   // two reductions the backend has, the max / min and then the first position holding it (Min

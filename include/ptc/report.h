@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,8 +15,10 @@
 
 namespace ptc {
 
+// `library`: the library a kernel calls, if any (Backend::kernel_library; the report's "library").
 nlohmann::ordered_json make_report(const Graph& g, const loop::Program& p, const sched::Schedule& s,
-                                   const WeightLayout& w, const std::vector<std::pair<std::string, double>>& stage_seconds);
+                                   const WeightLayout& w, const std::vector<std::pair<std::string, double>>& stage_seconds,
+                                   const std::function<std::string(const sched::Kernel&)>& library = {});
 
 // The report as one self-contained HTML page (no scripts or links to fetch): summary, compile
 // stages, the kernels with the nodes and source lines each fused, arena use over the run, and the

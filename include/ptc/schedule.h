@@ -60,6 +60,9 @@ enum class Epilogues : uint8_t {
 };
 struct ScheduleOptions {
   Epilogues extern_epilogues = Epilogues::Any;
+  // Channels-last forward convolutions (ConvAttrs::nhwc) run on a library on every backend
+  // (cuDNN, oneDNN): only what it fuses itself.
+  Epilogues nhwc_conv_epilogues = Epilogues::Library;
 };
 
 // An epilogue a library runs itself: out = act(result + bias + residual), in any order of the

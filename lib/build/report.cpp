@@ -31,7 +31,8 @@ const char* kind_name(sched::Kernel::Kind k) {
 }  // namespace
 
 json make_report(const Graph& g, const loop::Program& p, const sched::Schedule& s, const WeightLayout& w,
-                 const std::vector<std::pair<std::string, double>>& stage_seconds) {
+                 const std::vector<std::pair<std::string, double>>& stage_seconds,
+                 const std::function<std::string(const sched::Kernel&)>& library) {
   std::map<std::string, const Node*> nodes;
   for (const auto& n : g.nodes()) nodes[n->name] = n.get();
   json j;
@@ -43,6 +44,8 @@ json make_report(const Graph& g, const loop::Program& p, const sched::Schedule& 
   j["kernels"] = json::array();
   for (const auto& k : s.kernels) {
     json jk{{"name", k.name}, {"kind", kind_name(k.kind)}};
+    if (library)
+      if (std::string lib = library(k); !lib.empty()) jk["library"] = lib;
     jk["computations"] = json::array();
     for (int ci : k.comps) {
       const auto& c = p.comps[ci];

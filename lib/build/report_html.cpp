@@ -74,7 +74,8 @@ void kernels(std::ostringstream& os, const json& r) {
   for (const auto& k : r["kernels"]) {
     std::string kind = str(k["kind"]);
     os << "<tr id=\"kernel-" << i << "\" class=\"kernel\"><td>" << i << "</td><td><code>" << esc(str(k["name"]))
-       << "</code></td><td class=\"k-" << esc(kind) << "\">" << esc(kind) << "</td><td>";
+       << "</code></td><td class=\"k-" << esc(kind) << "\">" << esc(kind)
+       << (k.contains("library") ? " (" + esc(str(k["library"])) + ")" : std::string()) << "</td><td>";
     for (const auto& c : k["computations"]) {
       os << "<code>" << esc(str(c["buffer"])) << "</code> " << esc(str(c["kind"]));
       if (c.contains("fused_as")) os << " (" << esc(str(c["fused_as"])) << ")";

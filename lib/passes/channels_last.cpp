@@ -1,4 +1,4 @@
-// Channels-last convolution weights (CUDA, --channels-last): each 2-d forward convolution whose
+// Channels-last convolution weights (CUDA, or the CPU with oneDNN): each 2-d forward convolution whose
 // weight is a graph weight reads it through aten::contiguous(memory_format=channels_last), which
 // fold_constants then evaluates into a KRSC constant ([O, C/g, KH, KW] stored O, KH, KW, C/g).
 // cuDNN's tensor-core convolutions are NHWC x KRSC kernels: with NCHW weights it transposes each

@@ -219,7 +219,8 @@ void compile_model(const CompileOptions& in) {
 
   write_file(staged[1].second, st.header);
   const Part& first = st.parts.front();  // the report describes an inference library, or a training library's forward
-  json report = make_report(*first.graph, first.program, first.schedule, st.weights, st.stage_seconds);
+  json report = make_report(*first.graph, first.program, first.schedule, st.weights, st.stage_seconds,
+                            [&](const sched::Kernel& k) { return backend.kernel_library(first.program, k); });
   if (opts.train) report["training"] = st.training;
   report["manifest"] = st.manifest;
   if (cache.enabled()) {

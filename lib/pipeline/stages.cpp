@@ -69,7 +69,7 @@ GraphPassOptions graph_pass_options(const CompileState& st) {
 // passes: the layout decision, then the graph passes (the verifier checks the IR after each; a
 // failure is a ptc bug) -> state.graph, state.parts = {the one inference part}.
 void graph_passes(CompileState& st) {
-  st.channels_last = st.opts.channels_last < 0 ? st.backend.channels_last_pays(*st.graph, st.opts.precision) : st.opts.channels_last == 1;
+  st.channels_last = st.opts.channels_last < 0 ? st.backend.channels_last_pays(*st.graph, st.opts) : st.opts.channels_last == 1;
   for_model(st, [&] {
     st.graph = run_graph_passes(*st.graph, [&](const char* pass, const Graph& g) { dump_graph(st, pass, g, std::cout); },
                                 graph_pass_options(st));

@@ -282,7 +282,9 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
       const bool epilogue_kind = c.extern_kind == loop::ExternKind::Gemm || c.extern_kind == loop::ExternKind::Convolution ||
                                  ((c.extern_kind == loop::ExternKind::ConvInputGrad || c.extern_kind == loop::ExternKind::MaxPoolGrad) &&
                                   opts.extern_epilogues == Epilogues::Any);
-      if (epilogue_kind && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers, opts.extern_epilogues)) {
+      const bool nhwc_conv = c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc;
+      const Epilogues mode = nhwc_conv && opts.extern_epilogues != Epilogues::None ? opts.nhwc_conv_epilogues : opts.extern_epilogues;
+      if (epilogue_kind && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers, mode)) {
         k.epilogue = static_cast<int>(j);
         take(j);
         if (readers[c.out] == 1)

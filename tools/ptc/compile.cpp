@@ -49,12 +49,14 @@ std::function<int()> add_compile(CLI::App& app) {
   cmd->add_flag("--tf32-conv", *tf32_conv, "The same as --precision tf32-conv");
   cmd->add_flag_callback(
       "--channels-last", [opts] { opts->channels_last = 1; },
-      "cuda: convolutions in NHWC with KRSC weights (made at compile time), as torch.compile lays them out: cuDNN's "
-      "tensor-core kernels are NHWC ones, so no per-call layout transforms; the pointwise kernels between convolutions run "
-      "in NHWC order (inference libraries; default: on where it pays: with TF32 convolutions when every convolution is "
+      "Convolutions in NHWC with KRSC weights (made at compile time), as torch.compile lays them out, and the pointwise "
+      "kernels between them in NHWC order (inference libraries). cpu: the convolutions run on oneDNN (the library links "
+      "libdnnl), on by default where every convolution is ungrouped or depthwise. cuda: cuDNN's tensor-core kernels are "
+      "NHWC ones, so no per-call layout transforms; on by default with TF32 convolutions when every convolution is "
       "ungrouped or depthwise, in exact fp32 for MobileNet-style nets, whose depthwise and 1x1 layers become ptc's own "
-      "kernels and GEMMs)");
-  cmd->add_flag_callback("--no-channels-last", [opts] { opts->channels_last = 0; }, "cuda: keep convolutions NCHW where the default would lay them out NHWC");
+      "kernels and GEMMs");
+  cmd->add_flag_callback("--no-channels-last", [opts] { opts->channels_last = 0; },
+                         "Keep convolutions NCHW where the default would lay them out NHWC (cpu: on ptc's own kernels, no libdnnl)");
   cmd->add_flag("--train", opts->train,
                 "Build a training library (CPU or --device cuda): ptc_forward_train, ptc_backward (gradients of the "
                 "parameters and of inputs that require grad) and fused SGD/AdamW steps over parameters the library holds; "

@@ -1,13 +1,35 @@
 // The CPU backend: C++ kernels with OpenMP and SIMD (lib/codegen/cpu), built by the host C++
 // compiler for --cpu-arch (default: the host's own instruction set), linked with the CPU runtime
 // units (GEMM, convolution, attention: lib/runtime/cpu).
+#include <algorithm>
+
 #include "../backends.h"
+#include "../../codegen/cpu/cpu_internal.h"
 #include "ptc/cache.h"
 #include "ptc/compile.h"
 #include "ptc/error.h"
+#include "ptc/passes.h"
 
 namespace ptc {
 namespace {
+
+// oneDNN, found when ptc was built (CMakeLists.txt: PTC_ONEDNN): the channels-last convolutions'
+// library (lib/runtime/cpu/ptc_runtime_onednn.cpp).
+#ifdef PTC_ONEDNN_LIB_DIR
+constexpr bool kHaveOneDnn = true;
+constexpr const char* kOneDnnInclude = PTC_ONEDNN_INCLUDE_DIR;
+constexpr const char* kOneDnnLibDir = PTC_ONEDNN_LIB_DIR;
+#else
+constexpr bool kHaveOneDnn = false;
+constexpr const char* kOneDnnInclude = "";
+constexpr const char* kOneDnnLibDir = "";
+#endif
+constexpr const char* kOneDnnUnit = "ptc_runtime_onednn.cpp";
+
+// Where the compiler and the loader look anyway: no -I, -L or rpath for these.
+bool system_dir(const std::string& d) {
+  return d == "/usr/include" || d == "/usr/lib" || d == "/usr/lib64" || d == "/usr/lib/x86_64-linux-gnu" || d == "/usr/lib/aarch64-linux-gnu";
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -16,17 +38,30 @@ class CpuBackend final : public Backend {
 
   void check_options(const CompileOptions& o) const override {
     if (o.cuda_graphs) user_error("--cuda-graphs needs --device cuda");
-    if (o.channels_last == 1) user_error("--channels-last needs --device cuda (cuDNN's NHWC convolutions)");
+    if (o.train && o.channels_last == 1) user_error("--channels-last is for inference libraries so far (not with --train)");
+    if (o.channels_last == 1 && !kHaveOneDnn)
+      user_error("--channels-last on the CPU needs oneDNN, and this ptc was built without it (install libdnnl-dev and rebuild ptc)");
+  }
+  // NHWC convolutions on oneDNN where every convolution is ungrouped (oneDNN's NHWC kernels; 1x1
+  // ones become ptc's GEMMs over the NHWC activations) or depthwise (ptc's own NHWC loops). Not
+  // in sanitized builds: oneDNN is not instrumented, and it brings GNU OpenMP where ThreadSanitizer
+  // builds run LLVM's.
+  bool channels_last_pays(const Graph& g, const CompileOptions& o) const override {
+    return kHaveOneDnn && o.build.sanitize.empty() && ptc::channels_last_pays(g, /*exact=*/false);
   }
   // bf16 / fp16: autocast's rounding of the library operations' operands and results, computed
   // by the float32 kernels (library_ops_f32).
   bool supports(Precision p) const override { return p == Precision::FP32 || p == Precision::BF16 || p == Precision::FP16; }
 
   LowerOptions lower_options(bool channels_last) const override {
-    PTC_CHECK(!channels_last, "the CPU backend has no channels-last convolutions");
+    PTC_CHECK(!channels_last || kHaveOneDnn, "the CPU backend's channels-last convolutions need oneDNN");
     LowerOptions o;
+    o.channels_last = channels_last;
     o.max_pool_grad_extern = true;
     return o;
+  }
+  std::string kernel_library(const loop::Program& p, const sched::Kernel& k) const override {
+    return cpu::kernel_on_onednn(p, k) ? "oneDNN" : "";
   }
   sched::ScheduleOptions schedule_options() const override {
     sched::ScheduleOptions o;
@@ -41,24 +76,34 @@ class CpuBackend final : public Backend {
   TrainingStyle training_style() const override { return {"model.cpp", "ptc_train_cpu.h", false}; }
 
   std::string compile_command(const std::string& unit, const BuildOptions& opts) const override {
-    return host_compile_command(unit, opts);
+    const std::string inc = unit == kOneDnnUnit && !system_dir(kOneDnnInclude) ? std::string(" -I") + kOneDnnInclude : "";
+    return host_compile_command(unit, opts) + inc;
   }
   std::string compiler_name(const std::string&) const override { return "the host compiler"; }
   std::string unit_identity(const std::string&, const BuildOptions& opts) const override { return toolchain_identity(opts); }
   std::vector<std::string> link_commands(const std::string& objects, const std::string& out, const std::string& soname,
-                                         const std::vector<std::string>&, bool external_weights,
+                                         const std::vector<std::string>& units, bool external_weights,
                                          const BuildOptions& opts) const override {
     // The host compiler's default linker (GNU ld) takes about a second per 250 MB of embedded
     // weights; lld or gold link the same objects 3-6x faster. Where the faster one fails, the
     // default links.
-    const std::string link = " -shared -fopenmp -Wl,-soname," + soname + " -o " + out + objects + (external_weights ? " -ldl" : "");
+    std::string libs = external_weights ? " -ldl" : "";
+    if (std::find(units.begin(), units.end(), kOneDnnUnit) != units.end()) {
+      const std::string dir = kOneDnnLibDir;
+      libs += system_dir(dir) ? " -ldnnl" : " -L" + dir + " -Wl,-rpath," + dir + " -ldnnl";
+    }
+    const std::string link = " -shared -fopenmp -Wl,-soname," + soname + " -o " + out + objects + libs;
     const std::string& fast = fast_linker(opts.cxx);
     std::vector<std::string> cmds;
     if (!fast.empty()) cmds.push_back(opts.cxx + sanitize_flags(opts) + " " + fast + link);
     cmds.push_back(opts.cxx + sanitize_flags(opts) + link);
     return cmds;
   }
-  std::vector<std::string> runtime_units() const override { return embedded_units("ptc_runtime", ".cpp"); }
+  std::vector<std::string> runtime_units() const override {
+    std::vector<std::string> units = embedded_units("ptc_runtime", ".cpp");
+    if (!kHaveOneDnn) units.erase(std::remove(units.begin(), units.end(), kOneDnnUnit), units.end());
+    return units;
+  }
 
   std::string arch(const BuildOptions& opts) const override { return opts.cpu_arch; }
   std::string toolchain_identity(const BuildOptions& opts) const override {

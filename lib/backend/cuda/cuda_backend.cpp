@@ -52,8 +52,8 @@ class CudaBackend final : public Backend {
 
   // cuDNN's TF32 tensor-core kernels are NHWC ones; in exact fp32 only MobileNet-style nets pay
   // (passes.h: channels_last_pays).
-  bool channels_last_pays(const Graph& g, Precision p) const override {
-    return ptc::channels_last_pays(g, math_modes(p).conv == MathMode::FP32);
+  bool channels_last_pays(const Graph& g, const CompileOptions& o) const override {
+    return ptc::channels_last_pays(g, math_modes(o.precision).conv == MathMode::FP32);
   }
   LowerOptions lower_options(bool channels_last) const override {
     LowerOptions o;

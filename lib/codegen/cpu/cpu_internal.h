@@ -30,8 +30,13 @@ bool kernel_checks_indices(const loop::Program& p, const sched::Kernel& k);
 // model is opened (a 3x3 convolution's Winograd weights), gets `void* <prepare_function_name(
 // index)>(void* const* buf)` (only the weight buffers of buf are set; returns the prepared data,
 // or nullptr) and reads the result at buf[<number of buffers> + index] (nullptr: transform per
-// call). The wrapper stores them in the model instance and frees them with ptc_rt::prepared_free.
+// call). The wrapper stores them in the model instance and frees them with ptc_rt::prepared_free
+// (a oneDNN call site: conv2d_nhwc_release).
 bool kernel_prepares(const loop::Program& p, const sched::Kernel& k);
+// A channels-last forward convolution, run by oneDNN (ptc_runtime_onednn.cpp): its prepared
+// pointer is the call site's state (conv2d_nhwc_prepare / conv2d_nhwc_release), and its
+// function returns oneDNN's failure as the run's error.
+bool kernel_on_onednn(const loop::Program& p, const sched::Kernel& k);
 void emit_prepare_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index);
 std::string prepare_function_name(size_t index);
 

@@ -243,6 +243,19 @@ bool is_window_group(const loop::Program& p, const sched::Kernel& k) {
   return true;
 }
 
+// Whether `e` depends on the loop variable named `var` (through an index or a nested expression).
+bool mentions_var(const ExprRef& e, const std::string& var) {
+  auto in = [&](const sym::Expr& x) {
+    for (const auto& s : sym::free_symbols(x))
+      if (s.name() == var) return true;
+    return false;
+  };
+  if ((e->op == Op::Load || e->op == Op::LoadAt || e->op == Op::IndexVal) && in(e->index)) return true;
+  for (const auto& a : e->args)
+    if (mentions_var(a, var)) return true;
+  return false;
+}
+
 void emit_window_group(std::ostream& os, const loop::Program& p, const sched::Kernel& k, std::string indent) {
   const std::vector<sym::Expr>& dom = k.outer;
   size_t r = dom.size();
@@ -299,6 +312,42 @@ void emit_window_group(std::ostream& os, const loop::Program& p, const sched::Ke
       os << in << T << " acc[" << kWindowBlock << "];\n";
       os << in << "for (int64_t j = 0; j < " << kWindowBlock << "; ++j) acc[j] = " << init << ";\n";
       std::vector<std::string> m = size_names(os, c.reduce_domain, 0, "c" + std::to_string(ci) + "_r", in);
+      // A tap over padding is where(inside, value, the reduction's identity) with `inside` the
+      // same for the whole vector of outputs (channels-last pooling: the window's position, not
+      // the channel): test it once per tap and skip the tap outside, so that the loads need no
+      // guard and stay contiguous vector loads (else clamped indices, i.e. gathers).
+      if (const ExprRef& b = c.body; b->op == Op::Where && b->args[2]->op == Op::Const &&
+                                     literal(b->args[2]->value, c.body->dtype) == init && !mentions_var(b->args[0], xi)) {
+        std::string rin = in;
+        for (size_t d = 0; d < m.size(); ++d) {  // (not unrolled: each tap is a whole vector loop)
+          os << rin << "for (int64_t r" << d << " = 0; r" << d << " < " << m[d] << "; ++r" << d << ") {\n";
+          rin += "  ";
+        }
+        {
+          ExprPrinter pc(os, rin);
+          const std::string inside = pc.print(b->args[0]);
+          os << rin << "if (!" << inside << ") continue;\n";
+        }
+        simd_loop(rin);
+        ExprPrinter pr(os, rin + "  ");
+        std::string v = pr.print(b->args[1]);
+        os << rin << "  const " << T << " v = " << v << ";\n";
+        os << rin << "  " << T << "& a = acc[" << xi << " - lo];\n";
+        switch (c.reduce) {
+          case loop::ReduceOp::Sum: os << rin << "  a += v;\n"; break;
+          case loop::ReduceOp::Max: os << rin << "  a = (v != v || v > a) ? v : a;\n"; break;
+          default: os << rin << "  a = (v != v || v < a) ? v : a;\n"; break;
+        }
+        os << rin << "}\n";
+        for (size_t d = 0; d < m.size(); ++d) {
+          rin.resize(rin.size() - 2);
+          os << rin << "}\n";
+        }
+        simd_loop(in);
+        os << in << "  " << at << " = acc[" << xi << " - lo];\n" << in << "}\n";
+        os << indent << "}\n";
+        continue;
+      }
       versions(in, int32_condition(c), [&](std::string rin, bool i32) {
         for (size_t d = 0; d < m.size(); ++d) {
           os << rin << "#pragma GCC unroll 16\n";
@@ -707,9 +756,39 @@ void emit_max_pool_grad(std::ostream& os, const loop::Program& p, const sched::K
   os << indent << "  ptc_rt::max_pool2d_backward_call(a);\n" << indent << "}\n";
 }
 
+// A channels-last forward convolution (ConvAttrs::nhwc): oneDNN through conv2d_nhwc_call, with the
+// bias, residual and activation the schedule fused (Epilogues::Library) as its post-ops.
+void emit_conv_nhwc(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent,
+                    const std::string& prepared) {
+  const Computation& c = p.comps[k.comps.front()];
+  const loop::View &X = c.operands[0], &W = c.operands[1];
+  if (p.buffers[c.out].dtype != DType::Float32 || p.buffers[X.buffer].dtype != DType::Float32 || p.buffers[W.buffer].dtype != DType::Float32)
+    user_error("the CPU's channels-last convolution supports float32 only so far (", c.origin, ")");
+  PTC_CHECK(!prepared.empty(), "a channels-last CPU convolution without its call site");
+  const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
+  os << indent << "{\n" << indent << "  ptc_rt::ConvNhwcArgs a{};\n";
+  emit_conv_input(os, X, indent);
+  emit_conv_weight_args(os, c, indent);
+  if (p.buffers[W.buffer].kind == loop::Buffer::Kind::Weight) os << indent << "  a.weight_constant = true;\n";
+  if (ep) {
+    std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, *ep);
+    PTC_CHECK(m, "a channels-last CPU convolution's epilogue is no library epilogue");
+    if (m->bias >= 0) os << indent << "  a.bias = b" << m->bias << " + " << cpp_index(m->bias_offset) << ";\n";
+    if (m->residual >= 0) os << indent << "  a.residual = b" << m->residual << " + " << cpp_index(m->residual_offset) << ";\n";
+    if (m->act != sched::LibraryEpilogue::Act::None)
+      os << indent << "  a.act = " << (m->act == sched::LibraryEpilogue::Act::Relu6 ? "ptc_rt::kConvActRelu6" : "ptc_rt::kConvActRelu") << ";\n";
+  }
+  os << indent << "  a.y = b" << (ep ? ep->out : c.out) << ";\n";
+  os << indent << "  a.N = " << cpp_index(X.sizes[0]) << "; a.H = " << cpp_index(X.sizes[2]) << "; a.W = " << cpp_index(X.sizes[3])
+     << "; a.OH = " << cpp_index(c.domain[1]) << "; a.OW = " << cpp_index(c.domain[2]) << ";\n";
+  os << indent << "  if (const char* e = ptc_rt::conv2d_nhwc_call(" << prepared << ", a)) return e;\n";
+  os << indent << "}\n";
+}
+
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent,
                const std::string& prepared) {
   const Computation& c = p.comps[k.comps.front()];
+  if (c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc) return emit_conv_nhwc(os, p, k, indent, prepared);
   if (c.extern_kind == loop::ExternKind::ConvWeightGrad) return emit_conv_weight_grad(os, p, c, indent);
   if (c.extern_kind == loop::ExternKind::ConvInputGrad) return emit_conv_input_grad(os, p, k, indent);
   if (c.extern_kind == loop::ExternKind::MaxPoolGrad) return emit_max_pool_grad(os, p, k, indent);
@@ -755,12 +834,19 @@ bool kernel_checks_indices(const loop::Program& p, const sched::Kernel& k) {
   return false;
 }
 
+bool kernel_on_onednn(const loop::Program& p, const sched::Kernel& k) {
+  if (k.kind != sched::Kernel::Kind::Conv) return false;
+  const Computation& c = p.comps[k.comps.front()];
+  return c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc;
+}
+
 std::string prepare_function_name(size_t index) { return "ptc_prepare_" + std::to_string(index); }
 
 bool kernel_prepares(const loop::Program& p, const sched::Kernel& k) {
   if (k.kind != sched::Kernel::Kind::Conv) return false;
   const Computation& c = p.comps[k.comps.front()];
   if (c.extern_kind != loop::ExternKind::Convolution) return false;
+  if (c.as<loop::ConvAttrs>().nhwc) return true;  // oneDNN's call site (its primitives per shape)
   const loop::View& W = c.operands[1];
   if (p.buffers[W.buffer].kind != loop::Buffer::Kind::Weight || p.buffers[c.out].dtype != DType::Float32) return false;
   // what conv2d_prepare reads must not depend on the sizes of the inputs
@@ -776,6 +862,10 @@ bool kernel_prepares(const loop::Program& p, const sched::Kernel& k) {
 void emit_prepare_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index) {
   const sched::Kernel& k = s.kernels[index];
   const Computation& c = p.comps[k.comps.front()];
+  if (kernel_on_onednn(p, k)) {
+    os << "void* " << prepare_function_name(index) << "(void* const*) { return ptc_rt::conv2d_nhwc_prepare(); }\n\n";
+    return;
+  }
   const int wb = c.operands[1].buffer;
   os << "void* " << prepare_function_name(index) << "(void* const* buf) {\n";
   os << "  const float* b" << wb << " = static_cast<const float*>(buf[" << wb << "]);\n";

@@ -107,7 +107,8 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
   wrapper::emit_buffer_table(os, p, s, weights, "weights", "ws", "model->prepared");
   for (size_t ki = 0; ki < s.kernels.size(); ++ki) {
     os << "  PTC_PROFILE_BEGIN(" << ki << ");\n";
-    if (cpu::kernel_checks_indices(p, s.kernels[ki]))  // an index out of range fails the run
+    // an index out of range, or a library call that failed (oneDNN's), fails the run
+    if (cpu::kernel_checks_indices(p, s.kernels[ki]) || cpu::kernel_on_onednn(p, s.kernels[ki]))
       os << "  if (const char* err = ptc_gen::" << cpu::kernel_function_name(ki) << "(sym, bufs)) {\n"
          << "    model->pool.release(arena);\n    return fail(err);\n  }\n";
     else
@@ -122,7 +123,11 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
   os << "void prepare(ptc_model* model) {\n  const unsigned char* weights = model->weights;\n  (void)weights;\n";
   if (!preparing.empty()) wrapper::emit_weight_table(os, p, weights, "weights");
   for (size_t ki : preparing) os << "  model->prepared[" << ki << "] = ptc_gen::" << cpu::prepare_function_name(ki) << "(bufs);\n";
-  os << "}\n\nvoid unprepare(ptc_model* model) {\n  for (void* q : model->prepared) ptc_rt::prepared_free(q);\n}\n\n";
+  os << "}\n\nvoid unprepare(ptc_model* model) {\n";
+  for (size_t ki : preparing)
+    os << "  " << (cpu::kernel_on_onednn(p, s.kernels[ki]) ? "ptc_rt::conv2d_nhwc_release" : "ptc_rt::prepared_free") << "(model->prepared[" << ki
+       << "]);\n";
+  os << "}\n\n";
   os << "}  // namespace\n\n";
 
   // The C ABI: open/close here, the rest shared with other backends. A part of a training
@@ -156,7 +161,10 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
   auto has = [&](sched::Kernel::Kind kind) {
     return std::any_of(s.kernels.begin(), s.kernels.end(), [&](const sched::Kernel& k) { return k.kind == kind; });
   };
-  if (has(sched::Kernel::Kind::Conv)) src.runtime_units.push_back("ptc_runtime_conv.cpp");
+  const auto on_onednn = [&](const sched::Kernel& k) { return cpu::kernel_on_onednn(p, k); };
+  if (std::any_of(s.kernels.begin(), s.kernels.end(), on_onednn)) src.runtime_units.push_back("ptc_runtime_onednn.cpp");
+  if (std::any_of(s.kernels.begin(), s.kernels.end(), [&](const sched::Kernel& k) { return k.kind == sched::Kernel::Kind::Conv && !on_onednn(k); }))
+    src.runtime_units.push_back("ptc_runtime_conv.cpp");
   if (has(sched::Kernel::Kind::Gemm)) src.runtime_units.push_back("ptc_runtime.cpp");
   if (has(sched::Kernel::Kind::Attention)) src.runtime_units.push_back("ptc_runtime_attention.cpp");
   return src;

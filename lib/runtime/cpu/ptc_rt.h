@@ -101,6 +101,28 @@ void conv2d_depthwise_input_grad_call(const Conv2dArgs& a);
 void conv2d_weight_grad_nchw_call(const Conv2dArgs& a, const float* dy, float* dw);
 inline void prepared_free(void* p) { std::free(p); }
 
+// A forward convolution over NHWC activations on oneDNN (ptc_runtime_onednn.cpp; the CPU's
+// channels-last layout). x [N, C, H, W] and w [O, C/groups, KH, KW] with element strides (x
+// NHWC: C fastest; w KRSC or KCRS), y [N, OH, OW, O] contiguous; then y = act(y + bias[o] +
+// residual) with the bias [O] and the residual (laid out as y) each optional.
+enum { kConvActNone = 0, kConvActRelu = 1, kConvActRelu6 = 2 };
+struct ConvNhwcArgs {
+  const float* x; int64_t xs[4];
+  const float* w; int64_t ws[4];
+  const float* bias = nullptr;
+  const float* residual = nullptr;
+  int act = kConvActNone;
+  float* y;
+  int64_t N, C, H, W, O, KH, KW, OH, OW;
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+  bool weight_constant = false;  // w is a model weight: its copy in oneDNN's layout is kept
+};
+// A call site's state (its primitives per input shape), made when the model is opened.
+void* conv2d_nhwc_prepare();
+void conv2d_nhwc_release(void* site);
+// nullptr, or what went wrong (one sentence).
+const char* conv2d_nhwc_call(void* site, const ConvNhwcArgs& a);
+
 // Max pooling's input gradient (ptc_pool.h): dx y [N, C, H, W] (contiguous) gets each window's dy
 // [N, C, OH, OW] at the window's first maximum of x [N, C, H, W] (the first NaN, if any); x and
 // dy with element strides. Optional: ep on each final dx row (p0 = ih W, W elements), as

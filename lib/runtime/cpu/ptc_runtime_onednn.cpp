@@ -1,0 +1,158 @@
+// ptc_runtime_onednn.cpp — forward convolutions over NHWC activations on oneDNN (ptc_rt.h's
+// conv2d_nhwc_*); part of a generated CPU library that lays its convolutions out channels-last
+// (LowerOptions::channels_last), and the only unit that links libdnnl.
+//
+// Each call site (a convolution kernel) owns a ConvSite, made when the model is opened. Per input
+// shape it holds one primitive, created on the first call with that shape: the source and
+// destination are the caller's NHWC buffers as they are, the weights in the layout oneDNN picks
+// for the primitive (format `any`), reordered from the model's weight once when the weight is a
+// constant (else on every call). oneDNN picks the kernel for the CPU it runs on (AVX2, AVX-512,
+// AMX) when the primitive is created. The library's epilogue (bias, residual, ReLU / ReLU6:
+// sched::LibraryEpilogue) runs as the primitive's bias and post-ops on the accumulator.
+//
+// Threads: oneDNN runs on the same OpenMP runtime as the generated kernels. Several threads may
+// run one site at once: the cache is guarded by a mutex, entries are shared and never change
+// after creation, and each call brings its own stream, memory objects and scratchpad.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#include "ptc_rt.h"
+
+namespace ptc_rt {
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+struct ConvEntry {
+  // the shape and strides it was made for
+  int64_t key[14];
+  dnnl::convolution_forward prim;
+  memory::desc src, wts, dst, bias, residual, scratch;
+  memory weights;  // reordered constant weights (empty: reorder per call)
+  bool reorder_weights = false;
+  memory::desc user_wts;
+};
+
+struct ConvSite {
+  std::mutex mu;
+  std::vector<std::shared_ptr<const ConvEntry>> entries;  // newest last; at most kMaxEntries
+  static constexpr size_t kMaxEntries = 16;
+};
+
+memory::dims dims4(int64_t a, int64_t b, int64_t c, int64_t d) { return {a, b, c, d}; }
+
+void fill_key(const ConvNhwcArgs& a, int64_t* k) {
+  const int64_t v[14] = {a.N, a.H, a.W, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ws[0], a.ws[1], a.ws[2], a.ws[3],
+                         a.bias != nullptr, a.residual != nullptr, a.act};
+  std::memcpy(k, v, sizeof v);
+}
+
+std::shared_ptr<const ConvEntry> make_entry(const ConvNhwcArgs& a) {
+  auto e = std::make_shared<ConvEntry>();
+  fill_key(a, e->key);
+  const int64_t Cg = a.C / a.groups, Og = a.O / a.groups;
+  e->src = memory::desc(dims4(a.N, a.C, a.H, a.W), memory::data_type::f32, memory::dims{a.xs[0], a.xs[1], a.xs[2], a.xs[3]});
+  e->dst = memory::desc(dims4(a.N, a.O, a.OH, a.OW), memory::data_type::f32, tag::nhwc);
+  if (a.groups == 1) {
+    e->user_wts = memory::desc(dims4(a.O, a.C, a.KH, a.KW), memory::data_type::f32, memory::dims{a.ws[0], a.ws[1], a.ws[2], a.ws[3]});
+    e->wts = memory::desc(dims4(a.O, a.C, a.KH, a.KW), memory::data_type::f32, tag::any);
+  } else {
+    const memory::dims gd{a.groups, Og, Cg, a.KH, a.KW};
+    e->user_wts = memory::desc(gd, memory::data_type::f32, memory::dims{Og * a.ws[0], a.ws[0], a.ws[1], a.ws[2], a.ws[3]});
+    e->wts = memory::desc(gd, memory::data_type::f32, tag::any);
+  }
+  if (a.bias) e->bias = memory::desc({a.O}, memory::data_type::f32, tag::a);
+  // oneDNN's right padding: what makes the output size come out as OH x OW
+  const int64_t pr_h = (a.OH - 1) * a.sh + (a.KH - 1) * a.dh + 1 - a.H - a.ph;
+  const int64_t pr_w = (a.OW - 1) * a.sw + (a.KW - 1) * a.dw + 1 - a.W - a.pw;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops po;
+  if (a.residual) {
+    e->residual = e->dst;
+    po.append_binary(dnnl::algorithm::binary_add, e->residual);
+  }
+  if (a.act == kConvActRelu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+  if (a.act == kConvActRelu6) po.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, 0.f, 6.f);
+  attr.set_post_ops(po);
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, e->src, e->wts,
+                                    a.bias ? e->bias : memory::desc(), e->dst, {a.sh, a.sw}, {a.dh - 1, a.dw - 1}, {a.ph, a.pw},
+                                    {pr_h, pr_w});
+  dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
+  e->wts = pd.weights_desc();
+  e->scratch = pd.scratchpad_desc();
+  e->prim = dnnl::convolution_forward(pd);
+  e->reorder_weights = e->wts != e->user_wts;
+  if (e->reorder_weights && a.weight_constant) {
+    e->weights = memory(e->wts, cpu_engine());
+    memory user(e->user_wts, cpu_engine(), const_cast<float*>(a.w));
+    dnnl::stream s(cpu_engine());
+    dnnl::reorder(user, e->weights).execute(s, user, e->weights);
+    s.wait();
+  }
+  return e;
+}
+
+std::shared_ptr<const ConvEntry> find_entry(ConvSite& site, const ConvNhwcArgs& a) {
+  int64_t key[14];
+  fill_key(a, key);
+  std::lock_guard<std::mutex> lock(site.mu);
+  for (const auto& e : site.entries)
+    if (std::memcmp(e->key, key, sizeof key) == 0) return e;
+  auto e = make_entry(a);
+  if (site.entries.size() >= ConvSite::kMaxEntries) site.entries.erase(site.entries.begin());
+  site.entries.push_back(e);
+  return e;
+}
+
+}  // namespace
+
+void* conv2d_nhwc_prepare() { return new (std::nothrow) ConvSite; }
+void conv2d_nhwc_release(void* site) { delete static_cast<ConvSite*>(site); }
+
+const char* conv2d_nhwc_call(void* site_ptr, const ConvNhwcArgs& a) {
+  if (!site_ptr) return "convolution (oneDNN): the call site was not prepared (out of memory when the model was opened)";
+  try {
+    std::shared_ptr<const ConvEntry> e = find_entry(*static_cast<ConvSite*>(site_ptr), a);
+    dnnl::engine& eng = cpu_engine();
+    dnnl::stream s(eng);
+    memory src(e->src, eng, const_cast<float*>(a.x)), dst(e->dst, eng, a.y);
+    static thread_local std::vector<unsigned char> scratch_bytes;
+    if (scratch_bytes.size() < e->scratch.get_size()) scratch_bytes.resize(e->scratch.get_size());
+    memory scratch(e->scratch, eng, scratch_bytes.data());
+    memory wts;
+    if (!e->reorder_weights) {
+      wts = memory(e->wts, eng, const_cast<float*>(a.w));
+    } else if (a.weight_constant) {
+      wts = e->weights;
+    } else {
+      wts = memory(e->wts, eng);
+      memory user(e->user_wts, eng, const_cast<float*>(a.w));
+      dnnl::reorder(user, wts).execute(s, user, wts);
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}};
+    if (a.bias) args.emplace(DNNL_ARG_BIAS, memory(e->bias, eng, const_cast<float*>(a.bias)));
+    if (a.residual) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(e->residual, eng, const_cast<float*>(a.residual)));
+    e->prim.execute(s, args);
+    s.wait();
+  } catch (const dnnl::error&) {
+    return "convolution (oneDNN): no primitive for this shape, or oneDNN ran out of memory";
+  } catch (const std::bad_alloc&) {
+    return "convolution (oneDNN): out of memory";
+  }
+  return nullptr;
+}
+
+}  // namespace ptc_rt
