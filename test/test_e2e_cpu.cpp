@@ -351,7 +351,7 @@ std::string ldd(const std::string& so) {
 }
 
 // The CPU's two convolution layouts: channels-last on oneDNN (the default for nets whose
-// convolutions are all ungrouped or depthwise, with bias / residual / ReLU / ReLU6 as its
+// two or more convolutions are all ungrouped or depthwise, with bias / residual / ReLU / ReLU6 as its
 // post-ops) and NCHW on ptc's own kernels (--no-channels-last, and sanitized builds).
 TEST_CASE("CPU convolutions match eager channels-last on oneDNN and NCHW on ptc's kernels; the manifest and ldd say which", "[e2e][onednn]") {
   if (!kSanitize.empty()) return;  // oneDNN is not instrumented (sanitized compiles stay NCHW)
@@ -372,9 +372,38 @@ TEST_CASE("CPU convolutions match eager channels-last on oneDNN and NCHW on ptc'
     CHECK(ldd(nhwc).find("libdnnl") != std::string::npos);
     CHECK(ldd(nchw).find("libdnnl") == std::string::npos);
   }
-  // the default: channels-last wherever every convolution is ungrouped or depthwise
+  // the default: channels-last for nets of two or more convolutions, every one ungrouped or depthwise
   const std::string so = compile("small_cnn.pt2", "", ".default");
   CHECK(test::run_ptc("inspect --json " + so).output.find("\"channels_last\": true") != std::string::npos);
+}
+
+// --precision bf16: the convolutions' operands hold bf16 values, so where the CPU has AMX (or
+// PTC_CPU_BF16=1) oneDNN computes them on bf16 operands, else in fp32: the same values either way
+// (up to the order of the sums). oneDNN's verbose log shows which primitive ran.
+TEST_CASE("--precision bf16 channels-last convolutions: both dispatch paths run, pick what PTC_CPU_BF16 says and agree", "[e2e][onednn]") {
+  if (!kSanitize.empty()) return;
+  const std::string so = compile("small_cnn.pt2", " --channels-last --precision bf16", ".bf16");
+  const std::string in = test::fixture("ref/small_cnn.case0.in0.npy"), dir = test::temp_dir() + "/bf16_paths";
+  auto run = [&](const std::string& force) {
+    auto r = test::run_ptc_env("ONEDNN_VERBOSE=1 PTC_CPU_BF16=" + force + " ", "run " + so + " --inputs " + in + " --outputs " + dir + "/" + force);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return r.output;
+  };
+  const std::string f32 = run("0"), bf16 = run("1");
+  CHECK(f32.find("convolution") != std::string::npos);
+  CHECK(f32.find("src_bf16") == std::string::npos);
+  // Where oneDNN has bf16 kernels for this CPU (AVX512-BF16 or AMX); elsewhere it falls back to fp32.
+  const std::string cpuinfo = test::read_file("/proc/cpuinfo");
+  if (cpuinfo.find("avx512_bf16") != std::string::npos || cpuinfo.find("amx_bf16") != std::string::npos)
+    CHECK(bf16.find("src_bf16") != std::string::npos);
+  NpyArray a = read_npy(dir + "/0/out0.npy"), b = read_npy(dir + "/1/out0.npy");
+  REQUIRE(a.data.size() == b.data.size());
+  const float* x = reinterpret_cast<const float*>(a.data.data());
+  const float* y = reinterpret_cast<const float*>(b.data.data());
+  double worst = 0;
+  for (size_t j = 0; j < a.data.size() / 4; ++j) worst = std::max(worst, std::fabs(double(x[j]) - y[j]) / (1e-3 + std::fabs(double(x[j]))));
+  CHECK(worst < 1e-2);  // the bf16 outputs' own rounding; not autocast's error against fp32
 }
 
 // oneDNN's call sites from several threads at once, at both recorded sizes: each site makes a

@@ -63,8 +63,10 @@ struct CodegenOptions {
 // `part` (a training library's "fwd" or "bwd"): everything goes into namespace ptc_part_<part>
 // (the ABI functions as C++ functions there, for the training wrapper to call), files are named
 // <part>_model.cpp / <part>_kernels_<i>.cpp, and the weights are the library's one blob.
+// `opts.math.conv == BF16` (--precision bf16): the channels-last convolutions' operands hold
+// bfloat16 values, and oneDNN may compute them in bf16 where the CPU has AMX (ConvNhwcArgs::bf16_values).
 LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
-                           const std::string& part = "");
+                           const std::string& part = "", const CodegenOptions& opts = {});
 
 // CUDA: model.cu (kernels, launchers, wrapper); the runtime's ptc_cuda_runtime.cu (cuBLASLt GEMM,
 // convolution) is the library's other translation unit. The schedule's extern epilogues must be

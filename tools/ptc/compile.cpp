@@ -51,7 +51,7 @@ std::function<int()> add_compile(CLI::App& app) {
       "--channels-last", [opts] { opts->channels_last = 1; },
       "Convolutions in NHWC with KRSC weights (made at compile time), as torch.compile lays them out, and the pointwise "
       "kernels between them in NHWC order (inference libraries). cpu: the convolutions run on oneDNN (the library links "
-      "libdnnl), on by default where every convolution is ungrouped or depthwise. cuda: cuDNN's tensor-core kernels are "
+      "libdnnl), on by default for nets of two or more convolutions, every one ungrouped or depthwise. cuda: cuDNN's tensor-core kernels are "
       "NHWC ones, so no per-call layout transforms; on by default with TF32 convolutions when every convolution is "
       "ungrouped or depthwise, in exact fp32 for MobileNet-style nets, whose depthwise and 1x1 layers become ptc's own "
       "kernels and GEMMs");

@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
       "  ptc inspect mlp_dyn.so\n"
       "  ptc run mlp_dyn.so --random --symbol s77=8\n"
       "Environment: PTC_CACHE_DIR (compile cache; default ~/.cache/ptc), PTC_CACHE_MAX_MB (its size cap, default 4096),\n"
-      "PTC_PREBUILT_DIR (where `ptc prebuild` objects are looked up; empty: nowhere).");
+      "PTC_PREBUILT_DIR (where `ptc prebuild` objects are looked up; empty: nowhere); for CPU libraries built with\n"
+      "--precision bf16: PTC_CPU_BF16=1/0 (oneDNN's bf16 convolution kernels on any CPU that has them / never; default: AMX).");
   std::function<int()> run_inspect = ptc::cli::add_inspect(app);
   std::function<int()> run_compile = ptc::cli::add_compile(app);
   std::function<int()> run_run = ptc::cli::add_run(app);

@@ -759,7 +759,7 @@ void emit_max_pool_grad(std::ostream& os, const loop::Program& p, const sched::K
 // A channels-last forward convolution (ConvAttrs::nhwc): oneDNN through conv2d_nhwc_call, with the
 // bias, residual and activation the schedule fused (Epilogues::Library) as its post-ops.
 void emit_conv_nhwc(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent,
-                    const std::string& prepared) {
+                    const std::string& prepared, bool bf16_values) {
   const Computation& c = p.comps[k.comps.front()];
   const loop::View &X = c.operands[0], &W = c.operands[1];
   if (p.buffers[c.out].dtype != DType::Float32 || p.buffers[X.buffer].dtype != DType::Float32 || p.buffers[W.buffer].dtype != DType::Float32)
@@ -770,6 +770,7 @@ void emit_conv_nhwc(std::ostream& os, const loop::Program& p, const sched::Kerne
   emit_conv_input(os, X, indent);
   emit_conv_weight_args(os, c, indent);
   if (p.buffers[W.buffer].kind == loop::Buffer::Kind::Weight) os << indent << "  a.weight_constant = true;\n";
+  if (bf16_values) os << indent << "  a.bf16_values = true;\n";
   if (ep) {
     std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, *ep);
     PTC_CHECK(m, "a channels-last CPU convolution's epilogue is no library epilogue");
@@ -786,9 +787,10 @@ void emit_conv_nhwc(std::ostream& os, const loop::Program& p, const sched::Kerne
 }
 
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent,
-               const std::string& prepared) {
+               const std::string& prepared, bool conv_bf16) {
   const Computation& c = p.comps[k.comps.front()];
-  if (c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc) return emit_conv_nhwc(os, p, k, indent, prepared);
+  if (c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc)
+    return emit_conv_nhwc(os, p, k, indent, prepared, conv_bf16);
   if (c.extern_kind == loop::ExternKind::ConvWeightGrad) return emit_conv_weight_grad(os, p, c, indent);
   if (c.extern_kind == loop::ExternKind::ConvInputGrad) return emit_conv_input_grad(os, p, k, indent);
   if (c.extern_kind == loop::ExternKind::MaxPoolGrad) return emit_max_pool_grad(os, p, k, indent);
@@ -875,7 +877,7 @@ void emit_prepare_function(std::ostream& os, const loop::Program& p, const sched
 }
 
 void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index,
-                          const std::vector<std::string>& sym_names) {
+                          const std::vector<std::string>& sym_names, bool conv_bf16) {
   const sched::Kernel& k = s.kernels[index];
   std::vector<int> bufs = sched::kernel_buffers(p, s, k);
   const bool checks = kernel_checks_indices(p, k);
@@ -890,12 +892,12 @@ void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched:
   }
   std::string prepared;
   if (kernel_prepares(p, k)) prepared = "buf[" + std::to_string(p.buffers.size() + index) + "]";
-  emit_kernel(os, p, k, prepared);
+  emit_kernel(os, p, k, prepared, conv_bf16);
   os << (checks ? "  return ptc_ix.error();\n" : "  return nullptr;\n") << "}\n\n";
   if (!prepared.empty()) emit_prepare_function(os, p, s, index);
 }
 
-void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& prepared) {
+void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& prepared, bool conv_bf16) {
   os << "  { // " << wrapper::kernel_summary(p, k) << "\n";
   switch (k.kind) {
     case sched::Kernel::Kind::Loop: emit_pointwise(os, p, k, "    "); break;
@@ -906,7 +908,7 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& 
         emit_loops(os, p, k, "    ");
       break;
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    "); break;
-    case sched::Kernel::Kind::Conv: emit_conv(os, p, k, "    ", prepared); break;
+    case sched::Kernel::Kind::Conv: emit_conv(os, p, k, "    ", prepared, conv_bf16); break;
     case sched::Kernel::Kind::Attention: emit_attention(os, p, k, "    "); break;
     case sched::Kernel::Kind::Scatter: emit_scatter(os, p, k, "    "); break;
   }

@@ -53,7 +53,7 @@ WeightLayout layout_weight_names(const std::vector<std::string>& names, const Gr
 using loop::Buffer;
 
 LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
-                           const std::string& part) {
+                           const std::string& part, const CodegenOptions& opts) {
   PTC_CHECK(part.empty() || !weights.external, "a training library's parts read embedded weights");
   const std::string part_ns = part.empty() ? "" : "ptc_part_" + part;
   const std::string file_prefix = part.empty() ? "" : part + "_";
@@ -153,7 +153,7 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
     text.clear();
   };
   for (size_t ki = 0; ki < s.kernels.size(); ++ki) {
-    cpu::emit_kernel_function(text, p, s, ki, sym_names);
+    cpu::emit_kernel_function(text, p, s, ki, sym_names, opts.math.conv == MathMode::BF16);
     if (static_cast<size_t>(text.tellp()) >= kKernelFileBytes) flush();
   }
   flush();

@@ -116,7 +116,13 @@ struct ConvNhwcArgs {
   int64_t N, C, H, W, O, KH, KW, OH, OW;
   int64_t sh, sw, ph, pw, dh, dw, groups;
   bool weight_constant = false;  // w is a model weight: its copy in oneDNN's layout is kept
+  // x and w hold bfloat16 values (--precision bf16: autocast rounded them): the convolution may
+  // run on bf16 operands with fp32 accumulation, the same arithmetic. It does where the CPU has
+  // AMX (or PTC_CPU_BF16=1 asks for it; PTC_CPU_BF16=0 never): conv2d_nhwc_bf16().
+  bool bf16_values = false;
 };
+// Whether bf16_values convolutions run in bf16 in this process (decided once).
+bool conv2d_nhwc_bf16();
 // A call site's state (its primitives per input shape), made when the model is opened.
 void* conv2d_nhwc_prepare();
 void conv2d_nhwc_release(void* site);

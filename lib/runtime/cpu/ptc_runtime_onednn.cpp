@@ -10,11 +10,19 @@
 // AMX) when the primitive is created. The library's epilogue (bias, residual, ReLU / ReLU6:
 // sched::LibraryEpilogue) runs as the primitive's bias and post-ops on the accumulator.
 //
+// --precision bf16 (ConvNhwcArgs::bf16_values): the operands already hold bf16 values, so a
+// primitive on bf16 operands with fp32 accumulation computes what autocast does. It is chosen once
+// per process (conv2d_nhwc_bf16): where oneDNN finds AMX, else fp32 (on AVX512-BF16 without AMX
+// it measured slower than fp32: docs/benchmarks.md); PTC_CPU_BF16=1 / 0 forces either. The
+// source is converted per call (exact: the upper half of each float), the weights once.
+//
 // Threads: oneDNN runs on the same OpenMP runtime as the generated kernels. Several threads may
 // run one site at once: the cache is guarded by a mutex, entries are shared and never change
 // after creation, and each call brings its own stream, memory objects and scratchpad.
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -37,7 +45,8 @@ dnnl::engine& cpu_engine() {
 
 struct ConvEntry {
   // the shape and strides it was made for
-  int64_t key[14];
+  int64_t key[15];
+  bool bf16 = false;  // the primitive reads bf16 operands (the source converted per call)
   dnnl::convolution_forward prim;
   memory::desc src, wts, dst, bias, residual, scratch;
   memory weights;  // reordered constant weights (empty: reorder per call)
@@ -53,25 +62,44 @@ struct ConvSite {
 
 memory::dims dims4(int64_t a, int64_t b, int64_t c, int64_t d) { return {a, b, c, d}; }
 
+// bf16 operands for a call: the caller says its operands hold bf16 values, the process runs such
+// convolutions in bf16 (conv2d_nhwc_bf16), and the source is densely NHWC (converted per call).
+bool runs_bf16(const ConvNhwcArgs& a) {
+  return a.bf16_values && conv2d_nhwc_bf16() && a.xs[1] == 1 && a.xs[3] == a.C && a.xs[2] == a.W * a.C && a.xs[0] == a.H * a.W * a.C;
+}
+
 void fill_key(const ConvNhwcArgs& a, int64_t* k) {
-  const int64_t v[14] = {a.N, a.H, a.W, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ws[0], a.ws[1], a.ws[2], a.ws[3],
-                         a.bias != nullptr, a.residual != nullptr, a.act};
+  const int64_t v[15] = {a.N, a.H, a.W, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ws[0], a.ws[1], a.ws[2], a.ws[3],
+                         a.bias != nullptr, a.residual != nullptr, a.act, runs_bf16(a)};
   std::memcpy(k, v, sizeof v);
 }
 
-std::shared_ptr<const ConvEntry> make_entry(const ConvNhwcArgs& a) {
+// x (dense NHWC float32 holding bf16 values) to bf16: the upper half of each float, exact.
+void to_bf16(const float* x, uint16_t* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    y[i] = static_cast<uint16_t>(u >> 16);
+  }
+}
+
+std::shared_ptr<const ConvEntry> make_entry(const ConvNhwcArgs& a, bool bf16) {
   auto e = std::make_shared<ConvEntry>();
   fill_key(a, e->key);
+  e->bf16 = bf16;
+  const memory::data_type in_t = e->bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const int64_t Cg = a.C / a.groups, Og = a.O / a.groups;
-  e->src = memory::desc(dims4(a.N, a.C, a.H, a.W), memory::data_type::f32, memory::dims{a.xs[0], a.xs[1], a.xs[2], a.xs[3]});
+  e->src = e->bf16 ? memory::desc(dims4(a.N, a.C, a.H, a.W), in_t, tag::nhwc)
+                   : memory::desc(dims4(a.N, a.C, a.H, a.W), in_t, memory::dims{a.xs[0], a.xs[1], a.xs[2], a.xs[3]});
   e->dst = memory::desc(dims4(a.N, a.O, a.OH, a.OW), memory::data_type::f32, tag::nhwc);
   if (a.groups == 1) {
     e->user_wts = memory::desc(dims4(a.O, a.C, a.KH, a.KW), memory::data_type::f32, memory::dims{a.ws[0], a.ws[1], a.ws[2], a.ws[3]});
-    e->wts = memory::desc(dims4(a.O, a.C, a.KH, a.KW), memory::data_type::f32, tag::any);
+    e->wts = memory::desc(dims4(a.O, a.C, a.KH, a.KW), in_t, tag::any);
   } else {
     const memory::dims gd{a.groups, Og, Cg, a.KH, a.KW};
     e->user_wts = memory::desc(gd, memory::data_type::f32, memory::dims{Og * a.ws[0], a.ws[0], a.ws[1], a.ws[2], a.ws[3]});
-    e->wts = memory::desc(gd, memory::data_type::f32, tag::any);
+    e->wts = memory::desc(gd, in_t, tag::any);
   }
   if (a.bias) e->bias = memory::desc({a.O}, memory::data_type::f32, tag::a);
   // oneDNN's right padding: what makes the output size come out as OH x OW
@@ -106,18 +134,33 @@ std::shared_ptr<const ConvEntry> make_entry(const ConvNhwcArgs& a) {
 }
 
 std::shared_ptr<const ConvEntry> find_entry(ConvSite& site, const ConvNhwcArgs& a) {
-  int64_t key[14];
+  int64_t key[15];
   fill_key(a, key);
   std::lock_guard<std::mutex> lock(site.mu);
   for (const auto& e : site.entries)
     if (std::memcmp(e->key, key, sizeof key) == 0) return e;
-  auto e = make_entry(a);
+  std::shared_ptr<const ConvEntry> e;
+  if (runs_bf16(a)) {
+    try {
+      e = make_entry(a, true);
+    } catch (const dnnl::error&) {  // no bf16 kernel for this CPU or shape: fp32 (the same values)
+    }
+  }
+  if (!e) e = make_entry(a, false);
   if (site.entries.size() >= ConvSite::kMaxEntries) site.entries.erase(site.entries.begin());
   site.entries.push_back(e);
   return e;
 }
 
 }  // namespace
+
+bool conv2d_nhwc_bf16() {
+  static const bool on = [] {
+    if (const char* e = std::getenv("PTC_CPU_BF16"); e && *e) return std::strcmp(e, "0") != 0;
+    return dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return on;
+}
 
 void* conv2d_nhwc_prepare() { return new (std::nothrow) ConvSite; }
 void conv2d_nhwc_release(void* site) { delete static_cast<ConvSite*>(site); }
@@ -128,7 +171,16 @@ const char* conv2d_nhwc_call(void* site_ptr, const ConvNhwcArgs& a) {
     std::shared_ptr<const ConvEntry> e = find_entry(*static_cast<ConvSite*>(site_ptr), a);
     dnnl::engine& eng = cpu_engine();
     dnnl::stream s(eng);
-    memory src(e->src, eng, const_cast<float*>(a.x)), dst(e->dst, eng, a.y);
+    memory src, dst(e->dst, eng, a.y);
+    if (e->bf16) {
+      static thread_local std::vector<uint16_t> x16;
+      const int64_t n = a.N * a.H * a.W * a.C;
+      if (x16.size() < static_cast<size_t>(n)) x16.resize(static_cast<size_t>(n));
+      to_bf16(a.x, x16.data(), n);
+      src = memory(e->src, eng, x16.data());
+    } else {
+      src = memory(e->src, eng, const_cast<float*>(a.x));
+    }
     static thread_local std::vector<unsigned char> scratch_bytes;
     if (scratch_bytes.size() < e->scratch.get_size()) scratch_bytes.resize(e->scratch.get_size());
     memory scratch(e->scratch, eng, scratch_bytes.data());
