@@ -194,13 +194,8 @@ TEST_CASE("compiled TorchScript fixtures match PyTorch eager (dynamic ones at ev
 #endif
 
 TEST_CASE("a compiled library links no libtorch, libc10 or Python", "[e2e]") {
-  std::string so = compile("tiny_tfm.pt2");
-  FILE* p = popen(("ldd " + so).c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  pclose(p);
+  std::string so = compile("tiny_tfm.pt2"), out;
+  REQUIRE(test::run_shell("ldd " + so, out) == 0);
   INFO(out);
   CHECK((out.find("libgomp") != std::string::npos || out.find("libomp") != std::string::npos));  // gcc / clang builds
   CHECK(out.find("torch") == std::string::npos);
@@ -341,12 +336,8 @@ TEST_CASE("one model handle runs from 8 threads at once for a bounded time with 
 
 #ifdef PTC_TEST_ONEDNN
 std::string ldd(const std::string& so) {
-  FILE* p = popen(("ldd " + so).c_str(), "r");
-  REQUIRE(p);
   std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  pclose(p);
+  REQUIRE(test::run_shell("ldd " + so, out) == 0);
   return out;
 }
 

@@ -312,53 +312,22 @@ void emit_window_group(std::ostream& os, const loop::Program& p, const sched::Ke
       os << in << T << " acc[" << kWindowBlock << "];\n";
       os << in << "for (int64_t j = 0; j < " << kWindowBlock << "; ++j) acc[j] = " << init << ";\n";
       std::vector<std::string> m = size_names(os, c.reduce_domain, 0, "c" + std::to_string(ci) + "_r", in);
-      // A tap over padding is where(inside, value, the reduction's identity) with `inside` the
-      // same for the whole vector of outputs (channels-last pooling: the window's position, not
-      // the channel): test it once per tap and skip the tap outside, so that the loads need no
-      // guard and stay contiguous vector loads (else clamped indices, i.e. gathers).
-      if (const ExprRef& b = c.body; b->op == Op::Where && b->args[2]->op == Op::Const &&
-                                     literal(b->args[2]->value, c.body->dtype) == init && !mentions_var(b->args[0], xi)) {
-        std::string rin = in;
-        for (size_t d = 0; d < m.size(); ++d) {  // (not unrolled: each tap is a whole vector loop)
+      // The taps (unrolled or not) around a simd loop that folds each tap's value into acc;
+      // `skip_unless`: a test printed before each tap's simd loop (nullptr: none).
+      auto taps = [&](std::string rin, bool unroll, const ExprRef& skip_unless, const std::function<std::string(ExprPrinter&)>& value) {
+        for (size_t d = 0; d < m.size(); ++d) {
+          if (unroll) os << rin << "#pragma GCC unroll 16\n";
           os << rin << "for (int64_t r" << d << " = 0; r" << d << " < " << m[d] << "; ++r" << d << ") {\n";
           rin += "  ";
         }
-        {
+        if (skip_unless) {
           ExprPrinter pc(os, rin);
-          const std::string inside = pc.print(b->args[0]);
+          const std::string inside = pc.print(skip_unless);
           os << rin << "if (!" << inside << ") continue;\n";
         }
         simd_loop(rin);
         ExprPrinter pr(os, rin + "  ");
-        std::string v = pr.print(b->args[1]);
-        os << rin << "  const " << T << " v = " << v << ";\n";
-        os << rin << "  " << T << "& a = acc[" << xi << " - lo];\n";
-        switch (c.reduce) {
-          case loop::ReduceOp::Sum: os << rin << "  a += v;\n"; break;
-          case loop::ReduceOp::Max: os << rin << "  a = (v != v || v > a) ? v : a;\n"; break;
-          default: os << rin << "  a = (v != v || v < a) ? v : a;\n"; break;
-        }
-        os << rin << "}\n";
-        for (size_t d = 0; d < m.size(); ++d) {
-          rin.resize(rin.size() - 2);
-          os << rin << "}\n";
-        }
-        simd_loop(in);
-        os << in << "  " << at << " = acc[" << xi << " - lo];\n" << in << "}\n";
-        os << indent << "}\n";
-        continue;
-      }
-      versions(in, int32_condition(c), [&](std::string rin, bool i32) {
-        for (size_t d = 0; d < m.size(); ++d) {
-          os << rin << "#pragma GCC unroll 16\n";
-          os << rin << "for (int64_t r" << d << " = 0; r" << d << " < " << m[d] << "; ++r" << d << ") {\n";
-          rin += "  ";
-        }
-        simd_loop(rin);
-        ExprPrinter pr(os, rin + "  ");
-        pr.eager_guards(p, c.body);
-        pr.index32(i32);
-        std::string v = pr.print(c.body);
+        const std::string v = value(pr);
         os << rin << "  const " << T << " v = " << v << ";\n";
         os << rin << "  " << T << "& a = acc[" << xi << " - lo];\n";
         switch (c.reduce) {
@@ -372,7 +341,24 @@ void emit_window_group(std::ostream& os, const loop::Program& p, const sched::Ke
           rin.resize(rin.size() - 2);
           os << rin << "}\n";
         }
-      });
+      };
+      // A tap over padding is where(inside, value, the reduction's identity) with `inside` the
+      // same for the whole vector of outputs (channels-last pooling: the window's position, not
+      // the channel): test it once per tap and skip the tap outside, so that the loads need no
+      // guard and stay contiguous vector loads (else clamped indices, i.e. gathers). Not
+      // unrolled: each tap is a whole vector loop.
+      if (const ExprRef& b = c.body; b->op == Op::Where && b->args[2]->op == Op::Const &&
+                                     literal(b->args[2]->value, c.body->dtype) == init && !mentions_var(b->args[0], xi)) {
+        taps(in, false, b->args[0], [&](ExprPrinter& pr) { return pr.print(b->args[1]); });
+      } else {
+        versions(in, int32_condition(c), [&](const std::string& rin, bool i32) {
+          taps(rin, true, nullptr, [&](ExprPrinter& pr) {
+            pr.eager_guards(p, c.body);
+            pr.index32(i32);
+            return pr.print(c.body);
+          });
+        });
+      }
       simd_loop(in);
       os << in << "  " << at << " = acc[" << xi << " - lo];\n" << in << "}\n";
     }
