@@ -371,7 +371,7 @@ TEST_CASE("CPU convolutions match eager channels-last on oneDNN and NCHW on ptc'
 // --precision bf16: the convolutions' operands hold bf16 values, so where the CPU has AMX (or
 // PTC_CPU_BF16=1) oneDNN computes them on bf16 operands, else in fp32: the same values either way
 // (up to the order of the sums). oneDNN's verbose log shows which primitive ran.
-TEST_CASE("--precision bf16 channels-last convolutions: both dispatch paths run, pick what PTC_CPU_BF16 says and agree", "[e2e][onednn]") {
+TEST_CASE("bf16 precision: channels-last convolutions run both dispatch paths, pick what PTC_CPU_BF16 says and agree", "[e2e][onednn]") {
   if (!kSanitize.empty()) return;
   const std::string so = compile("small_cnn.pt2", " --channels-last --precision bf16", ".bf16");
   const std::string in = test::fixture("ref/small_cnn.case0.in0.npy"), dir = test::temp_dir() + "/bf16_paths";

@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "../backends.h"
-#include "../../codegen/cpu/cpu_internal.h"
 #include "ptc/cache.h"
 #include "ptc/compile.h"
 #include "ptc/error.h"
@@ -65,7 +64,7 @@ class CpuBackend final : public Backend {
     return o;
   }
   std::string kernel_library(const loop::Program& p, const sched::Kernel& k) const override {
-    return cpu::kernel_on_onednn(p, k) ? "oneDNN" : "";
+    return cpu_kernel_on_onednn(p, k) ? "oneDNN" : "";
   }
   sched::ScheduleOptions schedule_options() const override {
     sched::ScheduleOptions o;

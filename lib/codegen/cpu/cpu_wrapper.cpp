@@ -52,6 +52,8 @@ WeightLayout layout_weight_names(const std::vector<std::string>& names, const Gr
 
 using loop::Buffer;
 
+bool cpu_kernel_on_onednn(const loop::Program& p, const sched::Kernel& k) { return cpu::kernel_on_onednn(p, k); }
+
 LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
                            const std::string& part, const CodegenOptions& opts) {
   PTC_CHECK(part.empty() || !weights.external, "a training library's parts read embedded weights");
