@@ -775,8 +775,7 @@ void emit_conv_nhwc(std::ostream& os, const loop::Program& p, const sched::Kerne
 void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent,
                const std::string& prepared, bool conv_bf16) {
   const Computation& c = p.comps[k.comps.front()];
-  if (c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc)
-    return emit_conv_nhwc(os, p, k, indent, prepared, conv_bf16);
+  if (kernel_on_onednn(p, k)) return emit_conv_nhwc(os, p, k, indent, prepared, conv_bf16);
   if (c.extern_kind == loop::ExternKind::ConvWeightGrad) return emit_conv_weight_grad(os, p, c, indent);
   if (c.extern_kind == loop::ExternKind::ConvInputGrad) return emit_conv_input_grad(os, p, k, indent);
   if (c.extern_kind == loop::ExternKind::MaxPoolGrad) return emit_max_pool_grad(os, p, k, indent);
@@ -831,10 +830,10 @@ bool kernel_on_onednn(const loop::Program& p, const sched::Kernel& k) {
 std::string prepare_function_name(size_t index) { return "ptc_prepare_" + std::to_string(index); }
 
 bool kernel_prepares(const loop::Program& p, const sched::Kernel& k) {
+  if (kernel_on_onednn(p, k)) return true;  // oneDNN's call site (its primitives per shape)
   if (k.kind != sched::Kernel::Kind::Conv) return false;
   const Computation& c = p.comps[k.comps.front()];
   if (c.extern_kind != loop::ExternKind::Convolution) return false;
-  if (c.as<loop::ConvAttrs>().nhwc) return true;  // oneDNN's call site (its primitives per shape)
   const loop::View& W = c.operands[1];
   if (p.buffers[W.buffer].kind != loop::Buffer::Kind::Weight || p.buffers[c.out].dtype != DType::Float32) return false;
   // what conv2d_prepare reads must not depend on the sizes of the inputs
