@@ -18,6 +18,14 @@ The reference is torch's math SDPA in float64; max |ptc - ref| must be within 1e
 attention runs on TF32 tensor cores for head sizes up to 128. TF32 rounds q, k, p and v to 10-bit
 mantissas: the error must be within TF32_TOL of (1 + max |ref|), and the row also reports torch's
 own error with TF32 matmuls (its math backend with allow_tf32) for comparison.
+
+--half bf16|fp16 (with --build and --check): the modules are exported in that dtype (inputs and a
+float mask too), so ptc's half-precision tensor-core kernel runs them. --autocast bf16|fp16: the
+float32 modules are compiled with `ptc compile --precision bf16 / fp16` (autocast's policy: q, k
+and v rounded to the half dtype, a float mask kept float32, the output widened back). Either way
+the reference is float64 math on the inputs ptc receives, torch's own result in the same precision
+(its default SDPA backend, in the half dtype or under torch.autocast) is measured against it too,
+and ptc's max error must be within HALF_WORSE times torch's plus HALF_ATOL of (1 + max |ref|).
 """
 import argparse
 import concurrent.futures
@@ -54,23 +62,38 @@ CASES = {
     "bert_b8": (8, 12, 128, 128, 64, 64, False, "float", True),
     "vit_s_b8": (8, 6, 197, 197, 64, 64, False, None, True),
     "gpt2_b4": (4, 12, 128, 128, 64, 64, True, None, True),
+    # Grouped-query attention (enable_gqa): k and v with H / GROUPS[case] heads.
+    "gqa_d64": (2, 8, 70, 70, 64, 64, True, None, False),
+    "gqa_d128": (1, 8, 33, 90, 128, 128, False, "float", False),
 }
+GROUPS = {"gqa_d64": 4, "gqa_d128": 2}
 
 
 class Sdpa(torch.nn.Module):
-    def __init__(self, causal, split_heads, heads):
+    def __init__(self, causal, split_heads, heads, gqa=False):
         super().__init__()
-        self.causal, self.split, self.heads = causal, split_heads, heads
+        self.causal, self.split, self.heads, self.gqa = causal, split_heads, heads, gqa
 
     def forward(self, q, k, v, mask=None):
         if self.split:  # [B, T, H*D] -> [B, H, T, D]: strided views
             B, T, HD = q.shape
-            q, k, v = (t.view(B, T, self.heads, HD // self.heads).transpose(1, 2) for t in (q, k, v))
+            q, k, v = (t.view(B, t.shape[1], self.heads, t.shape[2] // self.heads).transpose(1, 2) for t in (q, k, v))
+        if self.gqa:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal, enable_gqa=True)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal)
 
 
-def inputs(case, seed=0):
+def module_of(case):
+    spec = CASES[case]
+    return Sdpa(spec[6], spec[8], spec[1], case in GROUPS)
+
+
+HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def inputs(case, seed=0, half=None):
     B, H, Tq, Tk, D, Dv, causal, mask, split = CASES[case]
+    Hkv = H // GROUPS.get(case, 1)
     g = torch.Generator().manual_seed(seed)
     if split:
         q = torch.randn(B, Tq, H * D, generator=g)
@@ -78,8 +101,8 @@ def inputs(case, seed=0):
         v = torch.randn(B, Tk, H * Dv, generator=g)
     else:
         q = torch.randn(B, H, Tq, D, generator=g)
-        k = torch.randn(B, H, Tk, D, generator=g)
-        v = torch.randn(B, H, Tk, Dv, generator=g)
+        k = torch.randn(B, Hkv, Tk, D, generator=g)
+        v = torch.randn(B, Hkv, Tk, Dv, generator=g)
     args = [q, k, v]
     if mask == "bool":
         args.append(torch.rand(B, 1, Tq, Tk, generator=g) > 0.3)
@@ -89,51 +112,68 @@ def inputs(case, seed=0):
         args.append(m)
     elif mask == "float":
         args.append(torch.randn(Tq, Tk, generator=g))
+    if half:  # every floating input in the half dtype (torch wants a float mask in q's dtype)
+        args = [a.to(HALF[half]) if a.is_floating_point() else a for a in args]
     return args
 
 
 TF32_TOL = 5e-3
+HALF_WORSE, HALF_ATOL = 2.0, 1e-3
 
 
-def build(out, ptc, jobs, tf32=False):
+def build(out, ptc, jobs, tf32=False, half=None, autocast=None):
     out.mkdir(parents=True, exist_ok=True)
+    flags = ["--tf32"] if tf32 else ["--precision", autocast] if autocast else []
 
     def compile_case(case):
         lib = out / f"attn_{case}.so"
-        subprocess.run([ptc, "compile", "-q", str(out / f"attn_{case}.pt2"), "-o", str(lib), "--device", "cuda"] + (["--tf32"] if tf32 else []),
-                       check=True)
+        subprocess.run([ptc, "compile", "-q", str(out / f"attn_{case}.pt2"), "-o", str(lib), "--device", "cuda"] + flags, check=True)
         return lib
 
-    for case, spec in CASES.items():
-        module = Sdpa(spec[6], spec[8], spec[1]).eval()
-        torch.export.save(torch.export.export(module, tuple(inputs(case))), str(out / f"attn_{case}.pt2"))
+    for case in CASES:
+        module = module_of(case).eval()
+        torch.export.save(torch.export.export(module, tuple(inputs(case, half=half))), str(out / f"attn_{case}.pt2"))
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         for lib in pool.map(compile_case, CASES):
             print(lib)
 
 
-def check(out, bench, tf32=False):
+def check(out, bench, tf32=False, half=None, autocast=None):
     import ptc
     torch.backends.cuda.matmul.allow_tf32 = False
     failures, rows = 0, []
     for case in CASES:
-        args = [a.cuda() for a in inputs(case)]
+        args = [a.cuda() for a in inputs(case, half=half)]
         spec = CASES[case]
-        module = Sdpa(spec[6], spec[8], spec[1])
+        module = module_of(case)
         with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
             ref = module(*[a.double() if a.is_floating_point() else a for a in args]).float()
         m = ptc.Model(str(out / f"attn_{case}.so"))
-        got = m(*args)[0]
+        got = m(*args)[0].float()
         torch.cuda.synchronize()
         nan_ok = bool(torch.equal(torch.isnan(got), torch.isnan(ref)))
         fin = ~torch.isnan(ref)
         err = (got[fin] - ref[fin]).abs().max().item() if fin.any() else 0.0
         scale = ref[fin].abs().max().item() if fin.any() else 0.0
-        # TF32 only where the tensor-core kernel runs (head sizes up to 128); else the exact kernel.
-        tc = tf32 and max(spec[4], spec[5]) <= 128
-        ok = nan_ok and err <= (TF32_TOL * (1 + scale) if tc else 1e-4 + 1e-4 * scale)
+        row = {"case": case, "shape": list(spec[:6]), "max_err": err, "nan_ok": nan_ok}
+        if half or autocast:  # torch in the same precision, against the same reference
+            if autocast:
+                with torch.autocast("cuda", dtype=HALF[autocast]):
+                    mine = module(*args)
+            else:
+                mine = module(*args)
+            mine = mine.float()
+            torch_err = (mine[fin] - ref[fin]).abs().max().item() if fin.any() else 0.0
+            row["torch_err"] = torch_err
+            # torch's half kernels give NaN or zeros for fully masked rows by backend: compare finite rows only
+            nan_ok = bool(torch.equal(torch.isnan(got)[fin], torch.isnan(ref)[fin]))
+            ok = nan_ok and err <= HALF_WORSE * torch_err + HALF_ATOL * (1 + scale)
+        else:
+            # TF32 only where the tensor-core kernel runs (head sizes up to 128); else the exact kernel.
+            tc = tf32 and max(spec[4], spec[5]) <= 128
+            ok = nan_ok and err <= (TF32_TOL * (1 + scale) if tc else 1e-4 + 1e-4 * scale)
         failures += not ok
-        row = {"case": case, "shape": list(spec[:6]), "max_err": err, "nan_ok": nan_ok, "ok": ok}
+        row["ok"] = ok
         if tf32:  # torch's math SDPA with TF32 matmuls, against the same float64 reference
             torch.backends.cuda.matmul.allow_tf32 = True
             with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
@@ -152,11 +192,17 @@ def check(out, bench, tf32=False):
                 e.record()
                 torch.cuda.synchronize()
                 return s.elapsed_time(e) / reps
-            outs = [torch.empty_like(got)]
+            outs = [torch.empty_like(m(*args)[0])]
             run = m.prepare(*args, out=outs)
             row["ptc_ms"] = t(run)
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            row["eager_ms"] = t(lambda: module(*args))
+            if autocast:
+                def eager():
+                    with torch.autocast("cuda", dtype=HALF[autocast]):
+                        return module(*args)
+                row["eager_ms"] = t(eager)
+            else:
+                row["eager_ms"] = t(lambda: module(*args))
             torch.backends.cuda.matmul.allow_tf32 = False
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -173,11 +219,13 @@ def main():
     ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
     ap.add_argument("--jobs", type=int, default=2, help="compiles at a time")
     ap.add_argument("--tf32", action="store_true", help="libraries compiled with --tf32, checked with TF32 tolerances")
+    ap.add_argument("--half", choices=sorted(HALF), help="modules exported in this dtype (ptc's half-precision kernel)")
+    ap.add_argument("--autocast", choices=sorted(HALF), help="float32 modules compiled with --precision in this dtype")
     a = ap.parse_args()
     if a.build:
-        build(Path(a.build), a.ptc_binary, a.jobs, a.tf32)
+        build(Path(a.build), a.ptc_binary, a.jobs, a.tf32, a.half, a.autocast)
     if a.check:
-        return check(Path(a.check), a.bench, a.tf32)
+        return check(Path(a.check), a.bench, a.tf32, a.half, a.autocast)
     return 0
 
 

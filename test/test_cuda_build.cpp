@@ -243,20 +243,22 @@ TEST_CASE("CUDA --precision bf16 / fp16: GEMMs and convolutions in half precisio
       REQUIRE(r.exit_code == 0);
       // A model exported in bfloat16 computes in bfloat16 whatever the flag; an fp32 one in `p`.
       const std::string half = std::string(name).find("bf16") != std::string::npos || std::string(p) == "bf16" ? "bf16" : "f16";
-      // every GEMM / convolution extern writes a half-precision buffer
+      // every GEMM / convolution / attention extern writes a half-precision buffer
       std::istringstream lines(r.output);
       std::map<std::string, std::string> dtype_of;  // buffer -> dtype, from the buffer lines
-      int externs = 0;
+      int externs = 0, attention = 0;
       for (std::string line; std::getline(lines, line);) {
         std::smatch m;
         if (std::regex_search(line, m, std::regex("^(?:temp|output|weight|input) (\\w+): (\\w+)\\[")))
           dtype_of[m[1]] = m[2];
-        if (std::regex_search(line, m, std::regex("^(\\w+) = (gemm|conv)\\("))) {
+        if (std::regex_search(line, m, std::regex("^(\\w+) = (gemm|conv|attention)\\("))) {
           ++externs;
+          attention += m[2] == "attention";
           CHECK(dtype_of[m[1]] == half);
         }
       }
       CHECK(externs > 0);
+      if (std::string(name).find("tfm") != std::string::npos) CHECK(attention > 0);  // ptc_cuda_attention.cu's half kernels
       std::string syms = shell("nm -D --defined-only " + so);
       CHECK(syms.find("ptc_run") != std::string::npos);
     }

@@ -610,6 +610,68 @@ TEST_CASE("autocast: an attention's additive mask stays float32", "[passes][half
   CHECK(out->outputs[0]->type.dtype == DType::Float32);
 }
 
+TEST_CASE("library_ops_f32: attention stays half where the backend's is native, its float32 mask aside", "[passes][half]") {
+  Builder b;
+  auto T = [](int64_t n) { return std::vector<sym::Expr>{sym::Expr(1), sym::Expr(2), sym::Expr(n), sym::Expr(8)}; };
+  Value* q = b.input("q", DType::Float32, T(4));
+  Value* k = b.input("k", DType::Float32, T(6));
+  Value* v = b.input("v", DType::Float32, T(6));
+  Value* m = b.input("m", DType::Float32, {sym::Expr(1), sym::Expr(1), sym::Expr(4), sym::Expr(6)});
+  Value* y = b.op(OpKind::ScaledDotProductAttention, "sdpa", {{"query", q}, {"key", k}, {"value", v}, {"attn_mask", m}});
+  b.g->outputs = {y};
+  auto half = autocast(*b.g, DType::BFloat16);
+  for (bool native : {false, true}) {
+    INFO("native attention: " << native);
+    HalfLibraryOps ops;
+    ops.attention = native;
+    auto out = library_ops_f32(*half, ops);
+    INFO(print_graph(*out));
+    int seen = 0;
+    for (const auto& n : out->nodes()) {
+      if (n->kind != OpKind::ScaledDotProductAttention) continue;
+      ++seen;
+      for (const char* name : {"query", "key", "value"})
+        CHECK(std::get<Value*>(*n->arg(name))->type.dtype == (native ? DType::BFloat16 : DType::Float32));
+      CHECK(std::get<Value*>(*n->arg("attn_mask"))->type.dtype == DType::Float32);
+      CHECK(n->outputs[0]->type.dtype == (native ? DType::BFloat16 : DType::Float32));
+    }
+    CHECK(seen == 1);
+  }
+}
+
+TEST_CASE("fold_round_trips: a half value widened, rearranged and narrowed again is read as it is", "[passes][half]") {
+  Builder b;
+  Value* x = b.input("x", DType::BFloat16, {sym::Expr(2), sym::Expr(3), sym::Expr(24)});
+  Value* wide = b.op(OpKind::ToDtype, "wide", {{"self", x}, {"dtype", DType::Float32}});
+  std::vector<Value*> parts = b.node(OpKind::SplitTensor, "split", {{"self", wide}, {"split_size", sym::Expr(8)}, {"dim", int64_t{2}}});
+  REQUIRE(parts.size() == 3);
+  std::vector<Value*> heads;
+  for (size_t i = 0; i < 3; ++i) {
+    Value* view = b.op(OpKind::View, "view" + std::to_string(i), {{"self", parts[i]}, {"size", std::vector<sym::Expr>{2, 3, 2, 4}}});
+    Value* t = b.op(OpKind::TransposeInt, "t" + std::to_string(i), {{"self", view}, {"dim0", int64_t{1}}, {"dim1", int64_t{2}}});
+    heads.push_back(b.op(OpKind::ToDtype, "narrow" + std::to_string(i), {{"self", t}, {"dtype", DType::BFloat16}}));
+  }
+  Value* att = b.op(OpKind::ScaledDotProductAttention, "sdpa", {{"query", heads[0]}, {"key", heads[1]}, {"value", heads[2]}});
+  // Not exact, so kept: float32 narrowed to float16 (another half dtype than the source's).
+  Value* other = b.op(OpKind::ToDtype, "f16", {{"self", wide}, {"dtype", DType::Float16}});
+  Value* sum = b.op(OpKind::Sum, "sum", {{"self", other}});
+  b.g->outputs = {att, sum};
+  auto out = dead_code_elimination(*fold_round_trips(*b.g));
+  INFO(print_graph(*out));
+  CHECK(verify_graph(*out).empty());
+  for (const auto& n : out->nodes()) {
+    if (n->kind == OpKind::ScaledDotProductAttention)
+      for (const char* name : {"query", "key", "value"}) {
+        const Value* in = std::get<Value*>(*n->arg(name));
+        CHECK(in->type.dtype == DType::BFloat16);
+        REQUIRE(in->producer);
+        CHECK(in->producer->kind == OpKind::TransposeInt);  // the views of x itself
+      }
+  }
+  CHECK(count_kind(*out, OpKind::SplitTensor) == 1);  // one split of x, shared by q, k and v
+  CHECK(count_kind(*out, OpKind::ToDtype) == 2);      // `wide` and `f16` stay (for the sum)
+}
+
 TEST_CASE("channels_last_weights: convolution weights become KRSC constants; channels_last_pays", "[passes]") {
   auto g = load_pt2(test::fixture("small_cnn.pt2"));
   CHECK(channels_last_pays(*g, false));

@@ -22,6 +22,10 @@ struct LowerOptions {
   // The largest head size (of q/k and of v) the fused kernel takes; 0: any. Larger or symbolic
   // head sizes lower as GEMMs around a softmax.
   int64_t max_fused_head = 0;
+  // The fused extern also takes bfloat16 / float16 q, k and v (of one dtype; a float mask stays
+  // float32) and writes its output in that dtype; false: float32 q, k and v only (half operands
+  // lower as GEMMs around a float32 softmax).
+  bool half_attention = false;
   // Ungrouped float32 2-d convolutions as im2col columns (a gather) times the weight (a GEMM per
   // image); false: the backend's convolution extern.
   bool conv_as_gemm = false;

@@ -79,6 +79,12 @@ std::optional<OpKind> find_op(const std::string& qualified);
 // ("aten::add.Tensor", "_operator::mul"); the "default" overload is dropped.
 std::string qualified_from_target(const std::string& target);
 
+// Ops whose outputs are views or copies of their first tensor argument's elements, in its dtype
+// (view, reshape, permute, transpose, split, slice, select, expand, squeeze / unsqueeze,
+// contiguous, clone, ...): what they compute from x they would compute alike from x in another
+// dtype.
+bool op_rearranges(OpKind kind);
+
 // torch's elu family as elu(x, alpha, scale, input_scale) = scale x where x > 0, else
 // scale alpha (exp(input_scale x) - 1): elu's own arguments; selu's fixed constants; celu's
 // alpha with input_scale 1 / alpha. `given`: the node's arguments where it has them.

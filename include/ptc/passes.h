@@ -163,6 +163,10 @@ std::unique_ptr<Graph> fold_batch_norm(const Graph& g);
 // passes below read it, and every backend runs both, so `--precision` means the same on each.
 enum class LibraryClass { None, Gemm, Conv, Attention };
 LibraryClass library_class(OpKind k);
+// Whether argument `arg` of library operation `n` stays float32 in every precision: an
+// attention's additive mask (the attention kernels add it in float32; rounded to float16, a
+// large negative mask value would become -inf).
+bool library_f32_arg(const Node& n, size_t arg);
 // Which library classes a backend computes natively in float16 / bfloat16 (tensor cores with
 // float32 accumulation); the others get float32 operands from library_ops_f32.
 struct HalfLibraryOps {
@@ -199,6 +203,18 @@ std::unique_ptr<Graph> autocast(const Graph& g, DType half);
 //       `native` takes it; the converted node keeps its name and source, its outputs are new
 //       values NAME_f32.
 std::unique_ptr<Graph> library_ops_f32(const Graph& g, const HalfLibraryOps& native = {});
+
+// ---- conversion round trips (lib/passes/fold_round_trips.cpp) -----------------------------------
+//
+// A conversion to a half dtype H of a value that is an exact widening of an H value (its
+// conversion to float32 / float64), possibly taken through ops that only rearrange elements
+// (op_rearranges: views, splits, reshapes, copies), reads those rearrangements of the H value
+// instead (new nodes, outputs NAME_<dtype>); the widened chain is left for dce. autocast makes
+// this pattern wherever one library operation's output, split or reshaped, feeds another. A
+// conversion whose output is a graph output is kept (the output's layout is the model's).
+// Pre:  verify_graph(g) is empty.
+// Post: verify_graph is empty; the values the graph computes are unchanged, bit for bit.
+std::unique_ptr<Graph> fold_round_trips(const Graph& g);
 
 // ---- channels-last convolution weights (lib/passes/channels_last.cpp) --------------------------
 //

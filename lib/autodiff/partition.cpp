@@ -36,18 +36,7 @@
 namespace ptc {
 namespace {
 
-bool is_view(OpKind k) {
-  switch (k) {
-    case OpKind::View: case OpKind::Reshape: case OpKind::UnderscoreUnsafeView: case OpKind::Permute:
-    case OpKind::TransposeInt: case OpKind::T: case OpKind::Expand: case OpKind::ExpandAs: case OpKind::Alias:
-    case OpKind::FlattenUsingInts: case OpKind::UnflattenInt: case OpKind::Unsqueeze: case OpKind::SqueezeDim:
-    case OpKind::SqueezeDims: case OpKind::Squeeze: case OpKind::SliceTensor: case OpKind::SelectInt: case OpKind::Narrow:
-    case OpKind::SplitTensor: case OpKind::SplitWithSizes: case OpKind::Chunk: case OpKind::UnbindInt: case OpKind::Detach:
-    case OpKind::Contiguous: case OpKind::Clone: case OpKind::LiftFreshCopy:
-      return true;
-    default: return false;
-  }
-}
+bool is_view(OpKind k) { return op_rearranges(k); }
 
 // Cheap to recompute in the backward (min-cut mode): elementwise math, casts, layer norm,
 // eval-mode batch norm.

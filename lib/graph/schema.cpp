@@ -281,6 +281,19 @@ const Table& table() {
 
 const std::vector<OpInfo>& all_ops() { return table().ops; }
 
+bool op_rearranges(OpKind k) {
+  switch (k) {
+    case OpKind::View: case OpKind::Reshape: case OpKind::UnderscoreUnsafeView: case OpKind::Permute:
+    case OpKind::TransposeInt: case OpKind::T: case OpKind::Expand: case OpKind::ExpandAs: case OpKind::Alias:
+    case OpKind::FlattenUsingInts: case OpKind::UnflattenInt: case OpKind::Unsqueeze: case OpKind::SqueezeDim:
+    case OpKind::SqueezeDims: case OpKind::Squeeze: case OpKind::SliceTensor: case OpKind::SelectInt: case OpKind::Narrow:
+    case OpKind::SplitTensor: case OpKind::SplitWithSizes: case OpKind::Chunk: case OpKind::UnbindInt: case OpKind::Detach:
+    case OpKind::Contiguous: case OpKind::Clone: case OpKind::LiftFreshCopy:
+      return true;
+    default: return false;
+  }
+}
+
 EluConstants elu_constants(OpKind kind, EluConstants given) {
   if (kind == OpKind::Selu) return {1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1};
   if (kind == OpKind::Celu) return {given.alpha, 1, 1 / given.alpha};

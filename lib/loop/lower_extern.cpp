@@ -247,17 +247,20 @@ TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
 
 namespace {
 
-// The fused extern applies to float32 q, k, v of rank 2..4 with equal leading dims (and head
-// sizes up to max_head when that is set).
-bool fusable(const TensorRef& q, const TensorRef& k, const TensorRef& v, DType compute, int64_t max_head, int64_t kv_group) {
+// The fused extern applies to q, k, v of rank 2..4 with equal leading dims (and head sizes up to
+// max_fused_head when that is set), all float32 (computing in float32), or all of one half dtype
+// where the backend's extern takes it (LowerOptions::half_attention).
+bool fusable(const LowerOptions& o, const TensorRef& q, const TensorRef& k, const TensorRef& v, DType compute, int64_t kv_group) {
   if (compute != DType::Float32 || q.rank() < 2 || q.rank() > 4 || k.rank() != q.rank() || v.rank() != q.rank()) return false;
-  if (max_head > 0)
+  if (o.max_fused_head > 0)
     for (const TensorRef* t : {&q, &v}) {
       auto head = t->sizes.back().as_const();
-      if (!head || *head > max_head) return false;
+      if (!head || *head > o.max_fused_head) return false;
     }
-  for (const TensorRef* t : {&q, &k, &v})
-    if (t->dtype != DType::Float32) return false;
+  const DType dt = q.dtype;
+  if (dt != DType::Float32 && !(o.half_attention && dtype_is_half(dt))) return false;
+  for (const TensorRef* t : {&k, &v})
+    if (t->dtype != dt) return false;
   if (kv_group > 1 && q.rank() != 4) return false;
   for (size_t d = 0; d + 2 < q.rank(); ++d) {
     const sym::Expr kd = d == 1 && kv_group > 1 ? k.sizes[d] * kv_group : k.sizes[d];
@@ -280,7 +283,7 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
                     bool bool_mask_keeps, bool causal, double scale, DType compute, bool masked_rows_zero, bool need_probs,
                     int64_t kv_group) {
   const size_t r = q.rank();
-  const bool fuse = L.options.fused_attention && !need_probs && fusable(q, k, v, compute, L.options.max_fused_head, kv_group);
+  const bool fuse = L.options.fused_attention && !need_probs && fusable(L.options, q, k, v, compute, kv_group);
   if (kv_group > 1 && !fuse)
     return attention(L, q, expand_heads(L, k, q.sizes[1], kv_group), expand_heads(L, v, q.sizes[1], kv_group), mask, bool_mask_keeps,
                      causal, scale, compute, masked_rows_zero, need_probs);
@@ -309,11 +312,11 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
     attrs.kv_group = kv_group;
     if (L.options.attention_heads_inner && r == 4) {  // stored [B, T, H, Dv], returned as [B, H, T, Dv]
       attrs.heads_inner = true;
-      return {permute(L, emit_extern(L, ExternKind::Attention, DType::Float32, {out[0], out[2], out[1], out[3]}, std::move(ops), attrs),
+      return {permute(L, emit_extern(L, ExternKind::Attention, q.dtype, {out[0], out[2], out[1], out[3]}, std::move(ops), attrs),
                       {0, 2, 1, 3}),
               std::nullopt};
     }
-    return {emit_extern(L, ExternKind::Attention, DType::Float32, out, std::move(ops), attrs), std::nullopt};
+    return {emit_extern(L, ExternKind::Attention, q.dtype, out, std::move(ops), attrs), std::nullopt};
   }
   TensorRef s = gemm(L, q, transpose_last(L, k), compute);
   if (mask) mask = L.broadcast_to(*mask, s.sizes);
@@ -630,7 +633,7 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
       TensorRef out = attention(L, q, k, v, mask, /*bool_mask_keeps=*/true, a.b("is_causal"), scale, compute, /*masked_rows_zero=*/true,
                                 /*need_probs=*/false, group)
                           .out;
-      if (compute != dt) out = map1(L, out, dt, [dt](ExprRef e) { return cast(e, dt); });
+      if (out.dtype != dt) out = map1(L, out, dt, [dt](ExprRef e) { return cast(e, dt); });
       if (n.outputs.size() == 1) return one(out);
       Lowering* lp = &L;
       return std::vector<TensorRef>{out, L.pointwise(DType::Float32, a.out_sizes(1), [lp](const Index&) -> ExprRef {

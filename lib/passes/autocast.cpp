@@ -38,15 +38,13 @@ namespace {
 
 bool is_f32_tensor(const Value* v) { return v && v->type.is_tensor() && v->type.dtype == DType::Float32; }
 
-// The arguments autocast leaves in float32: an attention's additive mask (ptc's attention adds
-// it in float32; rounded to float16, a large negative mask value would become -inf).
-bool keeps_f32(const Node& n, size_t arg) {
+}  // namespace
+
+bool library_f32_arg(const Node& n, size_t arg) {
   if (library_class(n.kind) != LibraryClass::Attention) return false;
   const Arg* a = &n.args[arg];
   return a == n.arg("attn_mask") || a == n.arg("mask");
 }
-
-}  // namespace
 
 std::unique_ptr<Graph> autocast(const Graph& g, DType half) {
   PTC_CHECK(dtype_is_half(half), "autocast to ", dtype_name(half));
@@ -58,7 +56,7 @@ std::unique_ptr<Graph> autocast(const Graph& g, DType half) {
     bool reads_f32 = false;
     for (const Value* v : n.inputs()) reads_f32 = reads_f32 || is_f32_tensor(v);
     if (library_class(n.kind) != LibraryClass::None && reads_f32)
-      convert_operands(rw, b, n, half, [&](const Value* v, size_t arg) { return is_f32_tensor(v) && !keeps_f32(n, arg); }, is_f32_tensor,
+      convert_operands(rw, b, n, half, [&](const Value* v, size_t arg) { return is_f32_tensor(v) && !library_f32_arg(n, arg); }, is_f32_tensor,
                        narrowed, "_half");
     else
       rw.copy_node(n);

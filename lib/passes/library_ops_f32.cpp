@@ -9,6 +9,7 @@
 // folded by the next pass, so a GEMM reads a float32 copy of its weight made at compile time. The
 // conversions of activations are pointwise nodes that fuse with their producers and consumers.
 #include <unordered_map>
+#include <vector>
 
 #include "ptc/error.h"
 #include "ptc/node_builder.h"
@@ -28,7 +29,8 @@ bool touches_half(const Node& n) {
 }
 
 // Whether the backend computes `n` as it is: its class is native in half precision and every
-// floating tensor it reads or writes has one half dtype.
+// floating tensor it reads or writes has one half dtype (an attention's float32 mask aside:
+// library_f32_arg).
 bool native_half(const Node& n, const HalfLibraryOps& native) {
   if (!native.native(library_class(n.kind))) return false;
   std::optional<DType> half;
@@ -38,8 +40,15 @@ bool native_half(const Node& n, const HalfLibraryOps& native) {
     half = v->type.dtype;
     return true;
   };
-  for (const Value* v : n.inputs())
-    if (!same(v)) return false;
+  for (size_t i = 0; i < n.args.size(); ++i) {
+    std::vector<const Value*> vs;
+    if (auto v = std::get_if<Value*>(&n.args[i])) vs.push_back(*v);
+    if (auto l = std::get_if<std::vector<Value*>>(&n.args[i])) vs.assign(l->begin(), l->end());
+    for (const Value* v : vs) {
+      if (!v || (v->type.is_tensor() && v->type.dtype == DType::Float32 && library_f32_arg(n, i))) continue;
+      if (!same(v)) return false;
+    }
+  }
   for (const Value* v : n.outputs)
     if (!same(v)) return false;
   return true;

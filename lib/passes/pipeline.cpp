@@ -31,7 +31,8 @@ std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void
   }
   const HalfLibraryOps native = opts.half_native;
   passes.emplace_back("library_ops_f32", [native](const Graph& x) { return library_ops_f32(x, native); });
-  passes.insert(passes.end(), {{"fold_constants", fold_constants},
+  passes.insert(passes.end(), {{"fold_round_trips", fold_round_trips},
+                               {"fold_constants", fold_constants},
                                {"cse", common_subexpression_elimination},
                                {"dce", dead_code_elimination},
                                {"prune_unused_weights", prune_unused_weights}});

@@ -42,10 +42,11 @@ class CudaBackend final : public Backend {
     if (!o.build.sanitize.empty()) user_error("--sanitize is for --device cpu; check CUDA libraries with compute-sanitizer instead");
   }
   bool supports(Precision) const override { return true; }
-  // cuBLASLt's and cuDNN's half-precision tensor-core kernels; attention stays float32 so far.
+  // cuBLASLt's and cuDNN's half-precision tensor-core kernels, and ptc's half attention
+  // (ptc_cuda_attention.cu).
   HalfLibraryOps half_native() const override {
     HalfLibraryOps h;
-    h.gemm = h.conv = true;
+    h.gemm = h.conv = h.attention = true;
     return h;
   }
   void resolve_tools(BuildOptions& build) const override { build.nvcc = find_nvcc(build.nvcc); }
@@ -58,6 +59,7 @@ class CudaBackend final : public Backend {
   LowerOptions lower_options(bool channels_last) const override {
     LowerOptions o;
     o.max_fused_head = ptc_cuda::kAttentionMaxHead;
+    o.half_attention = true;
     o.cudnn_conv = true;
     o.attention_heads_inner = true;
     o.channels_last = channels_last;

@@ -579,22 +579,25 @@ void emit_conv(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
 }
 
 // Fused attention (ptc_cuda::attention): q, k, v (and the mask) as strided views whose up to two
-// leading dimensions are batch and heads.
+// leading dimensions are batch and heads; q, k, v and the output of one element type (float32, or
+// bfloat16 / float16 where the backend computes attention natively: Backend::half_native).
 void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
   const Computation& c = p.comps[k.comps.front()];
-  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CUDA attention supports float32 only so far (", c.origin, ")");
+  const std::string type = elem_type(p, c, "attention");
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx& ctx) {\n";
   emit_sym_locals(os, syms, "  ");
   os << "  ptc_cuda::Attention a{};\n";
-  // TF32 tensor cores under tf32, and under bf16 / fp16: there autocast rounded q, k and v to the
-  // half dtype, whose values TF32 holds exactly, so q.k is the half-precision product with fp32
-  // accumulation; the probabilities are rounded to TF32 (torch's half kernels: to the half dtype).
+  os << "  a.elem = " << type << ";\n";
+  // float32: TF32 tensor cores under tf32, and under bf16 / fp16 where attention stayed float32
+  // (autocast rounded q, k and v to the half dtype, whose values TF32 holds exactly, so q.k is the
+  // half-precision product with fp32 accumulation).
   os << "  a.tf32 = ctx.math.attention != ptc_rt::MathMode::FP32;\n";
   os << wrapper::attention_fields(c, "  ", [&](size_t i, const loop::View& v) {
-    const bool bytes = i == 3 && p.buffers[v.buffer].dtype != DType::Float32;  // a bool mask
-    return std::string("static_cast<const ") + (bytes ? "unsigned char" : "float") + "*>(buf[" + std::to_string(v.buffer) + "])";
+    const DType dt = p.buffers[v.buffer].dtype;
+    const char* t = i < 3 ? ctype(dt) : dt == DType::Float32 ? "float" : "unsigned char";  // a float32 or bool mask
+    return std::string("static_cast<const ") + t + "*>(buf[" + std::to_string(v.buffer) + "])";
   });
-  os << "  a.o = static_cast<float*>(buf[" << c.out << "]);\n";
+  os << "  a.o = static_cast<" << ctype(p.buffers[c.out].dtype) << "*>(buf[" << c.out << "]);\n";
   os << "  return ptc_cuda::attention(a, stream);\n}\n\n";
 }
 

@@ -88,6 +88,8 @@ LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, co
   src.files.emplace_back(part.empty() ? "model.cu" : part + "_model.cu", os.str());
   src.runtime_units = {"ptc_cuda_runtime.cu", "ptc_cuda_gemm_tc.cu"};
   if (cudnn) src.runtime_units.insert(src.runtime_units.end(), {"ptc_cuda_cudnn.cu", "ptc_cuda_cudnn_graph.cu"});
+  if (std::any_of(s.kernels.begin(), s.kernels.end(), [](const sched::Kernel& k) { return k.kind == sched::Kernel::Kind::Attention; }))
+    src.runtime_units.push_back("ptc_cuda_attention.cu");
   return src;
 }
 

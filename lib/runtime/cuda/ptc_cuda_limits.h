@@ -8,7 +8,8 @@
 namespace ptc_cuda {
 
 // The fused attention kernel's largest head sizes (of q / k and of v): any up to
-// kAttentionMaxHead; on tensor cores (TF32, half precision) up to kAttentionMmaHead.
+// kAttentionMaxHead (bfloat16 / float16 on tensor cores too); on TF32 tensor cores up to
+// kAttentionMmaHead.
 constexpr int64_t kAttentionMaxHead = 256, kAttentionMmaHead = 128;
 
 }  // namespace ptc_cuda

@@ -197,23 +197,26 @@ inline size_t conv_workspace_limit(const Ctx& ctx) {
   return most > ctx.gemm_ws_bytes ? most : ctx.gemm_ws_bytes;
 }
 
-// Fused scaled-dot-product attention, flash-style (tiled, online softmax, no Tq x Tk buffer):
+// Fused scaled-dot-product attention, flash-style (tiled, online softmax, no Tq x Tk buffer;
+// ptc_cuda_attention.cu):
 //   o[b, h, i, :] = sum_j softmax_j(scale * q[b, h, i, :] . k[b, h, j, :] + mask) v[b, h, j, :]
-// Exact fp32, or with tf32 (ptc compile --precision tf32) and head sizes up to kAttentionMmaHead on tensor
-// cores: q.k and p.v take TF32 inputs (10-bit mantissas) and accumulate in fp32, as torch's
-// matmuls do with allow_tf32; the softmax stays fp32. Head sizes D, Dv up to
-// kAttentionMaxHead. A row whose keys are all masked is zeros
+// float32 q, k, v and o (elem kF32): exact fp32, or with tf32 (ptc compile --precision tf32) and
+// head sizes up to kAttentionMmaHead on tensor cores: q.k and p.v take TF32 inputs (10-bit
+// mantissas) and accumulate in fp32, as torch's matmuls do with allow_tf32; the softmax stays
+// fp32. bfloat16 / float16 q, k, v and o (elem kBF16 / kF16): tensor cores (compute capability
+// 8.0+) with fp32 accumulation and an fp32 softmax, the probabilities rounded to the half dtype
+// for p.v. A float mask is float32 in every case. Head sizes D, Dv up to kAttentionMaxHead. A row whose keys are all masked is zeros
 // (masked_rows_zero: scaled_dot_product_attention) or NaN (the fused multi-head attention); Tk = 0
 // gives zeros.
 enum { kMaskNone = 0, kMaskKeep = 1, kMaskDrop = 2, kMaskAdd = 3 };  // bool keep / drop where true; float added
 // kAttentionMaxHead and kAttentionMmaHead: ptc_cuda_limits.h.
 struct Attention {
-  const float* q; int64_t qs[4];  // [B, H, Tq, D] with strides
-  const float* k; int64_t ks[4];  // [B, H, Tk, D]
-  const float* v; int64_t vs[4];  // [B, H, Tk, Dv]
+  const void* q; int64_t qs[4];   // [B, H, Tq, D] with strides (in elements), of type elem
+  const void* k; int64_t ks[4];   // [B, H, Tk, D]
+  const void* v; int64_t vs[4];   // [B, H, Tk, Dv]
   const void* mask = nullptr; int64_t ms[4] = {0, 0, 0, 0};  // [B, H, Tq, Tk] (broadcast strides 0)
   int mask_kind = kMaskNone;
-  float* o;                       // [B, H, Tq, Dv], contiguous
+  void* o;                        // [B, H, Tq, Dv], contiguous, of type elem
   int64_t B, H, Tq, Tk, D, Dv;
   float scale;
   bool causal = false;            // key j allowed for query i when j <= i
@@ -221,6 +224,7 @@ struct Attention {
   bool o_heads_inner = false;     // o is [B, Tq, H, Dv] instead
   bool tf32 = false;              // TF32 tensor cores (Ctx::math.attention) where the head sizes allow
   int64_t kv_group = 1;           // grouped-query attention: head h reads k / v head h / kv_group
+  int elem = kF32;                // ElemType of q, k, v and o
 };
 const char* attention(const Attention& a, cudaStream_t stream);
 
