@@ -3,9 +3,11 @@
 // the reference interpreter still reproduces PyTorch's outputs.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 
 #include "ptc/rewrite.h"  // owned_tensor / read_all for hand-built weights
 #include "ptc/frontend.h"
+#include "ptc/lower.h"
 #include "ptc/passes.h"
 #include "test_util.h"
 
@@ -636,6 +638,59 @@ TEST_CASE("library_ops_f32: attention stays half where the backend's is native, 
       CHECK(n->outputs[0]->type.dtype == (native ? DType::BFloat16 : DType::Float32));
     }
     CHECK(seen == 1);
+  }
+}
+
+TEST_CASE("merge_sibling_linears: linears of one input become one GEMM whose output they slice", "[passes]") {
+  Builder b;
+  Value* x = b.input("x", DType::Float32, {Expr(2), Expr(3), Expr(8)});
+  auto values = [](int64_t n, double seed) {
+    std::vector<double> v;
+    for (int64_t i = 0; i < n; ++i) v.push_back(std::sin(seed + 0.37 * static_cast<double>(i)));
+    return v;
+  };
+  Value* wq = b.weight("wq", "q.weight", DType::Float32, {4, 8}, values(32, 1));
+  Value* bq = b.weight("bq", "q.bias", DType::Float32, {4}, values(4, 2));
+  Value* wk = b.weight("wk", "k.weight", DType::Float32, {4, 8}, values(32, 3));
+  Value* bk = b.weight("bk", "k.bias", DType::Float32, {4}, values(4, 4));
+  Value* wv = b.weight("wv", "v.weight", DType::Float32, {6, 8}, values(48, 5));
+  Value* bv = b.weight("bv", "v.bias", DType::Float32, {6}, values(6, 6));
+  Value* wo = b.weight("wo", "o.weight", DType::Float32, {5, 8}, values(40, 7));  // no bias: a group of its own
+  Value* q = b.op(OpKind::Linear, "q", {{"input", x}, {"weight", wq}, {"bias", bq}});
+  Value* k = b.op(OpKind::Linear, "k", {{"input", x}, {"weight", wk}, {"bias", bk}});
+  Value* v = b.op(OpKind::Linear, "v", {{"input", x}, {"weight", wv}, {"bias", bv}});
+  Value* o = b.op(OpKind::Linear, "o", {{"input", x}, {"weight", wo}});
+  Value* qk = b.op(OpKind::MulTensor, "qk", {{"self", q}, {"other", k}});
+  b.g->outputs = {qk, v, o};
+  auto out = run(merge_sibling_linears, *b.g);
+  CHECK(count_kind(*out, OpKind::Linear) == 2);  // q, k, v merged; o alone
+  CHECK(count_kind(*out, OpKind::SliceTensor) == 3);
+  bool stacked = false;
+  for (const auto& [name, td] : out->weights)
+    if (td.type.sizes.size() == 2 && td.type.sizes[0] == Expr(14)) {
+      stacked = true;
+      std::vector<double> want = values(32, 1), kv = values(32, 3), vv = values(48, 5);
+      want.insert(want.end(), kv.begin(), kv.end());
+      want.insert(want.end(), vv.begin(), vv.end());
+      for (double& w : want) w = static_cast<float>(w);  // (stored as float32)
+      CHECK(rewrite::read_all(td) == want);  // q's rows, then k's, then v's
+    }
+  CHECK(stacked);
+  // The same outputs through lowering and the interpreter (within float32 rounding: the fused
+  // bias may round once less).
+  std::vector<float> in(48);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(std::cos(0.3 * static_cast<double>(i)));
+  std::vector<std::byte> raw(in.size() * sizeof(float));
+  std::memcpy(raw.data(), in.data(), raw.size());
+  auto before = interpret(lower_to_loops(*b.g), *b.g, {raw}, {});
+  auto after = interpret(lower_to_loops(*out), *out, {raw}, {});
+  REQUIRE(before.size() == 3);
+  for (size_t i = 0; i < before.size(); ++i) {
+    REQUIRE(before[i].size() == after[i].size());
+    std::vector<float> want(before[i].size() / sizeof(float)), got(want.size());
+    std::memcpy(want.data(), before[i].data(), before[i].size());
+    std::memcpy(got.data(), after[i].data(), after[i].size());
+    for (size_t j = 0; j < want.size(); ++j) CHECK(std::fabs(got[j] - want[j]) <= 1e-6f * (1.f + std::fabs(want[j])));
   }
 }
 

@@ -204,6 +204,18 @@ std::unique_ptr<Graph> autocast(const Graph& g, DType half);
 //       values NAME_f32.
 std::unique_ptr<Graph> library_ops_f32(const Graph& g, const HalfLibraryOps& native = {});
 
+// ---- sibling linear layers (lib/passes/merge_sibling_linears.cpp) ------------------------------
+//
+// aten::linear nodes that read one input with constant weights (parameters, buffers the program
+// does not update, constants) of one dtype and inner size, all with a bias or all without,
+// become one linear over the weights stacked by rows (a new constant NAME_merged, and the biases
+// concatenated); each old output is a slice of the merged output's last dimension. Groups whose
+// stacked weight would pass 32M elements are left alone. The old weights are left for
+// prune_unused_weights.
+// Pre:  verify_graph(g) is empty; an inference graph (training updates its parameters).
+// Post: verify_graph is empty; each old output keeps its values (per element the same products).
+std::unique_ptr<Graph> merge_sibling_linears(const Graph& g);
+
 // ---- conversion round trips (lib/passes/fold_round_trips.cpp) -----------------------------------
 //
 // A conversion to a half dtype H of a value that is an exact widening of an H value (its
@@ -248,7 +260,8 @@ struct GraphPassOptions {
 };
 
 // The graph passes of `ptc compile`, in order: functionalize, fold_batch_norm,
-// [channels_last_weights,] [autocast,] library_ops_f32, fold_constants, cse, dce, prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
+// merge_sibling_linears, [channels_last_weights,] [autocast,] library_ops_f32, fold_round_trips,
+// fold_constants, cse, dce, prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
 // a ptc bug); `after(name, graph)`, when given, sees each pass's result (--dump-after).
 // Pre:  verify_graph(g) is empty; every value has its type (read or shape-propagated).
 std::unique_ptr<Graph> run_graph_passes(const Graph& g,

@@ -21,6 +21,7 @@ std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void
   std::vector<std::pair<const char*, GraphPass>> passes = {
       {"functionalize", functionalize},
       {"fold_batch_norm", fold_batch_norm},
+      {"merge_sibling_linears", merge_sibling_linears},
   };
   // (channels_last_weights first: it finds the weights themselves, before library_ops_f32
   // converts a half model's ones)
