@@ -46,9 +46,13 @@ class Backend {
   virtual void check_options(const CompileOptions& opts) const = 0;
   // Whether this backend computes in `p` (Precision::FP32 always).
   virtual bool supports(Precision p) const = 0;
-  // The library operations this backend computes natively in float16 / bfloat16 (the precision
-  // policy's passes give the others float32 operands: passes.h, library_ops_f32).
-  virtual HalfLibraryOps half_native() const { return {}; }
+  // The library operations this backend computes natively in float16 / bfloat16 for these
+  // options (the precision policy's passes give the others float32 operands: passes.h,
+  // library_ops_f32).
+  virtual HalfLibraryOps half_native(const CompileOptions& opts) const {
+    (void)opts;
+    return {};
+  }
   // Resolves the tools this backend runs (e.g. the CUDA compiler's path) in `build`, once per
   // compile or prebuild; throws UserError when one is missing.
   virtual void resolve_tools(BuildOptions& build) const { (void)build; }

@@ -1,6 +1,6 @@
 // Library ops in float32: a GEMM, convolution or attention node that reads or writes float16 /
 // bfloat16 tensors, where the backend has no kernel of its class in that dtype (the CPU's GEMM,
-// convolution and attention kernels; CUDA's attention so far), gets float32 operands (a dtype
+// convolution and attention kernels; CUDA's attention for targets before sm_80), gets float32 operands (a dtype
 // conversion in front of each such tensor input), computes in float32 and converts its results
 // back to their recorded dtype. This is what torch's CPU kernels do for these dtypes too:
 // accumulate in float32, round the result once.
@@ -33,6 +33,9 @@ bool touches_half(const Node& n) {
 // library_f32_arg).
 bool native_half(const Node& n, const HalfLibraryOps& native) {
   if (!native.native(library_class(n.kind))) return false;
+  // The fused multi-head attention's projections lower as float32 GEMMs (lower_extern.cpp):
+  // widened here, its weights convert once, at compile time.
+  if (n.kind == OpKind::UnderscoreNativeMultiHeadAttention) return false;
   std::optional<DType> half;
   auto same = [&](const Value* v) {
     if (!v->type.is_tensor() || !dtype_is_float(v->type.dtype)) return true;

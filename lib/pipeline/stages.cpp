@@ -62,7 +62,7 @@ GraphPassOptions graph_pass_options(const CompileState& st) {
   GraphPassOptions o;
   o.channels_last_weights = st.channels_last;
   o.autocast = autocast_dtype(st.opts.precision);
-  o.half_native = st.backend.half_native();
+  o.half_native = st.backend.half_native(st.opts);
   return o;
 }
 
@@ -101,7 +101,7 @@ void differentiate(CompileState& st) {
     po.save_all = st.opts.save_all;
     st.train = partition_joint_graph(j, po);
     // Library operations of half-precision tensors the backend has no kernel for compute in fp32.
-    const HalfLibraryOps native = st.backend.half_native();
+    const HalfLibraryOps native = st.backend.half_native(st.opts);
     auto widen = [native](const Graph& x) { return library_ops_f32(x, native); };
     st.train.forward = run_training_graph_passes(*run_pass_list(*st.train.forward, {{"library_ops_f32", widen}}));
     st.train.backward = run_training_graph_passes(*run_pass_list(*st.train.backward, {{"library_ops_f32", widen}}));

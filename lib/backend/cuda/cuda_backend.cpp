@@ -1,6 +1,7 @@
 // The CUDA backend: fused CUDA kernels (lib/codegen/cuda), cuBLASLt GEMMs and ptc's 3xTF32
 // kernels, cuDNN convolutions and ptc's flash-style attention (lib/runtime/cuda), built by nvcc
 // for --cuda-arch; no GPU is needed to compile.
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 
@@ -43,10 +44,14 @@ class CudaBackend final : public Backend {
   }
   bool supports(Precision) const override { return true; }
   // cuBLASLt's and cuDNN's half-precision tensor-core kernels, and ptc's half attention
-  // (ptc_cuda_attention.cu).
-  HalfLibraryOps half_native() const override {
+  // (ptc_cuda_attention.cu: mma.sync m16n8k16, compute capability 8.0 or newer; for older
+  // targets attention computes in float32).
+  HalfLibraryOps half_native(const CompileOptions& o) const override {
     HalfLibraryOps h;
-    h.gemm = h.conv = h.attention = true;
+    h.gemm = h.conv = true;
+    const std::string& arch = o.build.cuda_arch;
+    const std::string digits = arch.rfind("sm_", 0) == 0 ? arch.substr(3) : arch;
+    h.attention = !digits.empty() && std::isdigit(static_cast<unsigned char>(digits[0])) && std::atoi(digits.c_str()) >= 80;
     return h;
   }
   void resolve_tools(BuildOptions& build) const override { build.nvcc = find_nvcc(build.nvcc); }
