@@ -694,6 +694,40 @@ TEST_CASE("merge_sibling_linears: linears of one input become one GEMM whose out
   }
 }
 
+TEST_CASE("pad_linear_weights: a wide linear reads zero-padded weights and its consumer a slice", "[passes]") {
+  Builder b;
+  Value* x = b.input("x", DType::Float32, {Expr(2), Expr(8)});
+  std::vector<double> wv(4099 * 8), bv(4099);
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = std::sin(0.01 * static_cast<double>(i));
+  for (size_t i = 0; i < bv.size(); ++i) bv[i] = std::cos(0.02 * static_cast<double>(i));
+  Value* w = b.weight("w", "head.weight", DType::Float32, {4099, 8}, wv);
+  Value* bias = b.weight("b", "head.bias", DType::Float32, {4099}, bv);
+  Value* y = b.op(OpKind::Linear, "head", {{"input", x}, {"weight", w}, {"bias", bias}});
+  Value* r = b.op(OpKind::Relu, "relu", {{"self", y}});
+  Value* narrow = b.op(OpKind::Linear, "narrow", {{"input", x}, {"weight", b.weight("w2", "n.weight", DType::Float32, {100, 8}, std::vector<double>(800, 0.5))}});
+  b.g->outputs = {r, narrow};
+  CHECK(print_graph(*pad_linear_weights(*b.g, 8, false)) == print_graph(*b.g));  // float32 weights: only under autocast
+  auto out = run([](const Graph& g) { return pad_linear_weights(g, 8, true); }, *b.g);
+  CHECK(count_kind(*out, OpKind::SliceTensor) == 1);  // the narrow one (100 rows) is left alone
+  bool padded = false;
+  for (const auto& [name, td] : out->weights)
+    if (td.type.sizes.size() == 2 && td.type.sizes[0] == Expr(4104)) {
+      padded = true;
+      std::vector<double> got = rewrite::read_all(td);
+      for (size_t i = 4099 * 8; i < got.size(); ++i) CHECK(got[i] == 0.0);
+    }
+  CHECK(padded);
+  CHECK(print_graph(*pad_linear_weights(*b.g, 1, true)) == print_graph(*b.g));  // multiple 1: unchanged
+  std::vector<float> in(16);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(std::cos(0.7 * static_cast<double>(i)));
+  std::vector<std::byte> raw(in.size() * sizeof(float));
+  std::memcpy(raw.data(), in.data(), raw.size());
+  auto before = interpret(lower_to_loops(*b.g), *b.g, {raw}, {});
+  auto after = interpret(lower_to_loops(*out), *out, {raw}, {});
+  REQUIRE(before.size() == after.size());
+  for (size_t i = 0; i < before.size(); ++i) CHECK(before[i] == after[i]);
+}
+
 TEST_CASE("fold_round_trips: a half value widened, rearranged and narrowed again is read as it is", "[passes][half]") {
   Builder b;
   Value* x = b.input("x", DType::BFloat16, {sym::Expr(2), sym::Expr(3), sym::Expr(24)});

@@ -53,6 +53,8 @@ class Backend {
     (void)opts;
     return {};
   }
+  // pad_linear_weights' row multiple: library GEMMs that want aligned rows (0: no padding).
+  virtual int64_t linear_rows_multiple() const { return 0; }
   // Resolves the tools this backend runs (e.g. the CUDA compiler's path) in `build`, once per
   // compile or prebuild; throws UserError when one is missing.
   virtual void resolve_tools(BuildOptions& build) const { (void)build; }

@@ -216,6 +216,17 @@ std::unique_ptr<Graph> library_ops_f32(const Graph& g, const HalfLibraryOps& nat
 // Post: verify_graph is empty; each old output keeps its values (per element the same products).
 std::unique_ptr<Graph> merge_sibling_linears(const Graph& g);
 
+// ---- padded output features (lib/passes/pad_linear_weights.cpp) --------------------------------
+//
+// A linear layer with a constant weight of N >= 4096 output rows, N not a multiple of `multiple`,
+// reads a new constant NAME_padded: the weight (and bias) with zero rows appended up to the next
+// multiple; the old output is a slice of the first N columns of the wider one. Only half-precision
+// weights, unless `float32_too` (a float32 model compiled with --precision bf16 / fp16, whose
+// weights autocast converts afterwards). multiple <= 1: the graph unchanged.
+// Pre:  verify_graph(g) is empty; an inference graph.
+// Post: verify_graph is empty; the old outputs keep their values.
+std::unique_ptr<Graph> pad_linear_weights(const Graph& g, int64_t multiple, bool float32_too);
+
 // ---- conversion round trips (lib/passes/fold_round_trips.cpp) -----------------------------------
 //
 // A conversion to a half dtype H of a value that is an exact widening of an H value (its
@@ -257,10 +268,11 @@ struct GraphPassOptions {
   bool channels_last_weights = false;  // run channels_last_weights (before library_ops_f32)
   std::optional<DType> autocast;       // run autocast to this half dtype (--precision bf16 / fp16)
   HalfLibraryOps half_native;          // what library_ops_f32 leaves in half precision (Backend::half_native)
+  int64_t linear_rows_multiple = 0;    // run pad_linear_weights to this multiple (Backend::linear_rows_multiple)
 };
 
 // The graph passes of `ptc compile`, in order: functionalize, fold_batch_norm,
-// merge_sibling_linears, [channels_last_weights,] [autocast,] library_ops_f32, fold_round_trips,
+// merge_sibling_linears, [pad_linear_weights,] [channels_last_weights,] [autocast,] library_ops_f32, fold_round_trips,
 // fold_constants, cse, dce, prune_unused_weights. The verifier checks the graph after each (a failure is an InternalError:
 // a ptc bug); `after(name, graph)`, when given, sees each pass's result (--dump-after).
 // Pre:  verify_graph(g) is empty; every value has its type (read or shape-propagated).

@@ -23,6 +23,11 @@ std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void
       {"fold_batch_norm", fold_batch_norm},
       {"merge_sibling_linears", merge_sibling_linears},
   };
+  if (opts.linear_rows_multiple > 1) {
+    const int64_t m = opts.linear_rows_multiple;
+    const bool f32 = opts.autocast.has_value();
+    passes.emplace_back("pad_linear_weights", [m, f32](const Graph& x) { return pad_linear_weights(x, m, f32); });
+  }
   // (channels_last_weights first: it finds the weights themselves, before library_ops_f32
   // converts a half model's ones)
   if (opts.channels_last_weights) passes.emplace_back("channels_last_weights", channels_last_weights);

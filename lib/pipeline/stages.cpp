@@ -63,6 +63,7 @@ GraphPassOptions graph_pass_options(const CompileState& st) {
   o.channels_last_weights = st.channels_last;
   o.autocast = autocast_dtype(st.opts.precision);
   o.half_native = st.backend.half_native(st.opts);
+  o.linear_rows_multiple = st.backend.linear_rows_multiple();
   return o;
 }
 

@@ -54,6 +54,8 @@ class CudaBackend final : public Backend {
     h.attention = !digits.empty() && std::isdigit(static_cast<unsigned char>(digits[0])) && std::atoi(digits.c_str()) >= 80;
     return h;
   }
+  // cuBLASLt's fast kernels want 16-byte aligned rows (8 half-precision elements).
+  int64_t linear_rows_multiple() const override { return 8; }
   void resolve_tools(BuildOptions& build) const override { build.nvcc = find_nvcc(build.nvcc); }
 
   // cuDNN's TF32 tensor-core kernels are NHWC ones; in exact fp32 only MobileNet-style nets pay
