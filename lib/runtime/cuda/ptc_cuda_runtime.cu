@@ -58,16 +58,6 @@ bool tc_gemm_enabled() {
   return on;
 }
 
-// Whether a large half-precision GEMM whose C rows are not 16-byte aligned runs on rows padded
-// to 16 bytes (gemm): with PTC_CUDA_GEMM_PAD=1 only, until it is timed against the unpadded call.
-bool pad_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("PTC_CUDA_GEMM_PAD");
-    return v && std::string(v) == "1";
-  }();
-  return on;
-}
-
 // Element conversions of the operand types (ElemType) to and from float.
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -373,43 +363,10 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
                                    : (relu && !g.bias ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   const int32_t batch = static_cast<int32_t>(inner);
   const bool tf32 = g.type == kF32 && (g.conv ? ctx.math.conv : ctx.math.gemm) == ptc_rt::MathMode::TF32;
-  // A half-precision C whose rows are not 16-byte aligned (N not a multiple of 8: GPT-2's LM
-  // head, N = 50257) leaves cuBLASLt only its unaligned kernels. A large single GEMM without a
-  // residual writes rows padded to 16 bytes in a pool buffer instead, copied into C after
-  // (torch.compile pads such GEMMs too). (float32 keeps C: there ptc's 3xTF32 kernels compete.)
-  const int64_t per16 = 16 / static_cast<int64_t>(elem_bytes(g.type));
-  int64_t ldc = g.N;
-  void* cout = g.C;  // where cuBLASLt writes: C, or the padded rows
-  if (g.type != kF32 && g.N % per16 != 0 && total == 1 && !g.residual && g.M * g.N >= (int64_t{1} << 20) && pad_enabled()) {
-    const int64_t padded = (g.N + per16 - 1) / per16 * per16;
-    if (pool_alloc(&cout, static_cast<size_t>(g.M * padded) * elem_bytes(g.type), ctx.pool, stream) == cudaSuccess) {
-      ldc = padded;
-    } else {
-      cudaGetLastError();
-      cout = g.C;
-    }
-  }
-  const bool padded = ldc != g.N;
-  // The padded rows go to C and back to the pool (on every return below).
-  struct Unpad {
-    const Gemm& g;
-    void* rows;
-    int64_t ldc;
-    cudaStream_t stream;
-    // copy: the GEMM ran, its rows go to C (an error text or nullptr); then the buffer is freed.
-    const char* finish(bool copy) {
-      if (rows == g.C) return nullptr;
-      const size_t eb = elem_bytes(g.type);
-      cudaError_t e = cudaSuccess;
-      if (copy)
-        e = cudaMemcpy2DAsync(g.C, static_cast<size_t>(g.N) * eb, rows, static_cast<size_t>(ldc) * eb, static_cast<size_t>(g.N) * eb,
-                              static_cast<size_t>(g.M), cudaMemcpyDeviceToDevice, stream);
-      cudaFreeAsync(rows, stream);
-      rows = g.C;
-      return e == cudaSuccess ? nullptr : cuda_error("copying a GEMM's padded rows", e);
-    }
-    ~Unpad() { finish(false); }
-  } unpad{g, cout, ldc, stream};
+  // (A half-precision C whose rows are not 16-byte aligned leaves cuBLASLt only its unaligned
+  // kernels; the pad_linear_weights pass pads such layers' weights instead.)
+  const int64_t ldc = g.N;
+  void* cout = g.C;
   auto key_for = [&](cublasLtEpilogue_t ep) {
     return std::array<int64_t, 16>{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
                                    batch > 1 ? sc : 0, static_cast<int64_t>(ctx.gemm_ws_bytes), static_cast<int64_t>(ep), tf32, g.type, ldc};
@@ -469,7 +426,7 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     return t;
   };
   bool tc_fits = false;
-  if (g.type == kF32 && !tf32 && !padded && tc_gemm_enabled() && g.lda_k == 1 && (g.ldb_k == 1 || g.ldb_n == 1)) {
+  if (g.type == kF32 && !tf32 && tc_gemm_enabled() && g.lda_k == 1 && (g.ldb_k == 1 || g.ldb_n == 1)) {
     const bool kmajor = g.ldb_k == 1 && (g.ldb_n != 1 || g.K > 1);
     tg = TcGemm{g.M, g.N, g.K, static_cast<const float*>(g.A), g.lda_m, static_cast<const float*>(g.B), kmajor ? g.ldb_n : g.ldb_k, kmajor,
                 static_cast<float*>(g.C), inner, sa, sb, sc, static_cast<const float*>(g.bias), static_cast<const float*>(g.residual), g.act,
@@ -525,7 +482,6 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   }
   if (plan.tc >= 0 && tc_fits) return run_tc(plan.tc);
   if (cublasStatus_t st = run(plan.algo); st != CUBLAS_STATUS_SUCCESS) return lt_error("cublasLtMatmul", st);
-  if (const char* e = unpad.finish(true)) return e;  // the padded rows into C before an epilogue kernel reads it
   if (epi != CUBLASLT_EPILOGUE_DEFAULT) return nullptr;
   return epilogue_kernel(nullptr);  // cuBLASLt added the residual as C
 }
