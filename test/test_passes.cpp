@@ -61,6 +61,36 @@ std::unique_ptr<Graph> optimize(const Graph& g) {
   return run(dead_code_elimination, *c);
 }
 
+// A float32 scaled_dot_product_attention with an additive float32 mask, the graph's output.
+void masked_attention(Builder& b) {
+  auto T = [](int64_t n) { return std::vector<sym::Expr>{sym::Expr(1), sym::Expr(2), sym::Expr(n), sym::Expr(8)}; };
+  Value* q = b.input("q", DType::Float32, T(4));
+  Value* k = b.input("k", DType::Float32, T(6));
+  Value* v = b.input("v", DType::Float32, T(6));
+  Value* m = b.input("m", DType::Float32, {sym::Expr(1), sym::Expr(1), sym::Expr(4), sym::Expr(6)});
+  Value* y = b.op(OpKind::ScaledDotProductAttention, "sdpa", {{"query", q}, {"key", k}, {"value", v}, {"attn_mask", m}});
+  b.g->outputs = {y};
+}
+
+// `before` and `after` (one float32 user input of `n` elements) give the same outputs through
+// lowering and the interpreter, within `rel` of each value (0: bit for bit).
+void check_same_outputs(const Graph& before, const Graph& after, size_t n, float rel) {
+  std::vector<float> in(n);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(std::cos(0.7 * static_cast<double>(i)));
+  std::vector<std::byte> raw(in.size() * sizeof(float));
+  std::memcpy(raw.data(), in.data(), raw.size());
+  auto want = interpret(lower_to_loops(before), before, {raw}, {});
+  auto got = interpret(lower_to_loops(after), after, {raw}, {});
+  REQUIRE(want.size() == got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    REQUIRE(want[i].size() == got[i].size());
+    std::vector<float> w(want[i].size() / sizeof(float)), g(w.size());
+    std::memcpy(w.data(), want[i].data(), want[i].size());
+    std::memcpy(g.data(), got[i].data(), got[i].size());
+    for (size_t j = 0; j < w.size(); ++j) CHECK(std::fabs(g[j] - w[j]) <= rel * (1.f + std::fabs(w[j])));
+  }
+}
+
 size_t count_kind(const Graph& g, OpKind k) {
   size_t n = 0;
   for (const auto& node : g.nodes()) n += node->kind == k;
@@ -594,13 +624,7 @@ TEST_CASE("autocast: library operations read bfloat16 operands and write bfloat1
 
 TEST_CASE("autocast: an attention's additive mask stays float32", "[passes][half]") {
   Builder b;
-  auto T = [](int64_t n) { return std::vector<sym::Expr>{sym::Expr(1), sym::Expr(2), sym::Expr(n), sym::Expr(8)}; };
-  Value* q = b.input("q", DType::Float32, T(4));
-  Value* k = b.input("k", DType::Float32, T(6));
-  Value* v = b.input("v", DType::Float32, T(6));
-  Value* m = b.input("m", DType::Float32, {sym::Expr(1), sym::Expr(1), sym::Expr(4), sym::Expr(6)});
-  Value* y = b.op(OpKind::ScaledDotProductAttention, "sdpa", {{"query", q}, {"key", k}, {"value", v}, {"attn_mask", m}});
-  b.g->outputs = {y};
+  masked_attention(b);
   auto out = autocast(*b.g, DType::Float16);
   INFO(print_graph(*out));
   for (const auto& n : out->nodes()) {
@@ -614,13 +638,7 @@ TEST_CASE("autocast: an attention's additive mask stays float32", "[passes][half
 
 TEST_CASE("library_ops_f32: attention stays half where the backend's is native, its float32 mask aside", "[passes][half]") {
   Builder b;
-  auto T = [](int64_t n) { return std::vector<sym::Expr>{sym::Expr(1), sym::Expr(2), sym::Expr(n), sym::Expr(8)}; };
-  Value* q = b.input("q", DType::Float32, T(4));
-  Value* k = b.input("k", DType::Float32, T(6));
-  Value* v = b.input("v", DType::Float32, T(6));
-  Value* m = b.input("m", DType::Float32, {sym::Expr(1), sym::Expr(1), sym::Expr(4), sym::Expr(6)});
-  Value* y = b.op(OpKind::ScaledDotProductAttention, "sdpa", {{"query", q}, {"key", k}, {"value", v}, {"attn_mask", m}});
-  b.g->outputs = {y};
+  masked_attention(b);
   auto half = autocast(*b.g, DType::BFloat16);
   for (bool native : {false, true}) {
     INFO("native attention: " << native);
@@ -678,20 +696,7 @@ TEST_CASE("merge_sibling_linears: linears of one input become one GEMM whose out
   CHECK(stacked);
   // The same outputs through lowering and the interpreter (within float32 rounding: the fused
   // bias may round once less).
-  std::vector<float> in(48);
-  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(std::cos(0.3 * static_cast<double>(i)));
-  std::vector<std::byte> raw(in.size() * sizeof(float));
-  std::memcpy(raw.data(), in.data(), raw.size());
-  auto before = interpret(lower_to_loops(*b.g), *b.g, {raw}, {});
-  auto after = interpret(lower_to_loops(*out), *out, {raw}, {});
-  REQUIRE(before.size() == 3);
-  for (size_t i = 0; i < before.size(); ++i) {
-    REQUIRE(before[i].size() == after[i].size());
-    std::vector<float> want(before[i].size() / sizeof(float)), got(want.size());
-    std::memcpy(want.data(), before[i].data(), before[i].size());
-    std::memcpy(got.data(), after[i].data(), after[i].size());
-    for (size_t j = 0; j < want.size(); ++j) CHECK(std::fabs(got[j] - want[j]) <= 1e-6f * (1.f + std::fabs(want[j])));
-  }
+  check_same_outputs(*b.g, *out, 48, 1e-6f);
 }
 
 TEST_CASE("pad_linear_weights: a wide linear reads zero-padded weights and its consumer a slice", "[passes]") {
@@ -718,14 +723,7 @@ TEST_CASE("pad_linear_weights: a wide linear reads zero-padded weights and its c
     }
   CHECK(padded);
   CHECK(print_graph(*pad_linear_weights(*b.g, 1, true)) == print_graph(*b.g));  // multiple 1: unchanged
-  std::vector<float> in(16);
-  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(std::cos(0.7 * static_cast<double>(i)));
-  std::vector<std::byte> raw(in.size() * sizeof(float));
-  std::memcpy(raw.data(), in.data(), raw.size());
-  auto before = interpret(lower_to_loops(*b.g), *b.g, {raw}, {});
-  auto after = interpret(lower_to_loops(*out), *out, {raw}, {});
-  REQUIRE(before.size() == after.size());
-  for (size_t i = 0; i < before.size(); ++i) CHECK(before[i] == after[i]);
+  check_same_outputs(*b.g, *out, 16, 0.f);
 }
 
 TEST_CASE("fold_round_trips: a half value widened, rearranged and narrowed again is read as it is", "[passes][half]") {

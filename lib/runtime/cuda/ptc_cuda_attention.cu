@@ -62,6 +62,31 @@ struct AsF32 {
   __device__ float operator()(float x) const { return x; }
 };
 
+// The (batch, head, block of `rows` query rows) a block of the attention kernels takes, and its
+// q, k and v heads (k and v: head h / kv_group).
+template <typename T>
+struct QueryBlock {
+  int64_t b, h, i0;
+  int nq;  // rows of the block inside Tq
+  const T *q, *k, *v;
+};
+template <typename T>
+__device__ __forceinline__ QueryBlock<T> query_block(const Attention& a, int rows) {
+  const int64_t nqb = (a.Tq + rows - 1) / rows;
+  int64_t blk = blockIdx.x;
+  const int64_t qb = blk % nqb;
+  blk /= nqb;
+  QueryBlock<T> r;
+  r.h = blk % a.H;
+  r.b = blk / a.H;
+  r.i0 = qb * rows;
+  r.nq = static_cast<int>(std::min<int64_t>(rows, a.Tq - r.i0));
+  r.q = static_cast<const T*>(a.q) + r.b * a.qs[0] + r.h * a.qs[1];
+  r.k = static_cast<const T*>(a.k) + r.b * a.ks[0] + (r.h / a.kv_group) * a.ks[1];
+  r.v = static_cast<const T*>(a.v) + r.b * a.vs[0] + (r.h / a.kv_group) * a.vs[1];
+  return r;
+}
+
 // A register-tiled flash-style kernel for head sizes up to kAttentionMaxHead. One block of 128
 // threads per (b, h, tile of 32 query rows), key tiles of 64. Q, each K tile and each V tile are
 // staged in shared memory row by row as they lie in memory (16-byte loads and stores where the
@@ -85,17 +110,11 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a,
   float* sv = sk + kTBK * ldqk;      // [kTBK][ldv]   V tile
   float* sp = sv + kTBK * ldv;       // [kTBK][kTLdp] probabilities, transposed
   const float ninf = -INFINITY;
-  const int64_t nqb = (a.Tq + kTBQ - 1) / kTBQ;
-  int64_t blk = blockIdx.x;
-  const int64_t qb = blk % nqb;
-  blk /= nqb;
-  const int64_t h = blk % a.H, b = blk / a.H;
-  const int64_t i0 = qb * kTBQ;
-  const int nq = static_cast<int>(std::min<int64_t>(kTBQ, a.Tq - i0));
+  const QueryBlock<float> blk = query_block<float>(a, kTBQ);
+  const int64_t b = blk.b, h = blk.h, i0 = blk.i0;
+  const int nq = blk.nq;
   const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
-  const float* qbase = static_cast<const float*>(a.q) + b * a.qs[0] + h * a.qs[1];
-  const float* kbase = static_cast<const float*>(a.k) + b * a.ks[0] + (h / a.kv_group) * a.ks[1];
-  const float* vbase = static_cast<const float*>(a.v) + b * a.vs[0] + (h / a.kv_group) * a.vs[1];
+  const float *qbase = blk.q, *kbase = blk.k, *vbase = blk.v;
   stage_rows(sq, kTBQ, ldqk, Dp, qbase, i0, nq, D, a.qs[2], a.qs[3], qvec, AsF32{});
   float m[4], l[4], acc[4][DVT][4];
 #pragma unroll
@@ -234,6 +253,46 @@ const char* attention_tiled_launch(const Attention& a, cudaStream_t stream) {
 // staging the same key tiles for half the rows) measured slower on the H200 (BERT-base b8 43.7
 // against 35.8 us, ViT-S b8 54.1 against 40.2, GPT-2 b4 35.2 against 27.5).
 // Next: cp.async double buffering of the key / value tiles (the staging is not overlapped).
+// One key tile's online-softmax step on a warp's scores in the mma C layout (lane (g, t): rows
+// g and g + 8, keys 2t and 2t + 1 of each 8-key group): the scores are masked (masked_score),
+// the running max m and sum l of the lane's two rows move on, the tile's probabilities replace
+// the scores in s, and corr is the factor by which the earlier output of each row is rescaled.
+template <int NT>
+__device__ __forceinline__ void online_softmax_tile(const Attention& a, float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&corr)[2],
+                                                    int64_t b, int64_t h, const int64_t (&row)[2], int64_t j0, int nk, int t) {
+  const float ninf = -INFINITY;
+  float best[2] = {ninf, ninf};
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = row[e / 2];
+      const int c = nt * 8 + 2 * t + (e & 1);
+      const float v = masked_score(a, s[nt][e], b, h, i, j0 + c, c >= nk || i >= a.Tq);
+      s[nt][e] = v;
+      best[e / 2] = maxnan_f(best[e / 2], v);
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    best[r] = maxnan_f(best[r], __shfl_xor_sync(0xffffffffu, best[r], 1));
+    best[r] = maxnan_f(best[r], __shfl_xor_sync(0xffffffffu, best[r], 2));
+    const float mnew = maxnan_f(best[r], m[r]);
+    const float base = mnew == ninf ? 0.f : mnew;  // every key so far masked: probabilities 0
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      s[nt][2 * r] = expf(s[nt][2 * r] - base);
+      s[nt][2 * r + 1] = expf(s[nt][2 * r + 1] - base);
+      sum += s[nt][2 * r] + s[nt][2 * r + 1];
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    corr[r] = m[r] == ninf ? 0.f : expf(m[r] - mnew);
+    l[r] = l[r] * corr[r] + sum;
+    m[r] = mnew;
+  }
+}
+
 constexpr int kMBK = 64;
 
 __device__ inline uint32_t tf32_bits(float x) {
@@ -270,18 +329,12 @@ __global__ void __launch_bounds__(32 * WARPS) attention_mma_kernel(Attention a, 
   uint32_t* sv = sk + kMBK * LDK;   // [kMBK][LDV]
   const float ninf = -INFINITY;
   const int D = static_cast<int>(a.D), Dv = static_cast<int>(a.Dv);
-  const int64_t nqb = (a.Tq + kMBQ - 1) / kMBQ;
-  int64_t blk = blockIdx.x;
-  const int64_t qb = blk % nqb;
-  blk /= nqb;
-  const int64_t h = blk % a.H, b = blk / a.H;
-  const int64_t i0 = qb * kMBQ;
-  const int nq = static_cast<int>(std::min<int64_t>(kMBQ, a.Tq - i0));
+  const QueryBlock<float> blk = query_block<float>(a, kMBQ);
+  const int64_t b = blk.b, h = blk.h, i0 = blk.i0;
+  const int nq = blk.nq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
-  const float* qbase = static_cast<const float*>(a.q) + b * a.qs[0] + h * a.qs[1];
-  const float* kbase = static_cast<const float*>(a.k) + b * a.ks[0] + (h / a.kv_group) * a.ks[1];
-  const float* vbase = static_cast<const float*>(a.v) + b * a.vs[0] + (h / a.kv_group) * a.vs[1];
+  const float *qbase = blk.q, *kbase = blk.k, *vbase = blk.v;
   auto qat = [&](int64_t r, int d) { return r < a.Tq && d < D ? tf32_bits(qbase[r * a.qs[2] + d * a.qs[3]]) : 0u; };
   uint32_t qf[KD][4];
 #pragma unroll
@@ -309,38 +362,8 @@ __global__ void __launch_bounds__(32 * WARPS) attention_mma_kernel(Attention a, 
 #pragma unroll
       for (int ks = 0; ks < KD; ++ks) mma_tf32(s[nt], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kr[8 * ks], kr[8 * ks + 4]);
     }
-    float best[2] = {ninf, ninf};
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = row[e / 2];
-        const int c = nt * 8 + 2 * t + (e & 1);
-        const float v = masked_score(a, s[nt][e], b, h, i, j0 + c, c >= nk || i >= a.Tq);
-        s[nt][e] = v;
-        best[e / 2] = maxnan_f(best[e / 2], v);
-      }
     float corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      best[r] = maxnan_f(best[r], __shfl_xor_sync(0xffffffffu, best[r], 1));
-      best[r] = maxnan_f(best[r], __shfl_xor_sync(0xffffffffu, best[r], 2));
-      const float mnew = maxnan_f(best[r], m[r]);
-      // Every key so far masked: probabilities 0, nothing to rescale.
-      const float base = mnew == ninf ? 0.f : mnew;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        s[nt][2 * r] = expf(s[nt][2 * r] - base);
-        s[nt][2 * r + 1] = expf(s[nt][2 * r + 1] - base);
-        sum += s[nt][2 * r] + s[nt][2 * r + 1];
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      corr[r] = m[r] == ninf ? 0.f : expf(m[r] - mnew);
-      l[r] = l[r] * corr[r] + sum;
-      m[r] = mnew;
-    }
+    online_softmax_tile(a, s, m, l, corr, b, h, row, j0, nk, t);
 #pragma unroll
     for (int nv = 0; nv < KV; ++nv) {
       o[nv][0] *= corr[0], o[nv][1] *= corr[0];
@@ -513,18 +536,12 @@ __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a,
   T* sv = sk + 2 * kHBK * LDK;        // [2][kHBK][LDV]
   const float ninf = -INFINITY;
   const int D = static_cast<int>(a.D), Dv = static_cast<int>(a.Dv);
-  const int64_t nqb = (a.Tq + BQ - 1) / BQ;
-  int64_t blk = blockIdx.x;
-  const int64_t qb = blk % nqb;
-  blk /= nqb;
-  const int64_t h = blk % a.H, b = blk / a.H;
-  const int64_t i0 = qb * BQ;
-  const int nq = static_cast<int>(std::min<int64_t>(BQ, a.Tq - i0));
+  const QueryBlock<T> blk = query_block<T>(a, BQ);
+  const int64_t b = blk.b, h = blk.h, i0 = blk.i0;
+  const int nq = blk.nq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
-  const T* qbase = static_cast<const T*>(a.q) + b * a.qs[0] + h * a.qs[1];
-  const T* kbase = static_cast<const T*>(a.k) + b * a.ks[0] + (h / a.kv_group) * a.ks[1];
-  const T* vbase = static_cast<const T*>(a.v) + b * a.vs[0] + (h / a.kv_group) * a.vs[1];
+  const T *qbase = blk.q, *kbase = blk.k, *vbase = blk.v;
   const int64_t kend = a.causal ? std::min<int64_t>(a.Tk, i0 + nq) : a.Tk;  // causal: later keys add nothing
   const int64_t ntiles = (kend + kHBK - 1) / kHBK;
   auto stage_tile = [&](int64_t tile, int buf) {
@@ -583,37 +600,8 @@ __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a,
         H::mma(s[nt], f, *reinterpret_cast<const uint32_t*>(kr), *reinterpret_cast<const uint32_t*>(kr + 8));
       }
     }
-    float best[2] = {ninf, ninf};
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = row[e / 2];
-        const int c = nt * 8 + 2 * t + (e & 1);
-        const float v = masked_score(a, s[nt][e], b, h, i, j0 + c, c >= nk || i >= a.Tq);
-        s[nt][e] = v;
-        best[e / 2] = maxnan_f(best[e / 2], v);
-      }
     float corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      best[r] = maxnan_f(best[r], __shfl_xor_sync(0xffffffffu, best[r], 1));
-      best[r] = maxnan_f(best[r], __shfl_xor_sync(0xffffffffu, best[r], 2));
-      const float mnew = maxnan_f(best[r], m[r]);
-      const float base = mnew == ninf ? 0.f : mnew;  // every key so far masked: probabilities 0
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        s[nt][2 * r] = expf(s[nt][2 * r] - base);
-        s[nt][2 * r + 1] = expf(s[nt][2 * r + 1] - base);
-        sum += s[nt][2 * r] + s[nt][2 * r + 1];
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      corr[r] = m[r] == ninf ? 0.f : expf(m[r] - mnew);
-      l[r] = l[r] * corr[r] + sum;
-      m[r] = mnew;
-    }
+    online_softmax_tile(a, s, m, l, corr, b, h, row, j0, nk, t);
 #pragma unroll
     for (int nv = 0; nv < 2 * KV; ++nv) {
       o[nv][0] *= corr[0], o[nv][1] *= corr[0];
