@@ -22,6 +22,13 @@
 #   suite-bf16, suite-fp16
 #                every real model with --precision bf16 / fp16 against eager under torch.autocast
 #                (the relative-RMS rule of cuda_check.py --autocast)
+#   ops          test/ops_test.py --device cuda: the operators' modules (group norm, upsampling,
+#                topk, sort, scatter, ...) compiled for CUDA and run against eager
+#   llm          test/llm_test.py --device cuda: the decoders' whole-sequence forward and
+#                static-cache decode step (LLM_FAMILIES, default all four) against the modules
+#   attention-bf16, attention-fp16
+#                scripts/cuda_attention_check.py --half: the half-precision attention kernel on
+#                its cases against torch's SDPA in float64
 #   bench-bf16, bench-fp16
 #                the bench with --precision bf16 / fp16 against eager and torch.compile under
 #                torch.autocast, at the small sizes and at serving sizes (CNNs at batch 32,
@@ -80,7 +87,13 @@ for step in "${steps[@]}"; do
     bench-exact) run "bench (exact fp32)" bench exact "$work/exact" ;;
     suite-bf16 | suite-fp16) run "$step" env PRECISION="${step#suite-}" bash scripts/cuda_real_check.sh "$ptc" "$work/${step#suite-}" $SUITE ;;
     bench-bf16 | bench-fp16) run "bench (${step#bench-})" bench "${step#bench-}" "$work/${step#bench-}" ;;
-    *) echo "unknown step '$step' (fixtures memcheck small bandwidth suite bench bench-exact suite-bf16 suite-fp16 bench-bf16 bench-fp16)" >&2; exit 2 ;;
+    ops) run ops python3 test/ops_test.py --device cuda --ptc-binary "$ptc" --keep "$work/ops" ;;
+    llm) run llm python3 test/llm_test.py --device cuda --ptc-binary "$ptc" --families "${LLM_FAMILIES:-llama,mistral,qwen2,phi}" --steps 8 \
+           --work "$work/llm" ;;
+    attention-bf16 | attention-fp16)
+      run "$step" python3 scripts/cuda_attention_check.py --build "$work/$step" --check "$work/$step" --half "${step#attention-}" --ptc-binary "$ptc" --jobs 8 ;;
+    *) echo "unknown step '$step' (fixtures memcheck small bandwidth suite bench bench-exact suite-bf16 suite-fp16 bench-bf16 bench-fp16" \
+            "ops llm attention-bf16 attention-fp16)" >&2; exit 2 ;;
   esac
 done
 exit $status

@@ -387,6 +387,8 @@ def main():
     ap.add_argument("--only", nargs="*", help="only these fixtures")
     ap.add_argument("--sizes", nargs="*", help="bench MODEL:D0[,D1] (leading input dims) instead of the recorded cases")
     ap.add_argument("--no-inductor", action="store_true", help="bench without torch.compile")
+    ap.add_argument("--inductor-modes", default="default,reduce-overhead",
+                    help="the torch.compile modes to bench, comma-separated (default: both)")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness check")
     ap.add_argument("--gpu-profile", type=int, default=0, metavar="N",
                     help="for each bench row, GPU time and the top N kernels of eager and of ptc")
@@ -412,6 +414,11 @@ def main():
     AUTOCAST = HALF.get(args.autocast)
     if AUTOCAST is not None:
         print(f"eager and torch.compile under torch.autocast('cuda', {AUTOCAST})")
+    modes = args.inductor_modes.split(",")
+    for m in modes:
+        if m not in ("default", "reduce-overhead"):
+            sys.exit(f"--inductor-modes: '{m}' is not a torch.compile mode this bench runs (default, reduce-overhead)")
+    INDUCTOR_MODES = tuple(x for x in INDUCTOR_MODES if {"ind": "default", "ind_ro": "reduce-overhead"}[x[0]] in modes)
     if args.no_inductor:
         INDUCTOR_MODES = ()
     res = {"check": [] if args.no_check else check(Path(args.libs), args.only, args.ref_only, Path(args.models_dir))}

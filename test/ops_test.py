@@ -6,6 +6,7 @@ and their gradients compared with torch.autograd. With nvcc installed, one modul
 is also compiled for CUDA (no GPU is needed to compile).
 
     .venv/bin/python test/ops_test.py [--ptc-binary build/ptc] [--keep DIR] [-v]
+    python3 test/ops_test.py --device cuda [--jobs 8]    (a GPU machine: the forward checks on CUDA)
 
 Prints one line per check and 'N passed, N failed'; exit code 0 when all passed, 1 otherwise.
 """
@@ -252,10 +253,45 @@ def export(module, make, batch=True):
     return torch.export.export(module, (x,), dynamic_shapes=shapes)
 
 
+def run_on_gpu(exe, work, t, jobs):
+    """--device cuda (a machine with a GPU): every module above, and the one holding every op,
+    compiled for CUDA (jobs compiles at a time) and run on CUDA inputs at batch 1, 3 and 8 against
+    CPU eager, with the same tolerance."""
+    from concurrent.futures import ThreadPoolExecutor
+    cases = dict(MODULES, everything=(Everything, lambda b: torch.randn(b, 4, 5, 6)))
+    modules, libs = {}, {}
+
+    def build(name):
+        cls, make = cases[name]
+        torch.manual_seed(1)
+        modules[name] = cls().eval()
+        return ptc.compile(export(modules[name], make), work / f"{name}_cuda.so", device="cuda", ptc=exe)
+
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = {name: pool.submit(build, name) for name in cases}
+    for name, future in futures.items():
+        def run(name=name, future=future):
+            lib, (_, make), module = future.result(), cases[name], modules[name]
+            msgs = []
+            with ptc.load(lib) as m, torch.inference_mode():
+                for b in (1, 3, 8):
+                    x = make(b)
+                    got, ref = m(x.cuda()), module(x)
+                    ref = ref if isinstance(ref, tuple) else (ref,)
+                    assert len(got) == len(ref), (len(got), len(ref))
+                    msgs += [compare(g.cpu(), r) for g, r in zip(got, ref)]
+            worst = max(float(s.split()[-1]) for s in msgs)
+            return f"{len(msgs)} outputs at batch 1, 3, 8; worst abs err {worst:.1e}"
+        t.check(f"{name} on CUDA matches eager", run)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ptc-binary", default=os.environ.get("PTC_BINARY", str(ROOT / "build" / "ptc")))
     ap.add_argument("--keep", help="compile into this folder and keep it")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: run the forward checks on a GPU instead (compiled for CUDA, against CPU eager)")
+    ap.add_argument("--jobs", type=int, default=8, help="with --device cuda: compiles at a time")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     exe = Path(args.ptc_binary).resolve()
@@ -263,6 +299,10 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     t = Runner(args.verbose)
     try:
+        if args.device == "cuda":
+            run_on_gpu(exe, work, t, args.jobs)
+            print(f"{t.passed} passed, {t.failed} failed")
+            return 0 if t.failed == 0 and t.passed > 0 else 1
         for name, (cls, make) in MODULES.items():
             def run(name=name, cls=cls, make=make):
                 torch.manual_seed(1)
