@@ -1,6 +1,8 @@
 // The scheduler on hand-built loop programs: which computations share a kernel (row groups,
 // GEMM epilogues, horizontal fusion), and which temporaries are written in place.
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
 
 #include "ptc/loop.h"
 #include "ptc/schedule.h"
@@ -219,6 +221,110 @@ TEST_CASE("library GEMM epilogues: cuBLASLt's bias + residual + ReLU join the GE
       GemmCase v;
       CHECK(v.run(binary(Op::Add, v.gemm(), v.bias_n()), sched::Epilogues::None).kernels.size() == 2);
     }
+  }
+}
+
+TEST_CASE("library GEMM epilogues: GELU (erf and tanh forms) and SiLU join a GEMM whose library runs them", "[schedule]") {
+  using Act = sched::LibraryEpilogue::Act;
+  const sched::LibraryActs all = sched::LibraryEpilogue::act_bit(Act::Gelu) | sched::LibraryEpilogue::act_bit(Act::GeluTanh) |
+                                 sched::LibraryEpilogue::act_bit(Act::Silu);
+  auto c = [](double v) { return f32(v); };
+  auto mul = [](ExprRef a, ExprRef b) { return binary(Op::Mul, a, b); };
+  auto add = [](ExprRef a, ExprRef b) { return binary(Op::Add, a, b); };
+  // each form of act(x), x = gemm + bias (built anew at each use, as fusion substitutes it)
+  struct Form {
+    const char* name;
+    std::function<ExprRef(std::function<ExprRef()>)> body;
+    Act act;
+  };
+  const std::vector<Form> forms = {
+      {"gelu (erf), as ptc lowers aten.gelu", [&](auto x) { return mul(mul(c(0.5), x()), add(c(1), unary(Op::Erf, mul(x(), c(M_SQRT1_2))))); },
+       Act::Gelu},
+      {"gelu (tanh), as ptc lowers aten.gelu(approximate='tanh')",
+       [&](auto x) {
+         ExprRef inner = mul(c(std::sqrt(2.0 / M_PI)), add(x(), mul(c(0.044715), mul(mul(x(), x()), x()))));
+         return mul(mul(c(0.5), x()), add(c(1), unary(Op::Tanh, inner)));
+       },
+       Act::GeluTanh},
+      {"gelu (tanh), as transformers' GPT-2 writes it (operands commuted)",
+       [&](auto x) {
+         ExprRef inner = mul(add(x(), mul(mul(mul(x(), x()), x()), c(0.044715))), c(0.7978845608028654));
+         return mul(mul(x(), c(0.5)), add(unary(Op::Tanh, inner), c(1.0)));
+       },
+       Act::GeluTanh},
+      {"silu", [&](auto x) { return mul(x(), unary(Op::Sigmoid, x())); }, Act::Silu},
+      {"silu, commuted", [&](auto x) { return mul(unary(Op::Sigmoid, x()), x()); }, Act::Silu},
+  };
+  for (const Form& f : forms) {
+    INFO(f.name);
+    GemmCase t;
+    ExprRef body = f.body([&] { return add(t.gemm(), t.bias_n()); });
+    t.run(body, sched::Epilogues::Any);
+    auto m = sched::match_library_epilogue(t.b.p, t.b.p.comps[0], t.b.p.comps[1], all);
+    REQUIRE(m.has_value());
+    CHECK(m->act == f.act);
+    CHECK(m->bias == t.bias);
+    // not among the library's activations (cuBLASLt's plain set): no library epilogue
+    CHECK_FALSE(sched::match_library_epilogue(t.b.p, t.b.p.comps[0], t.b.p.comps[1]).has_value());
+  }
+  SECTION("near misses: another constant, or the activation of something else") {
+    GemmCase t;
+    auto x = [&] { return add(t.gemm(), t.bias_n()); };
+    t.run(mul(mul(c(0.5), x()), add(c(1), unary(Op::Erf, mul(x(), c(0.75))))), sched::Epilogues::Any);
+    CHECK_FALSE(sched::match_library_epilogue(t.b.p, t.b.p.comps[0], t.b.p.comps[1], all).has_value());
+    GemmCase u;
+    u.run(mul(u.gemm(), unary(Op::Sigmoid, add(u.gemm(), u.bias_n()))), sched::Epilogues::Any);
+    CHECK_FALSE(sched::match_library_epilogue(u.b.p, u.b.p.comps[0], u.b.p.comps[1], all).has_value());
+  }
+}
+
+TEST_CASE("library GEMM epilogues: a bf16 GEMM writes its float32 accumulator where only a widening (and ReLU) follows",
+          "[schedule]") {
+  // The GEMM computes in bf16 (its operands, its result y); the program's output is float32.
+  auto half_case = [] {
+    GemmCase t;
+    for (int buf : {t.a, t.w, t.bias, t.y}) t.b.p.buffers[buf].dtype = DType::BFloat16;
+    return t;
+  };
+  auto y16 = [](const GemmCase& t) { return load(t.y, DType::BFloat16, Builder::flat(t.dom)); };
+  SECTION("float32(y) and relu(float32(y)) join the GEMM, which writes the float32 output") {
+    for (bool relu : {false, true}) {
+      GemmCase t = half_case();
+      ExprRef body = cast(y16(t), DType::Float32);
+      if (relu) body = unary(Op::Relu, body);
+      sched::Schedule s = t.run(body, sched::Epilogues::Library);
+      REQUIRE(s.kernels.size() == 1);
+      CHECK(s.kernels[0].epilogue == 1);
+      auto m = sched::match_library_epilogue(t.b.p, t.b.p.comps[0], t.b.p.comps[1]);
+      REQUIRE(m.has_value());
+      CHECK(m->widens);
+      CHECK(m->bias == -1);
+      CHECK(m->act == (relu ? sched::LibraryEpilogue::Act::Relu : sched::LibraryEpilogue::Act::None));
+    }
+  }
+  SECTION("float32(y) + bias joins too (the bias read in bf16); a residual, or generated code (the CPU's), does not") {
+    GemmCase t = half_case();
+    ExprRef bias = cast(load(t.bias, DType::BFloat16, loop_var(1, 16)), DType::Float32);
+    CHECK(t.run(binary(Op::Add, cast(y16(t), DType::Float32), bias), sched::Epilogues::Library).kernels.size() == 1);
+    auto m = sched::match_library_epilogue(t.b.p, t.b.p.comps[0], t.b.p.comps[1]);
+    REQUIRE(m.has_value());
+    CHECK(m->widens);
+    CHECK(m->bias == t.bias);
+    GemmCase r = half_case();
+    r.b.p.buffers[r.res].dtype = DType::BFloat16;
+    ExprRef res = cast(load(r.res, DType::BFloat16, Builder::flat(r.dom)), DType::Float32);
+    CHECK(r.run(binary(Op::Add, cast(y16(r), DType::Float32), res), sched::Epilogues::Library).kernels.size() == 2);
+    CHECK_FALSE(sched::match_library_epilogue(r.b.p, r.b.p.comps[0], r.b.p.comps[1]).has_value());
+    GemmCase u = half_case();
+    CHECK(u.run(cast(y16(u), DType::Float32), sched::Epilogues::Any).kernels.size() == 2);
+  }
+  SECTION("a bf16 epilogue of a bf16 GEMM does not widen") {
+    GemmCase t = half_case();
+    t.b.p.buffers[t.out].dtype = DType::BFloat16;
+    t.run(unary(Op::Relu, y16(t)), sched::Epilogues::Library);
+    auto m = sched::match_library_epilogue(t.b.p, t.b.p.comps[0], t.b.p.comps[1]);
+    REQUIRE(m.has_value());
+    CHECK_FALSE(m->widens);
   }
 }
 

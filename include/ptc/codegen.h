@@ -77,6 +77,9 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
 // library ones (ScheduleOptions::extern_epilogues = Epilogues::Library).
 // `part` as for generate_cpu (a training library's forward or backward: namespace
 // ptc_part_<part>, the ABI as C++ functions, file <part>_model.cu).
+// The GEMM activations its cuBLASLt epilogues run besides ReLU (ScheduleOptions::library_gemm_acts):
+// the tanh form of GELU.
+constexpr sched::LibraryActs kCudaGemmActs = sched::LibraryEpilogue::act_bit(sched::LibraryEpilogue::Act::GeluTanh);
 LibrarySource generate_cuda(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
                             const CodegenOptions& opts = {}, const std::string& part = "");
 

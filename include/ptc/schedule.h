@@ -58,8 +58,12 @@ enum class Epilogues : uint8_t {
   Library,  // only what the GEMM / convolution library runs itself (match_library_epilogue):
             // the CUDA backend's cuBLASLt and cuDNN calls
 };
+// Activations a GEMM library runs besides ReLU (a mask of LibraryEpilogue::act_bit values).
+using LibraryActs = unsigned;
 struct ScheduleOptions {
   Epilogues extern_epilogues = Epilogues::Any;
+  // With Epilogues::Library: the GEMM library's activations beyond ReLU.
+  LibraryActs library_gemm_acts = 0;
   // Channels-last forward convolutions (ConvAttrs::nhwc) run on a library on every backend
   // (cuDNN, oneDNN): only what it fuses itself.
   Epilogues nhwc_conv_epilogues = Epilogues::Library;
@@ -73,15 +77,22 @@ struct ScheduleOptions {
 //   Convolution through cuDNN (cudnnConvolutionBiasActivationForward: y = act(conv(x) + 1 * z +
 //     bias)): channels = dimension 1; the bias required, the residual and an activation (ReLU, or
 //     ReLU6 = clamp(0, 6)) optional.
+// A GEMM's activation may also be one of `gemm_acts` (the library's: oneDNN's eltwise post-ops,
+// cuBLASLt's GELU): GELU (erf), GELU (tanh approximation) or SiLU, in the forms ptc's lowering
+// and the exported tanh-GELU of transformers (GPT-2's "gelu_new") take.
 struct LibraryEpilogue {
-  enum class Act : uint8_t { None, Relu, Relu6 };
+  enum class Act : uint8_t { None, Relu, Relu6, Gelu, GeluTanh, Silu };
+  static constexpr LibraryActs act_bit(Act a) { return 1u << static_cast<unsigned>(a); }
   int bias = -1;  // buffer, or -1
   sym::Expr bias_offset;
   int residual = -1;  // buffer, or -1
   sym::Expr residual_offset;
   Act act = Act::None;
+  // A half-precision GEMM writes the epilogue's float32 buffer (with its bias, no residual).
+  bool widens = false;
 };
-std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, const loop::Computation& gemm, const loop::Computation& e);
+std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, const loop::Computation& gemm, const loop::Computation& e,
+                                                      LibraryActs gemm_acts = 0);
 Schedule schedule(const loop::Program& p, const ScheduleOptions& opts = {});
 std::string print_schedule(const loop::Program& p, const Schedule& s);
 

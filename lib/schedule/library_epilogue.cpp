@@ -3,6 +3,8 @@
 #include "ptc/schedule.h"
 #include "schedule_internal.h"
 
+#include <cmath>
+
 namespace ptc::sched {
 namespace {
 
@@ -38,9 +40,87 @@ void add_terms(const ExprRef& e, DType dt, std::vector<ExprRef>& out) {
 
 bool is_const(const ExprRef& e, double v) { return e->op == Op::Const && e->value == v; }
 
+// A constant within float32 rounding of v (the graph's constants went through float32).
+bool near_const(const ExprRef& e, double v) { return e->op == Op::Const && std::abs(e->value - v) <= 1e-6 * std::abs(v); }
+
+// Structurally the same expression (loads of the same buffer at the same index, ...).
+bool same(const ExprRef& a, const ExprRef& b) {
+  if (a == b) return true;
+  if (a->op != b->op || a->dtype != b->dtype || a->args.size() != b->args.size()) return false;
+  if (a->op == Op::Const) return a->value == b->value;
+  if (a->op == Op::Load || a->op == Op::IndexVal || a->op == Op::LoadAt) {
+    if (a->buffer != b->buffer || !(a->index == b->index)) return false;
+  }
+  for (size_t i = 0; i < a->args.size(); ++i)
+    if (!same(a->args[i], b->args[i])) return false;
+  return true;
+}
+
+// e = op(l, r) with l and r matching f and g in either order.
+template <class F, class G>
+bool commuted(const ExprRef& e, Op op, F&& f, G&& g) {
+  if (e->op != op || e->args.size() != 2) return false;
+  return (f(e->args[0]) && g(e->args[1])) || (f(e->args[1]) && g(e->args[0]));
+}
+
+// 0.5 * x * (1 + inner(x)), the GELUs' outer form, with x bound on success.
+template <class Inner>
+bool half_x_one_plus(const ExprRef& e, ExprRef* x, Inner&& inner) {
+  ExprRef cand;
+  auto half_x = [&](const ExprRef& h) { return commuted(h, Op::Mul, [](const ExprRef& c) { return near_const(c, 0.5); },
+                                                        [&](const ExprRef& v) { cand = v; return true; }); };
+  auto one_plus = [&](const ExprRef& a) {
+    return cand && commuted(a, Op::Add, [](const ExprRef& c) { return near_const(c, 1.0); }, [&](const ExprRef& t) { return inner(t, cand); });
+  };
+  if (!commuted(e, Op::Mul, half_x, one_plus)) return false;
+  *x = cand;
+  return true;
+}
+
+// erf(x / sqrt(2)) as x * (1 / sqrt(2))
+bool erf_of(const ExprRef& t, const ExprRef& x) {
+  return t->op == Op::Erf && commuted(t->args[0], Op::Mul, [&](const ExprRef& v) { return same(v, x); },
+                                      [](const ExprRef& c) { return near_const(c, M_SQRT1_2); });
+}
+
+// x * x * x, as (x * x) * x in either order
+bool cube_of(const ExprRef& t, const ExprRef& x) {
+  auto is_x = [&](const ExprRef& v) { return same(v, x); };
+  auto square = [&](const ExprRef& v) { return commuted(v, Op::Mul, is_x, is_x); };
+  return commuted(t, Op::Mul, square, is_x);
+}
+
+// tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))
+bool tanh_of(const ExprRef& t, const ExprRef& x) {
+  if (t->op != Op::Tanh) return false;
+  auto cubic = [&](const ExprRef& v) {
+    return commuted(v, Op::Mul, [](const ExprRef& c) { return near_const(c, 0.044715); }, [&](const ExprRef& c3) { return cube_of(c3, x); });
+  };
+  auto poly = [&](const ExprRef& v) { return commuted(v, Op::Add, [&](const ExprRef& y) { return same(y, x); }, cubic); };
+  return commuted(t->args[0], Op::Mul, [](const ExprRef& c) { return near_const(c, std::sqrt(2.0 / M_PI)); }, poly);
+}
+
+// The activation `body` applies to its argument (bound to *x), among `acts`; Act::None if none.
+LibraryEpilogue::Act extended_act(const ExprRef& body, LibraryActs acts, ExprRef* x) {
+  using Act = LibraryEpilogue::Act;
+  if ((acts & LibraryEpilogue::act_bit(Act::Gelu)) && half_x_one_plus(body, x, erf_of)) return Act::Gelu;
+  if ((acts & LibraryEpilogue::act_bit(Act::GeluTanh)) && half_x_one_plus(body, x, tanh_of)) return Act::GeluTanh;
+  if (acts & LibraryEpilogue::act_bit(Act::Silu)) {
+    ExprRef cand;
+    auto sig = [&](const ExprRef& s) { return s->op == Op::Sigmoid && (cand = s->args[0]); };
+    auto arg = [&](const ExprRef& v) { return cand && same(v, cand); };
+    if (body->op == Op::Mul && ((sig(body->args[1]) && arg(body->args[0])) || (sig(body->args[0]) && arg(body->args[1])))) {
+      *x = cand;
+      return Act::Silu;
+    }
+  }
+  return Act::None;
+}
+
 }  // namespace
 
-std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, const loop::Computation& ext, const loop::Computation& e) {
+std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, const loop::Computation& ext, const loop::Computation& e,
+                                                      LibraryActs gemm_acts) {
   using Act = LibraryEpilogue::Act;
   if (ext.kind != loop::Computation::Kind::Extern) return std::nullopt;
   const bool gemm = ext.extern_kind == loop::ExternKind::Gemm;
@@ -53,10 +133,15 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
   if (!gemm && !conv) return std::nullopt;
   if (e.kind != loop::Computation::Kind::Pointwise || !e.body || e.domain.empty()) return std::nullopt;
   // One element type throughout (float32, or a half-precision library call's bfloat16 / float16:
-  // its bias and residual are read in that type).
+  // its bias and residual are read in that type). A half-precision GEMM may also write a float32
+  // result straight from its float32 accumulator plus bias (LibraryEpilogue::widens; then no
+  // residual, which cuBLASLt reads as C): the conversion that returns an autocast model's output
+  // in float32.
   const DType dt = p.buffers[ext.out].dtype;
-  if (p.buffers[e.out].dtype != dt || (dt != DType::Float32 && !dtype_is_half(dt))) return std::nullopt;
+  if (dt != DType::Float32 && !dtype_is_half(dt)) return std::nullopt;
   LibraryEpilogue m;
+  m.widens = p.buffers[e.out].dtype != dt;
+  if (m.widens && !(gemm && dtype_is_half(dt) && p.buffers[e.out].dtype == DType::Float32)) return std::nullopt;
   ExprRef body = strip_casts(e.body, dt);
   if (body->op == Op::Relu) {
     m.act = Act::Relu;
@@ -65,6 +150,8 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
              conv && lo && is_const(body->args[1], 6) && lo->op == Op::Max && is_const(lo->args[1], 0)) {
     m.act = Act::Relu6;
     body = lo->args[0];
+  } else if (ExprRef x; gemm && gemm_acts && (m.act = extended_act(body, gemm_acts, &x)) != Act::None) {
+    body = x;
   }
   std::vector<ExprRef> terms;
   add_terms(body, dt, terms);
@@ -92,6 +179,7 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
   }
   if (!result) return std::nullopt;
   if (conv && m.bias < 0) return std::nullopt;
+  if (m.widens && m.residual >= 0) return std::nullopt;
   return m;
 }
 

@@ -131,9 +131,10 @@ bool same_flat_rows(const std::vector<sym::Expr>& a, const std::vector<sym::Expr
   return pa == pb;
 }
 
-bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Computation& e, const std::vector<int>& readers, Epilogues mode) {
+bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Computation& e, const std::vector<int>& readers, Epilogues mode,
+                   LibraryActs acts) {
   if (mode == Epilogues::None || e.kind != Computation::Kind::Pointwise) return false;
-  if (mode == Epilogues::Library && !match_library_epilogue(p, gemm, e)) return false;
+  if (mode == Epilogues::Library && !match_library_epilogue(p, gemm, e, acts)) return false;
   // A convolution's epilogue runs over its [N, O, OH, OW] output rows: the same domain only
   // (likewise a depthwise input gradient's, the CPU's direct kernel, and a max pooling's input
   // gradient, over [N, C, H, W]).
@@ -141,9 +142,11 @@ bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Comput
                     gemm.extern_kind == loop::ExternKind::MaxPoolGrad;
   if (conv ? !(e.domain == gemm.domain) : !same_flat_rows(e.domain, gemm.domain)) return false;
   // float32; or, for a library's epilogue (cuBLASLt's, cuDNN's), bfloat16 / float16 in and out:
-  // the library adds bias and residual to its float32 accumulator and rounds once.
+  // the library adds bias and residual to its float32 accumulator and rounds once (or a
+  // half-precision GEMM writes float32: match_library_epilogue checked it).
   const DType dt = p.buffers[gemm.out].dtype;
-  if (p.buffers[e.out].dtype != dt || !(dt == DType::Float32 || (mode == Epilogues::Library && dtype_is_half(dt)))) return false;
+  if (mode != Epilogues::Library && p.buffers[e.out].dtype != dt) return false;
+  if (!(dt == DType::Float32 || (mode == Epilogues::Library && dtype_is_half(dt)))) return false;
   // Read elsewhere too: a convolution still runs it (stored as well, Kernel::epilogue_keeps) on
   // the CPU, where the epilogue reads the rows the convolution just wrote, e.g. the batch norm +
   // ReLU after a training forward's convolution, whose output the backward keeps.
@@ -284,7 +287,7 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
                                   opts.extern_epilogues == Epilogues::Any);
       const bool nhwc_conv = c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc;
       const Epilogues mode = nhwc_conv && opts.extern_epilogues != Epilogues::None ? opts.nhwc_conv_epilogues : opts.extern_epilogues;
-      if (epilogue_kind && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers, mode)) {
+      if (epilogue_kind && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers, mode, opts.library_gemm_acts)) {
         k.epilogue = static_cast<int>(j);
         take(j);
         if (readers[c.out] == 1)

@@ -76,6 +76,8 @@ class CudaBackend final : public Backend {
   sched::ScheduleOptions schedule_options() const override {
     sched::ScheduleOptions o;
     o.extern_epilogues = sched::Epilogues::Library;  // cuBLASLt / cuDNN run bias / residual / ReLU
+    // and cuBLASLt the tanh form of GELU (GPT-2's MLP); not the erf form, which it has not
+    o.library_gemm_acts = kCudaGemmActs;
     return o;
   }
 

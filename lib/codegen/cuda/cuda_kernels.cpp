@@ -435,8 +435,12 @@ std::string buffer_ptr(const loop::Program& p, int b, const sym::Expr& offset, b
 void emit_library_epilogue(std::ostream& os, const loop::Program& p, const std::string& var, const sched::LibraryEpilogue& m) {
   if (m.bias >= 0) os << "  " << var << ".bias = " << buffer_ptr(p, m.bias, m.bias_offset, true) << ";\n";
   if (m.residual >= 0) os << "  " << var << ".residual = " << buffer_ptr(p, m.residual, m.residual_offset, true) << ";\n";
-  if (m.act != sched::LibraryEpilogue::Act::None)
-    os << "  " << var << ".act = " << (m.act == sched::LibraryEpilogue::Act::Relu6 ? "ptc_cuda::kActRelu6" : "ptc_cuda::kActRelu") << ";\n";
+  using Act = sched::LibraryEpilogue::Act;
+  PTC_CHECK(m.act == Act::None || m.act == Act::Relu || m.act == Act::Relu6 || m.act == Act::GeluTanh,
+            "a CUDA library epilogue with an activation cuBLASLt / cuDNN do not run");
+  if (m.act != Act::None)
+    os << "  " << var << ".act = "
+       << (m.act == Act::Relu6 ? "ptc_cuda::kActRelu6" : m.act == Act::GeluTanh ? "ptc_cuda::kActGeluTanh" : "ptc_cuda::kActRelu") << ";\n";
 }
 
 void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms) {
@@ -457,11 +461,12 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
      << "; g.ldb_n = " << cpp_index(B.strides[r - 1]) << ";\n";
   if (k.epilogue >= 0) {  // cuBLASLt's bias / residual / ReLU (Epilogues::Library)
     const Computation& e = p.comps[k.epilogue];
-    std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, e);
+    std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, e, kCudaGemmActs);
     PTC_CHECK(m.has_value(), "a CUDA GEMM epilogue the schedule took is no library epilogue");
     os << "  g.C = " << buffer_ptr(p, e.out, 0, false) << ";\n";
     PTC_CHECK(m->act != sched::LibraryEpilogue::Act::Relu6, "cuBLASLt has no ReLU6 epilogue");
     emit_library_epilogue(os, p, "g", *m);
+    if (m->widens) os << "  g.out_type = ptc_cuda::kF32;\n";  // the float32 accumulator stored as it is
   } else {
     os << "  g.C = " << buffer_ptr(p, c.out, 0, false) << ";\n";
   }

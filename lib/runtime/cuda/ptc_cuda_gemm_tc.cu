@@ -89,8 +89,7 @@ __device__ __forceinline__ void store_pair(const TcGemm& g, const float* A, cons
     if (v[e] != v[e] && n + e < g.N) v[e] = plain_dot(g, A, B, m, n + e);
     if (g.bias && n + e < g.N) v[e] += g.bias[g.bias_rows ? m : n + e];
     if (R && n + e < g.N) v[e] += R[m * g.N + n + e];
-    if (g.act != kActNone) v[e] = v[e] != v[e] ? v[e] : fmaxf(v[e], 0.f);
-    if (g.act == kActRelu6) v[e] = v[e] != v[e] ? v[e] : fminf(v[e], 6.f);
+    v[e] = apply_act(v[e], g.act);
   }
   if (n + 1 < g.N && g.N % 2 == 0) {
     *reinterpret_cast<float2*>(C + m * g.N + n) = make_float2(v[0], v[1]);

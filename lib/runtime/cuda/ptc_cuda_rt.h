@@ -76,13 +76,25 @@ enum ElemType { kF32 = 0, kBF16 = 1, kF16 = 2 };
 inline size_t elem_bytes(int t) { return t == kF32 ? 4 : 2; }
 
 // A library call's fused epilogue (GEMM, convolution): y = act(y + bias[channel] + residual).
-enum Act { kActNone = 0, kActRelu = 1, kActRelu6 = 2 };  // ReLU6: clamp to [0, 6]
+// ReLU6: clamp to [0, 6]; GELU with tanh: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (GEMMs:
+// cuBLASLt's GELU epilogue).
+enum Act { kActNone = 0, kActRelu = 1, kActRelu6 = 2, kActGeluTanh = 3 };
+#ifdef __CUDACC__
+// `act` applied to v; NaN stays NaN, as in torch's relu.
+__host__ __device__ inline float apply_act(float v, int act) {
+  if (act == kActGeluTanh) return 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+  if (act != kActNone) v = v != v ? v : fmaxf(v, 0.f);
+  if (act == kActRelu6) v = v != v ? v : fminf(v, 6.f);
+  return v;
+}
+#endif
 // That epilogue as a kernel after the call, where the library does not run it: over `count`
 // elements of a contiguous y whose channel is (i / inner) % channels (GEMM: inner 1, channels N;
 // NCHW convolution: inner OH * OW, channels O); bias / residual may be null; all of element type
-// `type` (computed in float32). NaN stays NaN, as in torch's relu. An error text or nullptr.
+// `type` (computed in float32), bias and residual of `bias_type` (-1: `type`; a half type only
+// with a float32 y). NaN stays NaN, as in torch's relu. An error text or nullptr.
 const char* bias_act(void* y, int64_t count, int64_t inner, int64_t channels, const void* bias, const void* residual, int act,
-                     cudaStream_t stream, int type = kF32);
+                     cudaStream_t stream, int type = kF32, int bias_type = -1);
 
 // Operands, result and epilogue vectors all of element type `type` (kBF16 / kF16: cuBLASLt's
 // half-precision tensor-core kernels with float32 accumulation and scaling).
@@ -95,7 +107,7 @@ struct Gemm {
   int nbatch = 0;                        // leading batch dimensions
   int64_t bsize[kMaxBatchDims], bsa[kMaxBatchDims], bsb[kMaxBatchDims];  // sizes, A and B strides
   // Epilogue (cuBLASLt's, or bias_act after it where cuBLASLt cannot take it):
-  // C = act(A B + bias[n] + residual), each part optional; act kActNone or kActRelu.
+  // C = act(A B + bias[n] + residual), each part optional; act kActNone, kActRelu or kActGeluTanh.
   const void* bias = nullptr;      // [N], contiguous; the same for every batch
   const void* residual = nullptr;  // laid out as C (cuBLASLt's C with beta = 1)
   int act = kActNone;
@@ -103,6 +115,9 @@ struct Gemm {
   // The bias is per row: bias[m], [M] (an NCHW 1x1 convolution's output channel; cuBLASLt's
   // epilogue takes only a per-column bias, so then bias_act runs after it).
   bool bias_rows = false;
+  // C's element type where it differs from `type`: kF32 from kBF16 / kF16 operands (the float32
+  // accumulator plus the bias, stored without rounding; then no residual). -1: `type`.
+  int out_type = -1;
 };
 const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream);
 

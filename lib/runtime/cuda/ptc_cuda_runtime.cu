@@ -74,28 +74,26 @@ template <typename P> P* advance(P* p, int64_t elems, int type) {
 }
 
 // Any strides: one thread per output element (used only when cuBLASLt cannot take the layout).
-template <typename T>
+template <typename T, typename O = T>
 __global__ void gemm_naive(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda_m, int64_t lda_k, const T* B, int64_t ldb_k,
-                           int64_t ldb_n, T* C) {
+                           int64_t ldb_n, O* C) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < M * N;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t m = i / N, n = i % N;
     float acc = 0.f;
     for (int64_t k = 0; k < K; ++k) acc += to_f(A[m * lda_m + k * lda_k]) * to_f(B[k * ldb_k + n * ldb_n]);
-    C[i] = from_f<T>(acc);
+    C[i] = from_f<O>(acc);
   }
 }
 
-template <typename T>
-__global__ void bias_act_kernel(T* y, int64_t count, int64_t inner, int64_t channels, const T* bias, const T* residual, int act) {
+template <typename T, typename B = T>
+__global__ void bias_act_kernel(T* y, int64_t count, int64_t inner, int64_t channels, const B* bias, const B* residual, int act) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float v = to_f(y[i]);
     if (bias) v += to_f(bias[(i / inner) % channels]);
     if (residual) v += to_f(residual[i]);
-    if (act != kActNone) v = v != v ? v : fmaxf(v, 0.f);
-    if (act == kActRelu6) v = v != v ? v : fminf(v, 6.f);
-    y[i] = from_f<T>(v);
+    y[i] = from_f<T>(apply_act(v, act));
   }
 }
 
@@ -104,9 +102,7 @@ __global__ void bias_act_kernel(T* y, int64_t count, int64_t inner, int64_t chan
 __device__ __forceinline__ float act_one(float v, float b, float r, int act) {
   v += b;  // in bias_act_kernel's order
   v += r;
-  if (act != kActNone) v = v != v ? v : fmaxf(v, 0.f);
-  if (act == kActRelu6) v = v != v ? v : fminf(v, 6.f);
-  return v;
+  return apply_act(v, act);
 }
 __global__ void bias_act_kernel4(float* y, uint32_t count4, uint32_t inner, uint32_t channels, const float* bias, const float* residual,
                                  int act) {
@@ -183,17 +179,19 @@ void gemm_plans_destroy(GemmPlans* plans) { delete plans; }
 namespace {
 
 // Builds the descriptors and picks the algorithm for one layout; nullptr or an error text.
-// `type` (ElemType): the operands', C's and the bias's type; accumulation and scaling are fp32.
+// `type` (ElemType): the operands' and the bias's type, `out_type` C's; accumulation and scaling
+// are fp32.
 const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa, int64_t M, int64_t N, int64_t ldc, int32_t batch, int64_t sa,
-                      int64_t sb, int64_t sc, size_t ws_bytes, cublasLtEpilogue_t epilogue, bool tf32, int type, Plan& plan) {
-  const cudaDataType_t dt = type == kBF16 ? CUDA_R_16BF : type == kF16 ? CUDA_R_16F : CUDA_R_32F;
+                      int64_t sb, int64_t sc, size_t ws_bytes, cublasLtEpilogue_t epilogue, bool tf32, int type, int out_type, Plan& plan) {
+  auto cuda_type = [](int t) { return t == kBF16 ? CUDA_R_16BF : t == kF16 ? CUDA_R_16F : CUDA_R_32F; };
+  const cudaDataType_t dt = cuda_type(type), out_dt = cuda_type(out_type);
   const char* err = nullptr;
   auto check = [&](cublasStatus_t s, const char* what) {
     if (s != CUBLAS_STATUS_SUCCESS && !err) err = lt_error(what, s);
     return s == CUBLAS_STATUS_SUCCESS;
   };
-  auto layout = [&](cublasLtMatrixLayout_t* l, uint64_t rows, uint64_t cols, int64_t ld, int64_t stride) {
-    if (!check(cublasLtMatrixLayoutCreate(l, dt, rows, cols, ld), "cublasLtMatrixLayoutCreate")) return;
+  auto layout = [&](cublasLtMatrixLayout_t* l, cudaDataType_t t, uint64_t rows, uint64_t cols, int64_t ld, int64_t stride) {
+    if (!check(cublasLtMatrixLayoutCreate(l, t, rows, cols, ld), "cublasLtMatrixLayoutCreate")) return;
     if (batch > 1) {
       check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch), "batch count");
       check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride), "batch stride");
@@ -210,9 +208,9 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
       if (type != kF32) check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt, sizeof dt), "bias type");
     }
   }
-  layout(&plan.la, ob.rows, ob.cols, ob.ld, sb);
-  layout(&plan.lb, oa.rows, oa.cols, oa.ld, sa);
-  layout(&plan.lc, static_cast<uint64_t>(N), static_cast<uint64_t>(M), ldc, sc);
+  layout(&plan.la, dt, ob.rows, ob.cols, ob.ld, sb);
+  layout(&plan.lb, dt, oa.rows, oa.cols, oa.ld, sa);
+  layout(&plan.lc, out_dt, static_cast<uint64_t>(N), static_cast<uint64_t>(M), ldc, sc);
   cublasLtMatmulPreference_t pref = nullptr;
   if (!err && check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) {
     uint64_t wsb = ws_bytes;
@@ -234,8 +232,21 @@ const char* make_plan(cublasLtHandle_t lt, const Operand& ob, const Operand& oa,
 }  // namespace
 
 const char* bias_act(void* y_, int64_t count, int64_t inner, int64_t channels, const void* bias_, const void* residual_, int act,
-                     cudaStream_t stream, int type) {
+                     cudaStream_t stream, int type, int bias_type) {
   if (count <= 0 || (!bias_ && !residual_ && act == kActNone)) return nullptr;
+  if (bias_type >= 0 && bias_type != type) {  // a float32 y with half-precision bias / residual
+    if (type != kF32) return "bias_act: a half-precision result takes a bias of its own type";
+    const int64_t blocks = std::min<int64_t>((count + 255) / 256, int64_t{1} << 20);
+    if (bias_type == kBF16)
+      bias_act_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<float*>(y_), count, inner, channels,
+                                                                         static_cast<const __nv_bfloat16*>(bias_),
+                                                                         static_cast<const __nv_bfloat16*>(residual_), act);
+    else
+      bias_act_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<float*>(y_), count, inner, channels,
+                                                                         static_cast<const __half*>(bias_), static_cast<const __half*>(residual_), act);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? nullptr : cuda_error("the epilogue kernel", e);
+  }
   if (type != kF32) {  // half precision: one element per thread, computed in float
     const int64_t blocks = std::min<int64_t>((count + 255) / 256, int64_t{1} << 20);
     if (type == kBF16)
@@ -269,6 +280,8 @@ const char* bias_act(void* y_, int64_t count, int64_t inner, int64_t channels, c
 
 const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   if (g.M <= 0 || g.N <= 0) return nullptr;
+  const int ot = g.out_type < 0 ? g.type : g.out_type;  // C's type
+  if (ot != g.type && (ot != kF32 || g.residual)) return "a GEMM with a float32 result from half-precision operands takes no residual";
   // Batch dims: merge neighbours that collapse for A, B and C alike, then run the largest one as
   // cuBLASLt's strided batch and loop over the others here.
   const int64_t mn = g.M * g.N;
@@ -304,10 +317,10 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   if (total == 0) return nullptr;
   // The epilogue as a kernel after the product (the bias's channel: n, or m with bias_rows).
   auto epilogue_kernel = [&](const void* residual) {
-    return bias_act(g.C, total * mn, g.bias_rows ? g.N : 1, g.bias_rows ? g.M : g.N, g.bias, residual, g.act, stream, g.type);
+    return bias_act(g.C, total * mn, g.bias_rows ? g.N : 1, g.bias_rows ? g.M : g.N, g.bias, residual, g.act, stream, ot, g.type);
   };
   if (g.K <= 0) {
-    cudaError_t e = cudaMemsetAsync(g.C, 0, static_cast<size_t>(total * mn) * elem_bytes(g.type), stream);
+    cudaError_t e = cudaMemsetAsync(g.C, 0, static_cast<size_t>(total * mn) * elem_bytes(ot), stream);
     if (e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
     return epilogue_kernel(g.residual);
   }
@@ -339,8 +352,15 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
         const int64_t blocks = std::min<int64_t>((mn + 255) / 256, 65535);
         const void* A = advance(g.A, a + i * sa, g.type);
         const void* B = advance(g.B, b + i * sb, g.type);
-        void* C = advance(g.C, c + i * sc, g.type);
-        if (g.type == kBF16)
+        void* C = advance(g.C, c + i * sc, ot);
+        if (g.type != ot && g.type == kBF16)
+          gemm_naive<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g.M, g.N, g.K, static_cast<const __nv_bfloat16*>(A), g.lda_m, g.lda_k,
+                                                                           static_cast<const __nv_bfloat16*>(B), g.ldb_k, g.ldb_n,
+                                                                           static_cast<float*>(C));
+        else if (g.type != ot)
+          gemm_naive<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g.M, g.N, g.K, static_cast<const __half*>(A), g.lda_m, g.lda_k,
+                                                                           static_cast<const __half*>(B), g.ldb_k, g.ldb_n, static_cast<float*>(C));
+        else if (g.type == kBF16)
           gemm_naive<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g.M, g.N, g.K, static_cast<const __nv_bfloat16*>(A), g.lda_m, g.lda_k,
                                                                            static_cast<const __nv_bfloat16*>(B), g.ldb_k, g.ldb_n,
                                                                            static_cast<__nv_bfloat16*>(C));
@@ -358,9 +378,11 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   // cuBLASLt's epilogue: bias (per column, a 16-byte aligned vector: heuristic kernels assume
   // aligned operands) and ReLU in the descriptor, the residual as C with beta = 1.
   const bool lt_bias = g.bias && !g.bias_rows && reinterpret_cast<uintptr_t>(g.bias) % 16 == 0;
-  const bool relu = g.act == kActRelu;
-  cublasLtEpilogue_t epi = lt_bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                   : (relu && !g.bias ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+  const bool relu = g.act == kActRelu, gelu = g.act == kActGeluTanh;
+  cublasLtEpilogue_t epi = lt_bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                           : !g.bias && relu ? CUBLASLT_EPILOGUE_RELU
+                           : !g.bias && gelu ? CUBLASLT_EPILOGUE_GELU
+                                             : CUBLASLT_EPILOGUE_DEFAULT;
   const int32_t batch = static_cast<int32_t>(inner);
   const bool tf32 = g.type == kF32 && (g.conv ? ctx.math.conv : ctx.math.gemm) == ptc_rt::MathMode::TF32;
   // (A half-precision C whose rows are not 16-byte aligned leaves cuBLASLt only its unaligned
@@ -369,7 +391,7 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   void* cout = g.C;
   auto key_for = [&](cublasLtEpilogue_t ep) {
     return std::array<int64_t, 16>{g.M, g.N, g.K, ob.op, ob.ld, oa.op, oa.ld, batch, batch > 1 ? sa : 0, batch > 1 ? sb : 0,
-                                   batch > 1 ? sc : 0, static_cast<int64_t>(ctx.gemm_ws_bytes), static_cast<int64_t>(ep), tf32, g.type, ldc};
+                                   batch > 1 ? sc : 0, static_cast<int64_t>(ctx.gemm_ws_bytes), static_cast<int64_t>(ep), tf32, g.type * 4 + ot, ldc};
   };
   std::lock_guard<std::mutex> lock(ctx.plans->mu);  // also guards the descriptor's bias pointer
   // The plan for `ep`, made on first use; end() with *err set when none could be made. A failed
@@ -378,7 +400,7 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     auto at = ctx.plans->plans.find(key_for(ep));
     if (at != ctx.plans->plans.end()) return at;
     Plan fresh;
-    *err = make_plan(ctx.lt, ob, oa, g.M, g.N, ldc, batch, sa, sb, sc, ctx.gemm_ws_bytes, ep, tf32, g.type, fresh);
+    *err = make_plan(ctx.lt, ob, oa, g.M, g.N, ldc, batch, sa, sb, sc, ctx.gemm_ws_bytes, ep, tf32, g.type, ot, fresh);
     if (*err) {
       GemmPlans tmp;  // frees what was made
       tmp.plans[key_for(ep)] = fresh;
@@ -396,7 +418,7 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
   }
   if (it == ctx.plans->plans.end()) return err;
   Plan& plan = it->second;
-  if (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS) {
+  if (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS || epi == CUBLASLT_EPILOGUE_GELU_BIAS) {
     cublasStatus_t st = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
     if (st != CUBLAS_STATUS_SUCCESS) return lt_error("bias pointer", st);
   }
@@ -407,9 +429,9 @@ const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream) {
     for (int64_t o = 0; o < outer; ++o) {
       int64_t a, b, c;
       offset(o, &a, &b, &c);
-      const void* cin = g.residual ? advance(g.residual, c, g.type) : advance(static_cast<const void*>(cout), c, g.type);
+      const void* cin = g.residual ? advance(g.residual, c, ot) : advance(static_cast<const void*>(cout), c, ot);
       cublasStatus_t st = cublasLtMatmul(ctx.lt, plan.desc, &alpha, advance(g.B, b, g.type), plan.la, advance(g.A, a, g.type), plan.lb, &beta,
-                                         cin, plan.lc, advance(cout, c, g.type), plan.lc, &algo, ctx.gemm_ws, ctx.gemm_ws_bytes, stream);
+                                         cin, plan.lc, advance(cout, c, ot), plan.lc, &algo, ctx.gemm_ws, ctx.gemm_ws_bytes, stream);
       if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     return CUBLAS_STATUS_SUCCESS;
