@@ -7,6 +7,7 @@
 
 #include "ptc/backend.h"
 #include "ptc/codegen.h"
+#include "ptc/compile.h"
 #include "ptc/error.h"
 #include "ptc/frontend.h"
 #include "ptc/lower.h"
@@ -23,7 +24,7 @@ void compile_front_half(std::string bytes) {
     g = run_graph_passes(*g);
     bool external = false;  // both weight layouts, one per backend
     for (const Backend* b : backends()) {
-      loop::Program prog = lower_to_loops(*g, b->lower_options(/*channels_last=*/false));
+      loop::Program prog = lower_to_loops(*g, b->lower_options(/*channels_last=*/false, CompileOptions{}));
       sched::Schedule s = sched::schedule(prog, b->schedule_options());
       WeightLayout w = layout_weights(prog, *g, external);
       external = !external;

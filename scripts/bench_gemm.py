@@ -54,6 +54,7 @@ def bench_shape(torch, lib, shape, samples: int, min_s: float):
     b = torch.rand(n, k, generator=g).t() if bw else torch.rand(k, n, generator=g)
     c_torch = torch.empty(m, n)
     c_ptc = torch.empty(m, n)
+    c_dnn = torch.empty(m, n)
     fp = ctypes.POINTER(ctypes.c_float)
     pa = ctypes.cast(a.data_ptr(), fp)
     pb = ctypes.cast(b.data_ptr(), fp)
@@ -61,6 +62,9 @@ def bench_shape(torch, lib, shape, samples: int, min_s: float):
 
     def run_ptc(reps):
         return lib.ptc_bench_gemm(m, n, k, at, bw, pa, pb, pc, reps)
+
+    def run_dnn(reps):
+        return lib.onednn_bench_gemm(m, n, k, at, bw, pa, pb, ctypes.cast(c_dnn.data_ptr(), fp), reps)
 
     def run_torch(reps):
         t0 = time.perf_counter()
@@ -73,14 +77,21 @@ def bench_shape(torch, lib, shape, samples: int, min_s: float):
         one = fn(1)
         return max(1, int(min_s / max(one, 1e-7)))
 
+    onednn = hasattr(lib, "onednn_bench_gemm")
     reps_p, reps_t = calibrate(run_ptc), calibrate(run_torch)
-    tp, tt = [], []
+    reps_d = calibrate(run_dnn) if onednn else 0
+    tp, tt, td = [], [], []
     for _ in range(samples):
         tp.append(run_ptc(reps_p) / reps_p)
         tt.append(run_torch(reps_t) / reps_t)
+        if onednn:
+            td.append(run_dnn(reps_d) / reps_d)
     flop = 2.0 * m * n * k
     err = float((c_ptc - c_torch).abs().max() / c_torch.abs().max().clamp_min(1e-30))
-    return flop / statistics.median(tp) * 1e-9, flop / statistics.median(tt) * 1e-9, err
+    if onednn:
+        err = max(err, float((c_dnn - c_torch).abs().max() / c_torch.abs().max().clamp_min(1e-30)))
+    gd = flop / statistics.median(td) * 1e-9 if onednn else float("nan")
+    return flop / statistics.median(tp) * 1e-9, flop / statistics.median(tt) * 1e-9, gd, err
 
 
 def parse_shape(s: str):
@@ -100,6 +111,8 @@ def main() -> int:
     ap.add_argument("--cxx", default=os.environ.get("CXX", "g++"))
     ap.add_argument("--cxxflags", default="",
                     help="extra flags for the library (e.g. -DPTC_GEMM_KC=512)")
+    ap.add_argument("--onednn", action="store_true",
+                    help="also time oneDNN's matmul (libdnnl; B reordered once into its layout)")
     ap.add_argument("--shapes", nargs="*",
                     help="MxNxK[:t][w]  (t: A stored column-major, w: B given as W[N,K])")
     args = ap.parse_args()
@@ -111,26 +124,34 @@ def main() -> int:
     shapes = [parse_shape(s) for s in args.shapes] if args.shapes else DEFAULT_SHAPES
     with tempfile.TemporaryDirectory() as tmp:
         so = Path(tmp) / "libbench_gemm.so"
-        compile_lib(so, args.cxx, args.cxxflags.split())
+        extra = args.cxxflags.split() + (["-DBENCH_GEMM_ONEDNN", "-ldnnl"] if args.onednn else [])
+        compile_lib(so, args.cxx, extra)
         lib = ctypes.CDLL(str(so))
         fp = ctypes.POINTER(ctypes.c_float)
         i64 = ctypes.c_int64
         lib.ptc_bench_gemm.restype = ctypes.c_double
         lib.ptc_bench_gemm.argtypes = [i64, i64, i64, ctypes.c_int, ctypes.c_int, fp, fp, fp, i64]
+        if args.onednn:
+            lib.onednn_bench_gemm.restype = ctypes.c_double
+            lib.onednn_bench_gemm.argtypes = lib.ptc_bench_gemm.argtypes
 
         print(f"fp32 GEMM, {args.threads} thread(s), torch {torch.__version__} "
               f"(torch.mm via {'MKL' if torch.backends.mkl.is_available() else 'its BLAS'}), "
               f"median of {args.samples} alternating samples of >= {args.min_sample}s")
         print(f"{'M':>6} {'N':>6} {'K':>6}  {'layout':<10} {'ptc GF/s':>9} {'torch GF/s':>10} "
-              f"{'ptc/torch':>9} {'max rel diff':>12}")
-        ratios = []
+              f"{'ptc/torch':>9}" + (f" {'oneDNN GF/s':>11} {'ptc/oneDNN':>10}" if args.onednn else "") + f" {'max rel diff':>12}")
+        ratios, vs_dnn = [], []
         for shape in shapes:
-            p, t, err = bench_shape(torch, lib, shape, args.samples, args.min_sample)
+            p, t, d, err = bench_shape(torch, lib, shape, args.samples, args.min_sample)
             ratios.append(p / t)
             m, n, k, _, _, label = shape
-            print(f"{m:>6} {n:>6} {k:>6}  {label:<10} {p:>9.1f} {t:>10.1f} {p / t:>9.2f} "
+            dnn = f" {d:>11.1f} {p / d:>10.2f}" if args.onednn else ""
+            if args.onednn:
+                vs_dnn.append(p / d)
+            print(f"{m:>6} {n:>6} {k:>6}  {label:<10} {p:>9.1f} {t:>10.1f} {p / t:>9.2f}{dnn} "
                   f"{err:>12.1e}", flush=True)
-        print(f"geomean ptc/torch: {statistics.geometric_mean(ratios):.2f}")
+        print(f"geomean ptc/torch: {statistics.geometric_mean(ratios):.2f}"
+              + (f", ptc/oneDNN: {statistics.geometric_mean(vs_dnn):.2f}" if vs_dnn else ""))
     return 0
 
 

@@ -343,13 +343,14 @@ std::string ldd(const std::string& so) {
 
 // The CPU's two convolution layouts: channels-last on oneDNN (the default for nets whose
 // two or more convolutions are all ungrouped or depthwise, with bias / residual / ReLU / ReLU6 as its
-// post-ops) and NCHW on ptc's own kernels (--no-channels-last, and sanitized builds).
+// post-ops) and NCHW on ptc's own kernels (--no-channels-last, and sanitized builds). With
+// --no-library-gemm too (their classifier's linear layer on ptc's GEMM) the library needs no oneDNN.
 TEST_CASE("CPU convolutions match eager channels-last on oneDNN and NCHW on ptc's kernels; the manifest and ldd say which", "[e2e][onednn]") {
   if (!kSanitize.empty()) return;  // oneDNN is not instrumented (sanitized compiles stay NCHW)
   for (const char* name : {"small_cnn", "mbv2_dyn", "cnn_pool"}) {
     INFO(name);
     const std::string nhwc = compile(std::string(name) + ".pt2", " --channels-last", ".cl"),
-                      nchw = compile(std::string(name) + ".pt2", " --no-channels-last", ".nchw");
+                      nchw = compile(std::string(name) + ".pt2", " --no-channels-last --no-library-gemm", ".nchw");
     {
       Lib lib(nhwc);
       check_cases(lib, name);
@@ -395,6 +396,40 @@ TEST_CASE("bf16 precision: channels-last convolutions run both dispatch paths, p
   double worst = 0;
   for (size_t j = 0; j < a.data.size() / 4; ++j) worst = std::max(worst, std::fabs(double(x[j]) - y[j]) / (1e-3 + std::fabs(double(x[j]))));
   CHECK(worst < 1e-2);  // the bf16 outputs' own rounding; not autocast's error against fp32
+}
+
+// Linear layers (a constant weight) run on oneDNN's matmul with their bias, residual and GELU /
+// SiLU as post-ops where the product is large enough; PTC_CPU_ONEDNN_MATMUL=1 / 0 forces either
+// path, and both match eager. oneDNN's verbose log shows which ran. --no-library-gemm compiles
+// them on ptc's own GEMM.
+TEST_CASE("linear layers run on oneDNN's matmul or ptc's GEMM as PTC_CPU_ONEDNN_MATMUL says, and both match eager", "[e2e][onednn]") {
+  if (!kSanitize.empty()) return;
+  for (const char* name : {"mlp_dyn", "tfm_dyn", "tiny_tfm"}) {
+    INFO(name);
+    const std::string report = test::temp_dir() + "/" + name + ".mm.json";
+    for (const char* force : {"1", "0"}) {
+      const std::string so = compile(std::string(name) + ".pt2", " --report " + report, std::string(".mm") + force);
+      json r = json::parse(test::read_file(report));
+      int on_onednn = 0, gemms = 0;
+      for (const json& k : r["kernels"])
+        if (k["kind"] == "gemm") ++gemms, on_onednn += k.value("library", "") == "oneDNN";
+      CHECK(gemms > 0);
+      CHECK(on_onednn == gemms);  // each linear's epilogue (bias, residual, GELU, SiLU) is one oneDNN runs
+      auto run = test::run_ptc_env(std::string("ONEDNN_VERBOSE=1 PTC_CPU_ONEDNN_MATMUL=") + force + " ",
+                                   "run " + so + " --inputs " + test::fixture(std::string("ref/") + name + ".case0.in0.npy") + " --outputs " +
+                                       test::temp_dir() + "/mm_" + name + force);
+      INFO(run.output);
+      REQUIRE(run.exit_code == 0);
+      CHECK((run.output.find("matmul") != std::string::npos) == (force[0] == '1'));
+      ::setenv("PTC_CPU_ONEDNN_MATMUL", force, 1);  // read once by each library, at its first product
+      Lib lib(so);
+      check_cases(lib, name);
+      ::unsetenv("PTC_CPU_ONEDNN_MATMUL");
+    }
+  }
+  const std::string report = test::temp_dir() + "/tfm_dyn.own.json";
+  compile("tfm_dyn.pt2", " --no-library-gemm --report " + report, ".own");
+  for (const json& k : json::parse(test::read_file(report))["kernels"]) CHECK(k.value("library", "") != "oneDNN");
 }
 
 // oneDNN's call sites from several threads at once, at both recorded sizes: each site makes a

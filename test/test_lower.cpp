@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ptc/backend.h"
+#include "ptc/compile.h"
 #include "ptc/error.h"
 #include "ptc/frontend.h"
 #include "ptc/lower.h"
@@ -131,7 +132,7 @@ TEST_CASE("lowering + interpreter match PyTorch eager on every fixture", "[lower
 }
 
 TEST_CASE("channels-last lowering (CUDA --channels-last) stores convolutions NHWC with KRSC weights and matches eager", "[lower]") {
-  const LowerOptions opts = backend_named("cuda").lower_options(true);
+  const LowerOptions opts = backend_named("cuda").lower_options(true, CompileOptions{});
   for (const char* suffix : {".pt2", ".core.pt2"}) {
     INFO(std::string("small_cnn") + suffix);
     auto g = run_graph_passes(*load_pt2(test::fixture(std::string("small_cnn") + suffix)), {}, test::channels_last_options());
@@ -155,7 +156,7 @@ TEST_CASE("channels-last lowering (CUDA --channels-last) stores convolutions NHW
 }
 
 TEST_CASE("channels-last lowering of a MobileNetV2-style net: 1x1 convolutions as GEMMs over NHWC, depthwise ones as pointwise taps", "[lower]") {
-  const LowerOptions opts = backend_named("cuda").lower_options(true);
+  const LowerOptions opts = backend_named("cuda").lower_options(true, CompileOptions{});
   for (const char* suffix : {".pt2", ".core.pt2"}) {
     INFO(std::string("mbv2_dyn") + suffix);
     auto g = run_graph_passes(*load_pt2(test::fixture(std::string("mbv2_dyn") + suffix)), {}, test::channels_last_options());
@@ -272,7 +273,7 @@ TEST_CASE("channels-last convolutions as GEMMs (1x1, patchify) and depthwise tap
                         {4, 4, 5, 1, 4, 2, 4, loop::ExternKind::Convolution}, {5, 3, 1, 1, 0, 1, 1, loop::ExternKind::Gemm, true}};
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> U(-1, 1);
-  const LowerOptions cl = backend_named("cuda").lower_options(true);
+  const LowerOptions cl = backend_named("cuda").lower_options(true, CompileOptions{});
   for (const Conv& k : convs) {
     INFO("C " << k.C << " O " << k.O << " K " << k.K << " stride " << k.stride << " pad " << k.pad << " dil " << k.dil << " groups " << k.groups
               << (k.pooled ? " (pooled input)" : ""));
@@ -318,7 +319,7 @@ TEST_CASE("an NCHW patchify convolution (CUDA) is a GEMM over its patches and ma
   const Conv convs[] = {{3, 4, 4, 4, true}, {2, 5, 3, 3, true}, {1, 3, 2, 3, true}, {3, 4, 4, 4, false, 1}, {3, 4, 1, 1, false}};
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> U(-1, 1);
-  const LowerOptions cuda = backend_named("cuda").lower_options(false);
+  const LowerOptions cuda = backend_named("cuda").lower_options(false, CompileOptions{});
   REQUIRE_FALSE(cuda.channels_last);
   for (const Conv& k : convs) {
     INFO("C " << k.C << " O " << k.O << " kernel " << k.KH << "x" << k.KW << " pad " << k.pad);
@@ -593,7 +594,7 @@ TEST_CASE("a float16 mean sums in float32 (a half sum would overflow where the m
 }
 
 TEST_CASE("channels-last lowering of a float16 CNN: KRSC float32 weights, NHWC convolutions", "[lower][half]") {
-  const LowerOptions opts = backend_named("cuda").lower_options(true);
+  const LowerOptions opts = backend_named("cuda").lower_options(true, CompileOptions{});
   auto g = run_graph_passes(*load_pt2(test::fixture("small_cnn_f16.pt2")), {}, test::channels_last_options());
   loop::Program p = lower_to_loops(*g, opts);
   INFO(loop::print_program(p));

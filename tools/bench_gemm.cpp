@@ -34,6 +34,51 @@ extern "C" double ptc_bench_gemm(int64_t M, int64_t N, int64_t K, int at, int bw
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+#ifdef BENCH_GEMM_ONEDNN
+// The same product on oneDNN's matmul (built with -DBENCH_GEMM_ONEDNN -ldnnl): B in the layout
+// oneDNN picks (format `any`), reordered once as a library would reorder a constant weight; A and
+// C as given. The primitive and the reordered B are made on the first call for a shape and kept.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <memory>
+
+extern "C" double onednn_bench_gemm(int64_t M, int64_t N, int64_t K, int at, int bw, const float* A,
+                                    const float* B, float* C, int64_t reps) {
+  using dnnl::memory;
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  struct Cached {
+    int64_t key[5];
+    const float* b;
+    dnnl::matmul prim;
+    memory::desc a, c;
+    memory wts;
+  };
+  static std::unique_ptr<Cached> cache;
+  const int64_t key[5] = {M, N, K, at, bw};
+  dnnl::stream s(eng);
+  if (!cache || !std::equal(key, key + 5, cache->key) || cache->b != B) {
+    cache = std::make_unique<Cached>();
+    std::copy(key, key + 5, cache->key);
+    cache->b = B;
+    cache->a = memory::desc({M, K}, memory::data_type::f32, at ? memory::dims{1, M} : memory::dims{K, 1});
+    const memory::desc user_b({K, N}, memory::data_type::f32, bw ? memory::dims{1, K} : memory::dims{N, 1});
+    const memory::desc any_b({K, N}, memory::data_type::f32, memory::format_tag::any);
+    cache->c = memory::desc({M, N}, memory::data_type::f32, memory::format_tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(cache->a, any_b, cache->c), eng);
+    cache->prim = dnnl::matmul(pd);
+    cache->wts = memory(pd.weights_desc(), eng);
+    memory ub(user_b, eng, const_cast<float*>(B));
+    dnnl::reorder(ub, cache->wts).execute(s, ub, cache->wts);
+    s.wait();
+  }
+  memory a(cache->a, eng, const_cast<float*>(A)), c(cache->c, eng, C);
+  const auto t = std::chrono::steady_clock::now();
+  for (int64_t r = 0; r < reps; ++r) cache->prim.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, cache->wts}, {DNNL_ARG_DST, c}});
+  s.wait();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+#endif
+
 #ifndef BENCH_GEMM_LIB
 int main(int argc, char** argv) {
   if (argc < 4) {

@@ -71,7 +71,7 @@ class Backend {
     return "";
   }
   // The lowering options for this target (`channels_last`: the layout decided for this compile).
-  virtual LowerOptions lower_options(bool channels_last) const = 0;
+  virtual LowerOptions lower_options(bool channels_last, const CompileOptions& o) const = 0;
   // The scheduler's options: which epilogues GEMM / convolution externs may fuse.
   virtual sched::ScheduleOptions schedule_options() const = 0;
 

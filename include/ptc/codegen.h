@@ -65,8 +65,8 @@ struct CodegenOptions {
 // <part>_model.cpp / <part>_kernels_<i>.cpp, and the weights are the library's one blob.
 // `opts.math.conv == BF16` (--precision bf16): the channels-last convolutions' operands hold
 // bfloat16 values, and oneDNN may compute them in bf16 where the CPU has AMX (ConvNhwcArgs::bf16_values).
-// Whether CPU kernel `k` is a channels-last convolution that oneDNN runs (the library it calls,
-// for the report).
+// Whether CPU kernel `k` is a channels-last convolution or a linear layer's GEMM that oneDNN runs
+// (the library it calls, for the report).
 bool cpu_kernel_on_onednn(const loop::Program& p, const sched::Kernel& k);
 
 LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,

@@ -31,6 +31,8 @@ struct CompileOptions {
   // Convolutions in NHWC with KRSC weights (LowerOptions::channels_last; CUDA): 1 on, 0 off, -1
   // auto: Backend::channels_last_pays decides for inference libraries.
   int channels_last = -1;
+  // cpu: linear layers on ptc's own GEMM instead of oneDNN's matmul (LowerOptions::library_gemm).
+  bool no_library_gemm = false;
   bool train = false;        // a training library: forward_train, backward, optimizer steps (ptc/autodiff.h)
   bool save_all = false;     // --train: save every activation the backward reads (no recomputation)
   LoadOptions load;

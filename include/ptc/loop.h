@@ -148,6 +148,9 @@ struct GemmAttrs {
   // A convolution run as a GEMM (1x1, patchify): it computes in the convolution's math mode
   // (ptc_rt::MathModes::conv; TF32 under --precision tf32-conv).
   bool of_convolution = false;
+  // The backend's matrix library runs it (LowerOptions::library_gemm; the CPU: oneDNN's matmul):
+  // a float32 [M, K] x [K, N] product whose right operand is a constant weight.
+  bool library = false;
 };
 struct ConvAttrs {  // Convolution, ConvWeightGrad, ConvInputGrad
   std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1};

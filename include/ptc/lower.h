@@ -53,6 +53,10 @@ struct LowerOptions {
   // maximum and adds its gradient there, per plane; false: a gather over the windows covering
   // each input element, comparing the stored indices (CUDA's, where planes run in parallel).
   bool max_pool_grad_extern = false;
+  // 2-d float32 GEMMs whose right operand is a weight (a linear layer's) are marked
+  // GemmAttrs::library: the backend runs them on its matrix library where their epilogue suits
+  // it (the CPU: oneDNN's matmul, with bias, residual and activation as post-ops).
+  bool library_gemm = false;
   // (A backend's options: Backend::lower_options, ptc/backend.h.)
 };
 loop::Program lower_to_loops(const Graph& g, const LowerOptions& opts = {});

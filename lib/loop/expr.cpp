@@ -270,6 +270,7 @@ std::string print_attrs(const ExternAttrs& attrs) {
   std::ostringstream os;
   if (const auto* g = std::get_if<GemmAttrs>(&attrs)) {
     if (g->of_convolution) os << " of_convolution";
+    if (g->library) os << " library";
   } else if (const auto* c = std::get_if<ConvAttrs>(&attrs)) {
     os << " stride=" << pair_str(c->stride) << " padding=" << pair_str(c->padding) << " dilation=" << pair_str(c->dilation)
        << " groups=" << c->groups << (c->nhwc ? " nhwc" : "");

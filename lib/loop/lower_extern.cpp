@@ -242,7 +242,11 @@ TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
   TensorRef bc = b.dtype == dt ? b : map1(L, b, dt, [dt](ExprRef v) { return cast(v, dt); });
   Index out = a.sizes;
   out.back() = b.sizes.back();
-  return emit_extern(L, ExternKind::Gemm, dt, out, {gemm_operand(L, ac), gemm_operand(L, bc)});
+  View va = gemm_operand(L, ac), vb = gemm_operand(L, bc);
+  GemmAttrs attrs;
+  attrs.library = L.options.library_gemm && out.size() == 2 && dt == DType::Float32 &&
+                  L.prog_.buffers[vb.buffer].kind == Buffer::Kind::Weight && L.prog_.buffers[vb.buffer].dtype == DType::Float32;
+  return emit_extern(L, ExternKind::Gemm, dt, out, {std::move(va), std::move(vb)}, attrs);
 }
 
 namespace {

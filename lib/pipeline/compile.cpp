@@ -77,6 +77,7 @@ std::string compile_key(const CompileOptions& o, const Backend& backend, const s
   h.field("ptc-model-v2").field(ptc_identity()).field(backend.toolchain_identity(o.build)).field(model_sha);
   h.field(backend.name()).field(o.weights).field(o.cuda_graphs ? "graphs" : "-").field(precision_name(o.precision)).field(o.build.profile ? "profile" : "-");
   h.field("channels-last").field(std::to_string(o.channels_last));  // -1: auto, decided by the graph (in the model's hash)
+  h.field(o.no_library_gemm ? "own-gemm" : "-");
   h.field(o.train ? (o.save_all ? "train-save-all" : "train") : "-");
   h.field("sanitize").field(o.build.sanitize);
   h.field(backend.arch(o.build)).field(o.build.cxx).field(library_name).field(fs::path(o.model).filename().string());

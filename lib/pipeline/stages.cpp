@@ -121,7 +121,7 @@ void dump_loops(const CompileState& st, std::ostream& os) {
 
 // lower: each part's graph -> its loop program.
 void lower_parts(CompileState& st) {
-  const LowerOptions lo = st.backend.lower_options(st.channels_last);
+  const LowerOptions lo = st.backend.lower_options(st.channels_last, st.opts);
   for_model(st, [&] {
     for (Part& p : st.parts) p.program = lower_to_loops(*p.graph, lo);
   });

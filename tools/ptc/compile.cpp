@@ -57,6 +57,9 @@ std::function<int()> add_compile(CLI::App& app) {
       "kernels and GEMMs");
   cmd->add_flag_callback("--no-channels-last", [opts] { opts->channels_last = 0; },
                          "Keep convolutions NCHW where the default would lay them out NHWC (cpu: on ptc's own kernels, no libdnnl)");
+  cmd->add_flag("--no-library-gemm", opts->no_library_gemm,
+                "cpu: run linear layers on ptc's own GEMM kernel; by default a linear layer (a constant weight) runs on "
+                "oneDNN's matmul with its bias, residual and activation as post-ops, where ptc was built with oneDNN");
   cmd->add_flag("--train", opts->train,
                 "Build a training library (CPU or --device cuda): ptc_forward_train, ptc_backward (gradients of the "
                 "parameters and of inputs that require grad) and fused SGD/AdamW steps over parameters the library holds; "

@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "ptc/backend.h"
+#include "ptc/compile.h"
 #include "ptc/error.h"
 #include "ptc/frontend.h"
 #include "ptc/lower.h"
@@ -63,7 +64,7 @@ void check_compile(const Graph& g, Summary& s) {
   }
   for (const Backend* b : backends()) {
     std::map<std::string, Refused> by_op;
-    for (const Unlowerable& u : find_unlowerable(*s.passed, b->lower_options(false))) {
+    for (const Unlowerable& u : find_unlowerable(*s.passed, b->lower_options(false, CompileOptions{}))) {
       Refused& r = by_op[u.node ? u.node->op_name() : "?"];
       if (r.count++ == 0) r.first = u.node, r.reason = u.reason;
     }

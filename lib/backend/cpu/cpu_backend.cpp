@@ -56,11 +56,15 @@ class CpuBackend final : public Backend {
   // by the float32 kernels (library_ops_f32).
   bool supports(Precision p) const override { return p == Precision::FP32 || p == Precision::BF16 || p == Precision::FP16; }
 
-  LowerOptions lower_options(bool channels_last) const override {
+  LowerOptions lower_options(bool channels_last, const CompileOptions& opts) const override {
     PTC_CHECK(!channels_last || kHaveOneDnn, "the CPU backend's channels-last convolutions need oneDNN");
     LowerOptions o;
     o.channels_last = channels_last;
     o.max_pool_grad_extern = true;
+    // Linear layers on oneDNN's matmul (constant weights reordered once into its blocked layout:
+    // 1.1-1.2x ptc's own GEMM at transformer shapes, docs/benchmarks.md). Not in sanitized
+    // builds, for the reason channels_last_pays gives.
+    o.library_gemm = kHaveOneDnn && opts.build.sanitize.empty() && !opts.no_library_gemm;
     return o;
   }
   std::string kernel_library(const loop::Program& p, const sched::Kernel& k) const override {

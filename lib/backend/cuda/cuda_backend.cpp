@@ -63,7 +63,7 @@ class CudaBackend final : public Backend {
   bool channels_last_pays(const Graph& g, const CompileOptions& o) const override {
     return ptc::channels_last_pays(g, math_modes(o.precision).conv == MathMode::FP32);
   }
-  LowerOptions lower_options(bool channels_last) const override {
+  LowerOptions lower_options(bool channels_last, const CompileOptions&) const override {
     LowerOptions o;
     o.max_fused_head = ptc_cuda::kAttentionMaxHead;
     o.half_attention = true;

@@ -532,7 +532,7 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
   os << in << "}\n";
 }
 
-void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
+void emit_gemm_own(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
   const Computation& c = p.comps[k.comps.front()];
   const loop::View& A = c.operands[0];
   const loop::View& B = c.operands[1];
@@ -592,6 +592,47 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
     os << indent << "  };\n";
     os << indent << "  ptc_rt::gemm_call(g, batch, ptc_rt::offsets_ref(offsets), " << ep_name << ");\n";
   }
+  os << indent << "}\n";
+}
+
+// The activations oneDNN's matmul runs as eltwise post-ops.
+constexpr sched::LibraryActs kOneDnnGemmActs = sched::LibraryEpilogue::act_bit(sched::LibraryEpilogue::Act::Gelu) |
+                                               sched::LibraryEpilogue::act_bit(sched::LibraryEpilogue::Act::GeluTanh) |
+                                               sched::LibraryEpilogue::act_bit(sched::LibraryEpilogue::Act::Silu);
+
+// A linear layer's GEMM (GemmAttrs::library) on oneDNN's matmul through matmul_call, with the
+// fused epilogue as its bias and post-ops. Products too small to repay oneDNN's per-call cost
+// (ptc_rt::matmul_runs), and any call oneDNN cannot make, run on ptc's own GEMM.
+void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent, const std::string& prepared) {
+  if (!kernel_on_onednn(p, k)) return emit_gemm_own(os, p, k, indent);
+  PTC_CHECK(!prepared.empty(), "a oneDNN CPU GEMM without its call site");
+  const Computation& c = p.comps[k.comps.front()];
+  const loop::View &A = c.operands[0], &B = c.operands[1];
+  const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
+  os << indent << "{\n" << indent << "  ptc_rt::MatmulArgs a{};\n";
+  os << indent << "  a.M = " << cpp_index(c.domain[0]) << "; a.N = " << cpp_index(c.domain[1]) << "; a.K = " << cpp_index(A.sizes[1]) << ";\n";
+  os << indent << "  a.a = b" << A.buffer << " + " << cpp_index(A.offset) << "; a.lda_m = " << cpp_index(A.strides[0]) << "; a.lda_k = "
+     << cpp_index(A.strides[1]) << ";\n";
+  os << indent << "  a.w = b" << B.buffer << " + " << cpp_index(B.offset) << "; a.ldw_k = " << cpp_index(B.strides[0]) << "; a.ldw_n = "
+     << cpp_index(B.strides[1]) << ";\n";
+  os << indent << "  a.weight_constant = true;\n";
+  if (ep) {
+    std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, *ep, kOneDnnGemmActs);
+    PTC_CHECK(m, "a oneDNN CPU GEMM's epilogue is no library epilogue");
+    if (m->bias >= 0) os << indent << "  a.bias = b" << m->bias << " + " << cpp_index(m->bias_offset) << ";\n";
+    if (m->residual >= 0) os << indent << "  a.residual = b" << m->residual << " + " << cpp_index(m->residual_offset) << ";\n";
+    using Act = sched::LibraryEpilogue::Act;
+    const char* act = m->act == Act::Relu       ? "ptc_rt::kMatmulActRelu"
+                      : m->act == Act::Gelu     ? "ptc_rt::kMatmulActGelu"
+                      : m->act == Act::GeluTanh ? "ptc_rt::kMatmulActGeluTanh"
+                      : m->act == Act::Silu     ? "ptc_rt::kMatmulActSilu"
+                                                : nullptr;
+    PTC_CHECK(m->act == Act::None || act, "a oneDNN CPU GEMM with an activation oneDNN does not run");
+    if (act) os << indent << "  a.act = " << act << ";\n";
+  }
+  os << indent << "  a.y = b" << (ep ? ep->out : c.out) << ";\n";
+  os << indent << "  if (!ptc_rt::matmul_runs(a.M, a.N, a.K) || ptc_rt::matmul_call(" << prepared << ", a) != nullptr)\n";
+  emit_gemm_own(os, p, k, indent + "  ");
   os << indent << "}\n";
 }
 
@@ -822,8 +863,12 @@ bool kernel_checks_indices(const loop::Program& p, const sched::Kernel& k) {
 }
 
 bool kernel_on_onednn(const loop::Program& p, const sched::Kernel& k) {
-  if (k.kind != sched::Kernel::Kind::Conv) return false;
   const Computation& c = p.comps[k.comps.front()];
+  if (k.kind == sched::Kernel::Kind::Gemm) {
+    if (c.extern_kind != loop::ExternKind::Gemm || !c.as<loop::GemmAttrs>().library || c.domain.size() != 2) return false;
+    return k.epilogue < 0 || sched::match_library_epilogue(p, c, p.comps[k.epilogue], kOneDnnGemmActs).has_value();
+  }
+  if (k.kind != sched::Kernel::Kind::Conv) return false;
   return c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc;
 }
 
@@ -850,7 +895,8 @@ void emit_prepare_function(std::ostream& os, const loop::Program& p, const sched
   const sched::Kernel& k = s.kernels[index];
   const Computation& c = p.comps[k.comps.front()];
   if (kernel_on_onednn(p, k)) {
-    os << "void* " << prepare_function_name(index) << "(void* const*) { return ptc_rt::conv2d_nhwc_prepare(); }\n\n";
+    os << "void* " << prepare_function_name(index) << "(void* const*) { return ptc_rt::"
+       << (k.kind == sched::Kernel::Kind::Gemm ? "matmul_prepare" : "conv2d_nhwc_prepare") << "(); }\n\n";
     return;
   }
   const int wb = c.operands[1].buffer;
@@ -892,7 +938,7 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& 
       else
         emit_loops(os, p, k, "    ");
       break;
-    case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    "); break;
+    case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    ", prepared); break;
     case sched::Kernel::Kind::Conv: emit_conv(os, p, k, "    ", prepared, conv_bf16); break;
     case sched::Kernel::Kind::Attention: emit_attention(os, p, k, "    "); break;
     case sched::Kernel::Kind::Scatter: emit_scatter(os, p, k, "    "); break;

@@ -127,7 +127,9 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
   for (size_t ki : preparing) os << "  model->prepared[" << ki << "] = ptc_gen::" << cpu::prepare_function_name(ki) << "(bufs);\n";
   os << "}\n\nvoid unprepare(ptc_model* model) {\n";
   for (size_t ki : preparing)
-    os << "  " << (cpu::kernel_on_onednn(p, s.kernels[ki]) ? "ptc_rt::conv2d_nhwc_release" : "ptc_rt::prepared_free") << "(model->prepared[" << ki
+    os << "  " << (!cpu::kernel_on_onednn(p, s.kernels[ki])                  ? "ptc_rt::prepared_free"
+           : s.kernels[ki].kind == sched::Kernel::Kind::Gemm ? "ptc_rt::matmul_release"
+                                                              : "ptc_rt::conv2d_nhwc_release") << "(model->prepared[" << ki
        << "]);\n";
   os << "}\n\n";
   os << "}  // namespace\n\n";

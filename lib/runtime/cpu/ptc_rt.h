@@ -129,6 +129,31 @@ void conv2d_nhwc_release(void* site);
 // nullptr, or what went wrong (one sentence).
 const char* conv2d_nhwc_call(void* site, const ConvNhwcArgs& a);
 
+// A linear layer's product on oneDNN's matmul (ptc_runtime_onednn.cpp; LowerOptions::library_gemm):
+// y[m, n] = act(sum_k a[m, k] w[k, n] + bias[n] + residual[m, n]) with a and w given by element
+// strides, y [M, N] contiguous, the bias [N] and the residual (laid out as y) each optional. The
+// weight's copy in oneDNN's blocked layout is made once per call site when it is a constant.
+enum { kMatmulActNone = 0, kMatmulActRelu = 1, kMatmulActGelu = 2, kMatmulActGeluTanh = 3, kMatmulActSilu = 4 };
+struct MatmulArgs {
+  int64_t M, N, K;
+  const float* a; int64_t lda_m, lda_k;
+  const float* w; int64_t ldw_k, ldw_n;
+  const float* bias = nullptr;
+  const float* residual = nullptr;
+  int act = kMatmulActNone;
+  float* y;
+  bool weight_constant = false;
+};
+// Whether a product of this size runs on oneDNN (else the generated code calls ptc's own GEMM):
+// not below 2^18 multiply-adds or at M < 3, where oneDNN's per-call cost (a stream, memory
+// objects) outweighs its faster kernel. PTC_CPU_ONEDNN_MATMUL=1 / 0 forces either (decided once).
+bool matmul_runs(int64_t M, int64_t N, int64_t K);
+// A call site's state (its primitives per M and operand strides), made when the model is opened.
+void* matmul_prepare();
+void matmul_release(void* site);
+// nullptr, or what went wrong (one sentence).
+const char* matmul_call(void* site, const MatmulArgs& a);
+
 // Max pooling's input gradient (ptc_pool.h): dx y [N, C, H, W] (contiguous) gets each window's dy
 // [N, C, OH, OW] at the window's first maximum of x [N, C, H, W] (the first NaN, if any); x and
 // dy with element strides. Optional: ep on each final dx row (p0 = ih W, W elements), as

@@ -1,6 +1,7 @@
-// ptc_runtime_onednn.cpp — forward convolutions over NHWC activations on oneDNN (ptc_rt.h's
-// conv2d_nhwc_*); part of a generated CPU library that lays its convolutions out channels-last
-// (LowerOptions::channels_last), and the only unit that links libdnnl.
+// ptc_runtime_onednn.cpp — forward convolutions over NHWC activations (ptc_rt.h's conv2d_nhwc_*)
+// and linear layers' products (matmul_*) on oneDNN; part of a generated CPU library that lays its
+// convolutions out channels-last (LowerOptions::channels_last) or runs its linear layers on
+// oneDNN (LowerOptions::library_gemm), and the only unit that links libdnnl.
 //
 // Each call site (a convolution kernel) owns a ConvSite, made when the model is opened. Per input
 // shape it holds one primitive, created on the first call with that shape: the source and
@@ -152,7 +153,139 @@ std::shared_ptr<const ConvEntry> find_entry(ConvSite& site, const ConvNhwcArgs& 
   return e;
 }
 
+// ---- linear layers: matmul --------------------------------------------------------------------
+//
+// Per call site: one primitive per (M, A's strides, epilogue), made on first use, and the
+// constant weight reordered once per layout oneDNN asks for (primitives for other M share it:
+// the copy is the size of the weight, so it is not kept per M).
+
+struct MatmulEntry {
+  int64_t key[10];
+  dnnl::matmul prim;
+  memory::desc a, wts, y, bias, residual, scratch;
+  memory weights;  // the constant weight in `wts` (empty: reorder per call)
+  bool reorder_weights = false;
+  memory::desc user_wts;
+};
+
+struct MatmulSite {
+  std::mutex mu;
+  std::vector<std::shared_ptr<const MatmulEntry>> entries;  // newest last; at most kMaxEntries
+  std::vector<memory> weights;  // reordered copies of the constant weight, one per layout
+  static constexpr size_t kMaxEntries = 16;
+};
+
+void fill_key(const MatmulArgs& a, int64_t* k) {
+  const int64_t v[10] = {a.M, a.N, a.K, a.lda_m, a.lda_k, a.ldw_k, a.ldw_n, a.bias != nullptr, a.residual != nullptr, a.act};
+  std::memcpy(k, v, sizeof v);
+}
+
+std::shared_ptr<const MatmulEntry> make_entry(MatmulSite& site, const MatmulArgs& a) {
+  auto e = std::make_shared<MatmulEntry>();
+  fill_key(a, e->key);
+  const auto f32 = memory::data_type::f32;
+  e->a = memory::desc({a.M, a.K}, f32, memory::dims{a.lda_m, a.lda_k});
+  e->user_wts = memory::desc({a.K, a.N}, f32, memory::dims{a.ldw_k, a.ldw_n});
+  // A constant weight in the layout oneDNN picks (reordered once); another as it is.
+  e->wts = a.weight_constant ? memory::desc({a.K, a.N}, f32, tag::any) : e->user_wts;
+  e->y = memory::desc({a.M, a.N}, f32, tag::ab);
+  if (a.bias) e->bias = memory::desc({1, a.N}, f32, tag::ab);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops po;
+  if (a.residual) {
+    e->residual = e->y;
+    po.append_binary(dnnl::algorithm::binary_add, e->residual);
+  }
+  switch (a.act) {
+    case kMatmulActRelu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f); break;
+    case kMatmulActGelu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f); break;
+    case kMatmulActGeluTanh: po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f); break;
+    case kMatmulActSilu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f); break;
+    default: break;
+  }
+  attr.set_post_ops(po);
+  dnnl::matmul::desc d(e->a, e->wts, a.bias ? e->bias : memory::desc(), e->y);
+  dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
+  e->wts = pd.weights_desc();
+  e->scratch = pd.scratchpad_desc();
+  e->prim = dnnl::matmul(pd);
+  e->reorder_weights = e->wts != e->user_wts;
+  if (e->reorder_weights && a.weight_constant) {
+    for (const memory& m : site.weights)
+      if (m.get_desc() == e->wts) e->weights = m;
+    if (!e->weights) {
+      e->weights = memory(e->wts, cpu_engine());
+      memory user(e->user_wts, cpu_engine(), const_cast<float*>(a.w));
+      dnnl::stream s(cpu_engine());
+      dnnl::reorder(user, e->weights).execute(s, user, e->weights);
+      s.wait();
+      site.weights.push_back(e->weights);
+    }
+  }
+  return e;
+}
+
+std::shared_ptr<const MatmulEntry> find_entry(MatmulSite& site, const MatmulArgs& a) {
+  int64_t key[10];
+  fill_key(a, key);
+  std::lock_guard<std::mutex> lock(site.mu);
+  for (const auto& e : site.entries)
+    if (std::memcmp(e->key, key, sizeof key) == 0) return e;
+  std::shared_ptr<const MatmulEntry> e = make_entry(site, a);
+  if (site.entries.size() >= MatmulSite::kMaxEntries) site.entries.erase(site.entries.begin());
+  site.entries.push_back(e);
+  return e;
+}
+
 }  // namespace
+
+bool matmul_runs(int64_t M, int64_t N, int64_t K) {
+  static const int forced = [] {
+    const char* e = std::getenv("PTC_CPU_ONEDNN_MATMUL");
+    return e && *e ? (std::strcmp(e, "0") != 0 ? 1 : 0) : -1;
+  }();
+  if (forced >= 0) return forced == 1;
+  return M >= 3 && M * N * K >= (int64_t{1} << 18);
+}
+
+void* matmul_prepare() { return new (std::nothrow) MatmulSite; }
+void matmul_release(void* site) { delete static_cast<MatmulSite*>(site); }
+
+const char* matmul_call(void* site_ptr, const MatmulArgs& a) {
+  if (!site_ptr) return "linear (oneDNN): the call site was not prepared (out of memory when the model was opened)";
+  if (a.M <= 0 || a.N <= 0) return nullptr;
+  try {
+    std::shared_ptr<const MatmulEntry> e = find_entry(*static_cast<MatmulSite*>(site_ptr), a);
+    dnnl::engine& eng = cpu_engine();
+    dnnl::stream s(eng);
+    static thread_local std::vector<unsigned char> scratch_bytes;
+    if (scratch_bytes.size() < e->scratch.get_size()) scratch_bytes.resize(e->scratch.get_size());
+    memory wts;
+    if (!e->reorder_weights) {
+      wts = memory(e->wts, eng, const_cast<float*>(a.w));
+    } else if (a.weight_constant) {
+      wts = e->weights;
+    } else {
+      wts = memory(e->wts, eng);
+      memory user(e->user_wts, eng, const_cast<float*>(a.w));
+      dnnl::reorder(user, wts).execute(s, user, wts);
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(e->a, eng, const_cast<float*>(a.a))},
+                                         {DNNL_ARG_WEIGHTS, wts},
+                                         {DNNL_ARG_DST, memory(e->y, eng, a.y)},
+                                         {DNNL_ARG_SCRATCHPAD, memory(e->scratch, eng, scratch_bytes.data())}};
+    if (a.bias) args.emplace(DNNL_ARG_BIAS, memory(e->bias, eng, const_cast<float*>(a.bias)));
+    if (a.residual) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(e->residual, eng, const_cast<float*>(a.residual)));
+    e->prim.execute(s, args);
+    s.wait();
+  } catch (const dnnl::error&) {
+    return "linear (oneDNN): no primitive for this shape, or oneDNN ran out of memory";
+  } catch (const std::bad_alloc&) {
+    return "linear (oneDNN): out of memory";
+  }
+  return nullptr;
+}
 
 bool conv2d_nhwc_bf16() {
   static const bool on = [] {
