@@ -167,6 +167,22 @@ class Sort(torch.nn.Module):  # sort, argsort: ties (rounded values) in stable o
                 *torch.sort(r, stable=True), *torch.sort(r, dim=1, descending=True, stable=True), torch.argsort(r, dim=-1, stable=True))
 
 
+class GradRegions(torch.nn.Module):  # no_grad / autocast(enabled=False) blocks: torch.export's higher-order wrappers
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(5, 5)
+
+    def forward(self, x):  # [b, 6, 5]
+        h = self.lin(x)
+        with torch.no_grad():
+            s = h.sin() * 2
+            with torch.enable_grad():
+                e = s + 1
+        with torch.autocast("cpu", enabled=False):
+            c = (h.float() * 3).cos()
+        return h + s, c * e
+
+
 MODULES = {  # name: (module, one input of batch size b)
     "group_norm": (GroupNorm, lambda b: torch.randn(b, 8, 5, 6)),
     "upsample": (Upsample, lambda b: torch.randn(b, 3, 5, 6)),
@@ -179,6 +195,7 @@ MODULES = {  # name: (module, one input of batch size b)
     "topk": (TopK, lambda b: torch.randn(b, 6, 9)),
     "elu": (Elu, lambda b: torch.randn(b, 6, 5)),
     "sort": (Sort, lambda b: torch.randn(b, 6, 9)),
+    "grad_regions": (GradRegions, lambda b: torch.randn(b, 6, 5)),
 }
 
 
@@ -222,6 +239,18 @@ class TrainSortTopk(torch.nn.Module):  # derivatives: sort (values), topk (k <= 
                 + order.sum()).reshape(1)
 
 
+class TrainGradRegions(torch.nn.Module):  # no gradient through a torch.no_grad() block
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(5, 5))
+
+    def forward(self, x):  # [4, 5]
+        z = x @ self.w
+        with torch.no_grad():
+            s = (z * 2).sin()
+        return ((z * s).sum() + z.pow(2).sum()).reshape(1)
+
+
 class TrainVarRepeat(torch.nn.Module):  # derivatives: var (and var_mean's mean), std, repeat
     def __init__(self):
         super().__init__()
@@ -255,20 +284,19 @@ def export(module, make, batch=True):
 
 def run_on_gpu(exe, work, t, jobs):
     """--device cuda (a machine with a GPU): every module above, and the one holding every op,
-    compiled for CUDA (jobs compiles at a time) and run on CUDA inputs at batch 1, 3 and 8 against
-    CPU eager, with the same tolerance."""
+    exported here (torch.export is not thread-safe), compiled for CUDA (jobs compiles at a time)
+    and run on CUDA inputs at batch 1, 3 and 8 against CPU eager, with the same tolerance."""
     from concurrent.futures import ThreadPoolExecutor
     cases = dict(MODULES, everything=(Everything, lambda b: torch.randn(b, 4, 5, 6)))
-    modules, libs = {}, {}
-
-    def build(name):
-        cls, make = cases[name]
+    modules, archives = {}, {}
+    for name, (cls, make) in cases.items():
         torch.manual_seed(1)
         modules[name] = cls().eval()
-        return ptc.compile(export(modules[name], make), work / f"{name}_cuda.so", device="cuda", ptc=exe)
+        archives[name] = work / f"{name}_cuda.pt2"
+        torch.export.save(export(modules[name], make), str(archives[name]))
 
     with ThreadPoolExecutor(jobs) as pool:
-        futures = {name: pool.submit(build, name) for name in cases}
+        futures = {name: pool.submit(ptc.compile, archives[name], work / f"{name}_cuda.so", device="cuda", ptc=exe) for name in cases}
     for name, future in futures.items():
         def run(name=name, future=future):
             lib, (_, make), module = future.result(), cases[name], modules[name]
@@ -409,6 +437,25 @@ def main():
                 lambda: check_training(TrainSliceAssign, torch.randn(4, 6, 5), "train_slice_assign.so", 6))
         t.check("conv_transpose2d, group_norm and nearest upsampling gradients match torch.autograd (--train)",
                 lambda: check_training(TrainUpBlock, torch.randn(2, 4, 3, 4), "train_up_block.so", 4))
+        t.check("no gradient flows through a torch.no_grad() block (--train)",
+                lambda: check_training(TrainGradRegions, torch.randn(4, 5), "train_grad_regions.so", 9))
+
+        class AutocastRegion(torch.nn.Module):
+            def forward(self, x):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    y = x @ x.t()
+                return y.float()
+
+        def autocast_region_refused():
+            ep = torch.export.export(AutocastRegion(), (torch.randn(4, 4),))
+            assert any("wrap_with_autocast" in str(n.target) for n in ep.graph.nodes), ep.graph
+            try:
+                ptc.compile(ep, work / "autocast_region.so", ptc=exe)
+            except ptc.CompileError as e:
+                assert "torch.autocast region" in str(e), str(e)
+                return str(e).splitlines()[-1][-80:]
+            raise AssertionError("compile did not refuse an enabled torch.autocast region")
+        t.check("an enabled torch.autocast region inside forward() is refused with one sentence", autocast_region_refused)
 
         def state():
             """A library with state: 4 runs against 4 calls of the module, the buffers, a reset."""

@@ -91,10 +91,11 @@ std::optional<OpKind> functional_twin(OpKind k);
 // view, a read of a view taken before its base was updated, and an in-place operator ptc does
 // not know (its name ends in '_'), which would otherwise be dropped as unused.
 // An update of a user input is computed and warned about (the library's inputs are const).
+// `keep_detach` (a graph to be differentiated): detach stays a node, where the backward stops.
 // Pre:  verify_graph(g) is empty.
 // Post: verify_graph is empty; no in-place op with a functional twin is left; nodes keep names
 //       and sources; applying it again changes nothing.
-std::unique_ptr<Graph> functionalize(const Graph& g);
+std::unique_ptr<Graph> functionalize(const Graph& g, bool keep_detach = false);
 
 // ---- common-subexpression elimination (lib/passes/cse.cpp) -------------------------------------
 //

@@ -45,5 +45,8 @@ struct Context {
 Arg convert_argument(Context& ctx, const json& arg, const SchemaArg* schema);
 // The schema default of `sa` as an Arg (list defaults broadcast to the declared length).
 Arg default_argument(const SchemaArg& sa);
+// The graph's nodes with higher-order wrappers (wrap_with_set_grad_enabled, wrap_with_autocast)
+// replaced by their subgraphs' nodes (pt2_inline.cpp).
+json inline_wrappers(Context& ctx, const json& nodes);
 
 }  // namespace ptc::pt2

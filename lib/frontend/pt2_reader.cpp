@@ -315,8 +315,9 @@ std::unique_ptr<Graph> read_archive(const ZipArchive& zip) {
   for (const auto& in : graph->inputs)
     if (in.role != GraphInput::Role::User && !graph->weights.count(in.target))
       ctx.fail(role_name(in.role), " '", in.target, "' has no data in the archive");
-  const json& nodes = ctx.member(g, "nodes", "graph");
-  if (!nodes.is_array()) ctx.fail("graph nodes must be a list");
+  const json& graph_nodes = ctx.member(g, "nodes", "graph");
+  if (!graph_nodes.is_array()) ctx.fail("graph nodes must be a list");
+  const json nodes = pt2::inline_wrappers(ctx, graph_nodes);
   for (size_t i = 0; i < nodes.size(); ++i) read_node(ctx, nodes[i], i);
   read_outputs(ctx, signature);
 

@@ -57,13 +57,15 @@ bool updates_self(const Node& n) {
          n.outputs.size() == 1 && self_arg(n) && n.outputs[0]->type.is_tensor();
 }
 
-// alias, detach, and `to` that changes nothing: the output is the input.
-bool is_noop_alias(const Node& n) {
+// alias, detach (unless kept for a backward), and `to` that changes nothing: the output is the
+// input.
+bool is_noop_alias(const Node& n, bool keep_detach) {
   const Value* x = self_arg(n);
   if (!x || n.outputs.size() != 1 || !x->type.is_tensor()) return false;
   const Type& o = n.outputs[0]->type;
   switch (n.kind) {
-    case OpKind::Alias: case OpKind::Detach: return true;
+    case OpKind::Alias: return true;
+    case OpKind::Detach: return !keep_detach;
     case OpKind::ToDtype: case OpKind::ToDtypeLayout: case OpKind::ToDevice: {
       const Arg* copy = n.arg("copy");
       if (copy && std::holds_alternative<bool>(*copy) && std::get<bool>(*copy)) return false;
@@ -143,7 +145,7 @@ bool unknown_inplace(const Node& n) {
 
 }  // namespace
 
-std::unique_ptr<Graph> functionalize(const Graph& g) {
+std::unique_ptr<Graph> functionalize(const Graph& g, bool keep_detach) {
   rewrite::GraphRewriter rw(g);
   Tracker t(g);
   std::vector<const Value*> updated;  // buffer inputs updated in place, in order of their first update
@@ -156,7 +158,7 @@ std::unique_ptr<Graph> functionalize(const Graph& g) {
         refuse(n, "reads %" + u->name + ", a view of " + t.describe(v->second.first) + " taken before node '" +
                       t.last_update[v->second.first]->name + "' updated it in place; ptc does not follow in-place updates through views");
     }
-    if (is_noop_alias(n) && std::find(g.outputs.begin(), g.outputs.end(), n.outputs[0]) == g.outputs.end()) {
+    if (is_noop_alias(n, keep_detach) && std::find(g.outputs.begin(), g.outputs.end(), n.outputs[0]) == g.outputs.end()) {
       const Value* x = self_arg(n);
       rw.replace(n.outputs[0], rw.map(x));
       t.add_version(t.root_of(x), n.outputs[0]);

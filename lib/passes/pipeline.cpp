@@ -19,7 +19,7 @@ std::unique_ptr<Graph> run_pass_list(const Graph& g, const std::vector<std::pair
 std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void(const char*, const Graph&)>& after,
                                         const GraphPassOptions& opts) {
   std::vector<std::pair<const char*, GraphPass>> passes = {
-      {"functionalize", functionalize},
+      {"functionalize", [](const Graph& x) { return functionalize(x); }},
       {"fold_batch_norm", fold_batch_norm},
       {"merge_sibling_linears", merge_sibling_linears},
   };

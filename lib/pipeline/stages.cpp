@@ -86,7 +86,8 @@ void differentiate(CompileState& st) {
     // In-place updates made functional first, as for inference (updates through slice / select
     // views become scatters the backward differentiates; buffers updated in place become buffer
     // updates).
-    st.graph = run_pass_list(*st.graph, {{"functionalize", functionalize}}, dump);
+    // (A detach stays: no gradient flows through it, e.g. out of a torch.no_grad() block.)
+    st.graph = run_pass_list(*st.graph, {{"functionalize", [](const Graph& g) { return functionalize(g, /*keep_detach=*/true); }}}, dump);
     st.graph = run_training_graph_passes(*st.graph, dump);
     // Mixed precision (--precision bf16 / fp16): autocast before differentiation, as torch.autocast
     // records it. The parameters stay fp32 (master weights, optimizer state) and are rounded at
