@@ -88,7 +88,7 @@ struct LibraryEpilogue {
   int residual = -1;  // buffer, or -1
   sym::Expr residual_offset;
   Act act = Act::None;
-  // A half-precision GEMM writes the epilogue's float32 buffer (with its bias, no residual).
+  // A half-precision GEMM writes the epilogue's float32 buffer (no bias, no residual).
   bool widens = false;
 };
 std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, const loop::Computation& gemm, const loop::Computation& e,

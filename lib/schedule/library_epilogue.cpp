@@ -134,9 +134,10 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
   if (e.kind != loop::Computation::Kind::Pointwise || !e.body || e.domain.empty()) return std::nullopt;
   // One element type throughout (float32, or a half-precision library call's bfloat16 / float16:
   // its bias and residual are read in that type). A half-precision GEMM may also write a float32
-  // result straight from its float32 accumulator plus bias (LibraryEpilogue::widens; then no
-  // residual, which cuBLASLt reads as C): the conversion that returns an autocast model's output
-  // in float32.
+  // result straight from its float32 accumulator (LibraryEpilogue::widens): the conversion that
+  // returns an autocast model's output in float32. Then no residual (cuBLASLt reads it as C, of
+  // D's type) and no bias (cuBLASLt takes a float32 D's bias only in float32: on an H100 a bf16
+  // bias left the epilogue to a separate kernel, 28 us per GPT-2 layer).
   const DType dt = p.buffers[ext.out].dtype;
   if (dt != DType::Float32 && !dtype_is_half(dt)) return std::nullopt;
   LibraryEpilogue m;
@@ -179,7 +180,7 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
   }
   if (!result) return std::nullopt;
   if (conv && m.bias < 0) return std::nullopt;
-  if (m.widens && m.residual >= 0) return std::nullopt;
+  if (m.widens && (m.bias >= 0 || m.residual >= 0)) return std::nullopt;
   return m;
 }
 

@@ -293,6 +293,77 @@ void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched
   os << "  }\n}\n\n";
 }
 
+// The index expressions (loads, index values) of the kernel's computations.
+void index_exprs(const ExprRef& e, std::vector<sym::Expr>& out, std::set<const loop::Expr*>& seen) {
+  if (!e || !seen.insert(e.get()).second) return;
+  if (e->op == Op::Load || e->op == Op::LoadAt || e->op == Op::IndexVal) out.push_back(e->index);
+  for (const auto& a : e->args) index_exprs(a, out, seen);
+}
+
+// Which loop variables fold into the next one (folds[d]: x_d = 0 and x_{d+1} runs over
+// n_d * n_{d+1}): where every index expression is affine in x_d and x_{d+1} with x_d's coefficient
+// n_{d+1} times x_{d+1}'s, f(x_d, x_{d+1}) = f(0, x_d n_{d+1} + x_{d+1}). A folded dimension costs
+// no division when the flat index is split: a division by a size symbol is a long instruction
+// sequence per element (GPT-2's [batch, seq, vocab] logits read from a padded GEMM result).
+std::vector<bool> folded_dims(const loop::Program& p, const sched::Kernel& k, const std::vector<sym::Expr>& dom) {
+  std::vector<bool> folds(dom.size(), false);
+  std::vector<sym::Expr> idx;
+  std::set<const loop::Expr*> seen;
+  for (int ci : k.comps) {
+    if (p.comps[ci].kind != Computation::Kind::Pointwise || !(p.comps[ci].domain == dom)) return folds;
+    index_exprs(p.comps[ci].body, idx, seen);
+  }
+  auto linear_coeff = [](const sym::Expr& e, const sym::Expr& x, sym::Expr* c) {
+    const sym::Expr e0 = sym::substitute(e, {{x, sym::Expr(0)}});
+    *c = sym::substitute(e, {{x, sym::Expr(1)}}) - e0;
+    return e - e0 == *c * x && sym::substitute(*c, {{x, sym::Expr(0)}}) == *c;
+  };
+  for (size_t d = 0; d + 1 < dom.size(); ++d) {
+    const sym::Expr xd = loop::loop_var(static_cast<int>(d), dom[d]), xn = loop::loop_var(static_cast<int>(d + 1), dom[d + 1]);
+    bool ok = true;
+    for (const auto& e : idx) {
+      sym::Expr cd, cn;
+      try {
+        ok = linear_coeff(e, xd, &cd) && linear_coeff(e, xn, &cn) && cd == cn * dom[d + 1];
+      } catch (const std::exception&) {
+        ok = false;
+      }
+      if (!ok) break;
+    }
+    folds[d] = ok;
+  }
+  return folds;
+}
+
+// Declares x0.. of the flat index `flat` over `n` as decompose_into does, with the folded
+// dimensions (folded_dims) at 0 and their range in the next one.
+void decompose_folded(std::ostream& os, const std::string& flat, const std::vector<std::string>& n, const std::vector<bool>& folds,
+                      const std::string& in, bool narrow) {
+  std::vector<std::string> sizes;
+  std::vector<size_t> last;  // the dimension each merged size stands for (its group's last)
+  std::string group;
+  for (size_t d = 0; d < n.size(); ++d) {
+    group = group.empty() ? n[d] : "(" + group + " * " + n[d] + ")";
+    if (d + 1 < n.size() && folds[d]) continue;
+    sizes.push_back(group);
+    last.push_back(d);
+    group.clear();
+  }
+  const std::string T = narrow ? "uint32_t" : "int64_t";
+  auto as_t = [&](const std::string& v) { return narrow ? "static_cast<uint32_t>(" + v + ")" : v; };
+  os << in << T << " rest_x = " << as_t(flat) << ";\n";
+  for (size_t g = sizes.size(); g-- > 0;) {
+    const std::string v = "x" + std::to_string(last[g]);
+    if (g == 0)
+      os << in << "const int64_t " << v << " = rest_x;\n";
+    else
+      os << in << "const int64_t " << v << " = rest_x % " << as_t(sizes[g]) << "; rest_x /= " << as_t(sizes[g]) << ";\n";
+  }
+  for (size_t d = 0; d < n.size(); ++d)
+    if (d + 1 < n.size() && folds[d]) os << in << "const int64_t x" << d << " = 0; (void)x" << d << ";\n";
+  os << in << "(void)rest_x;\n";
+}
+
 // A pointwise kernel, or a row group of small windows: one thread per element of the domain.
 void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms,
                       const std::vector<int>& bufs) {
@@ -303,7 +374,11 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
   std::vector<std::string> n = sizes(os, dom, "", "  ");
   os << "  const int64_t total = " << cpp_product(n) << ";\n";
   os << "  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
-  decompose_into(os, "i", n, 'x', 0, "    ", index_fits_32(dom));
+  const std::vector<bool> folds = folded_dims(p, k, dom);
+  if (std::find(folds.begin(), folds.end(), true) != folds.end())
+    decompose_folded(os, "i", n, folds, "    ", index_fits_32(dom));
+  else
+    decompose_into(os, "i", n, 'x', 0, "    ", index_fits_32(dom));
   for (int ci : k.comps) {
     const Computation& c = p.comps[ci];
     std::string at = "b" + std::to_string(c.out) + "[i]";

@@ -91,10 +91,9 @@ __host__ __device__ inline float apply_act(float v, int act) {
 // That epilogue as a kernel after the call, where the library does not run it: over `count`
 // elements of a contiguous y whose channel is (i / inner) % channels (GEMM: inner 1, channels N;
 // NCHW convolution: inner OH * OW, channels O); bias / residual may be null; all of element type
-// `type` (computed in float32), bias and residual of `bias_type` (-1: `type`; a half type only
-// with a float32 y). NaN stays NaN, as in torch's relu. An error text or nullptr.
+// `type` (computed in float32). NaN stays NaN, as in torch's relu. An error text or nullptr.
 const char* bias_act(void* y, int64_t count, int64_t inner, int64_t channels, const void* bias, const void* residual, int act,
-                     cudaStream_t stream, int type = kF32, int bias_type = -1);
+                     cudaStream_t stream, int type = kF32);
 
 // Operands, result and epilogue vectors all of element type `type` (kBF16 / kF16: cuBLASLt's
 // half-precision tensor-core kernels with float32 accumulation and scaling).
@@ -116,7 +115,7 @@ struct Gemm {
   // epilogue takes only a per-column bias, so then bias_act runs after it).
   bool bias_rows = false;
   // C's element type where it differs from `type`: kF32 from kBF16 / kF16 operands (the float32
-  // accumulator plus the bias, stored without rounding; then no residual). -1: `type`.
+  // accumulator stored without rounding; then no bias and no residual). -1: `type`.
   int out_type = -1;
 };
 const char* gemm(const Ctx& ctx, const Gemm& g, cudaStream_t stream);
