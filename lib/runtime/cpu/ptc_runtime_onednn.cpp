@@ -3,13 +3,14 @@
 // convolutions out channels-last (LowerOptions::channels_last) or runs its linear layers on
 // oneDNN (LowerOptions::library_gemm), and the only unit that links libdnnl.
 //
-// Each call site (a convolution kernel) owns a ConvSite, made when the model is opened. Per input
-// shape it holds one primitive, created on the first call with that shape: the source and
-// destination are the caller's NHWC buffers as they are, the weights in the layout oneDNN picks
+// Each call site (a convolution's or a linear layer's kernel) owns a Site, made when the model is
+// opened. Per shape it holds one primitive, created on the first call with that shape: the source
+// and destination are the caller's buffers as they are, the weights in the layout oneDNN picks
 // for the primitive (format `any`), reordered from the model's weight once when the weight is a
-// constant (else on every call). oneDNN picks the kernel for the CPU it runs on (AVX2, AVX-512,
-// AMX) when the primitive is created. The library's epilogue (bias, residual, ReLU / ReLU6:
-// sched::LibraryEpilogue) runs as the primitive's bias and post-ops on the accumulator.
+// constant (else on every call); primitives that ask for the same layout share that copy. oneDNN
+// picks the kernel for the CPU it runs on (AVX2, AVX-512, AMX) when the primitive is created. The
+// library's epilogue (bias, residual, activation: sched::LibraryEpilogue) runs as the
+// primitive's bias and post-ops on the accumulator.
 //
 // --precision bf16 (ConvNhwcArgs::bf16_values): the operands already hold bf16 values, so a
 // primitive on bf16 operands with fp32 accumulation computes what autocast does. It is chosen once
@@ -28,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -44,22 +46,113 @@ dnnl::engine& cpu_engine() {
   return eng;
 }
 
-struct ConvEntry {
-  // the shape and strides it was made for
-  int64_t key[15];
-  bool bf16 = false;  // the primitive reads bf16 operands (the source converted per call)
-  dnnl::convolution_forward prim;
+// One primitive and what a call needs to run it.
+struct Entry {
+  std::vector<int64_t> key;  // the shape, strides and epilogue it was made for
+  dnnl::primitive prim;
   memory::desc src, wts, dst, bias, residual, scratch;
-  memory weights;  // reordered constant weights (empty: reorder per call)
+  memory::desc user_wts;     // the model's weight as it is laid out
+  memory weights;            // the constant weight in `wts` (empty: reorder per call)
   bool reorder_weights = false;
-  memory::desc user_wts;
+  bool bf16 = false;  // (convolutions) the primitive reads bf16 operands, the source converted per call
 };
 
-struct ConvSite {
+struct Site {
   std::mutex mu;
-  std::vector<std::shared_ptr<const ConvEntry>> entries;  // newest last; at most kMaxEntries
+  std::vector<std::shared_ptr<const Entry>> entries;  // newest last; at most kMaxEntries
+  std::vector<memory> weights;  // reordered copies of the constant weight, one per layout
   static constexpr size_t kMaxEntries = 16;
+
+  // The entry for `key`, made by `make` (under the lock) on first use.
+  template <class Make>
+  std::shared_ptr<const Entry> find(const std::vector<int64_t>& key, Make&& make) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& e : entries)
+      if (e->key == key) return e;
+    std::shared_ptr<const Entry> e = make();
+    if (entries.size() >= kMaxEntries) entries.erase(entries.begin());
+    entries.push_back(e);
+    return e;
+  }
 };
+
+// The bias / residual / activation post-ops; e's residual descriptor is its destination's.
+dnnl::primitive_attr epilogue_attr(Entry& e, bool residual, dnnl::algorithm act, float alpha, float beta) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops po;
+  if (residual) {
+    e.residual = e.dst;
+    po.append_binary(dnnl::algorithm::binary_add, e.residual);
+  }
+  if (act != dnnl::algorithm::undef) po.append_eltwise(1.f, act, alpha, beta);
+  attr.set_post_ops(po);
+  return attr;
+}
+
+// Takes the primitive from `pd` and the weights' layout it asks for; a constant weight is
+// reordered into it now, or shares the site's copy in that layout.
+template <class PrimitiveDesc, class Primitive>
+void finish(Entry& e, const PrimitiveDesc& pd, Site& site, bool weight_constant, const float* w) {
+  e.wts = pd.weights_desc();
+  e.scratch = pd.scratchpad_desc();
+  e.prim = Primitive(pd);
+  e.reorder_weights = e.wts != e.user_wts;
+  if (!e.reorder_weights || !weight_constant) return;
+  for (const memory& m : site.weights)
+    if (m.get_desc() == e.wts) e.weights = m;
+  if (e.weights) return;
+  e.weights = memory(e.wts, cpu_engine());
+  memory user(e.user_wts, cpu_engine(), const_cast<float*>(w));
+  dnnl::stream s(cpu_engine());
+  dnnl::reorder(user, e.weights).execute(s, user, e.weights);
+  s.wait();
+  site.weights.push_back(e.weights);
+}
+
+// Runs entry `e` on `src` into y, with the call's weight, bias and residual.
+void execute(const Entry& e, dnnl::stream& s, const memory& src, float* y, const float* w, bool weight_constant, const float* bias,
+             const float* residual) {
+  dnnl::engine& eng = cpu_engine();
+  static thread_local std::vector<unsigned char> scratch_bytes;
+  if (scratch_bytes.size() < e.scratch.get_size()) scratch_bytes.resize(e.scratch.get_size());
+  memory wts;
+  if (!e.reorder_weights) {
+    wts = memory(e.wts, eng, const_cast<float*>(w));
+  } else if (weight_constant) {
+    wts = e.weights;
+  } else {
+    wts = memory(e.wts, eng);
+    memory user(e.user_wts, eng, const_cast<float*>(w));
+    dnnl::reorder(user, wts).execute(s, user, wts);
+  }
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
+                                       {DNNL_ARG_WEIGHTS, wts},
+                                       {DNNL_ARG_DST, memory(e.dst, eng, y)},
+                                       {DNNL_ARG_SCRATCHPAD, memory(e.scratch, eng, scratch_bytes.data())}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, eng, const_cast<float*>(bias)));
+  if (residual) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(e.residual, eng, const_cast<float*>(residual)));
+  e.prim.execute(s, args);
+  s.wait();
+}
+
+// f() with oneDNN's failures as one sentence about `what`.
+template <class F>
+const char* guarded(const char* site, F&& f) {
+  static thread_local std::string message;
+  try {
+    f();
+  } catch (const dnnl::error&) {
+    message = std::string(site) + " (oneDNN): no primitive for this shape, or oneDNN ran out of memory";
+    return message.c_str();
+  } catch (const std::bad_alloc&) {
+    message = std::string(site) + " (oneDNN): out of memory";
+    return message.c_str();
+  }
+  return nullptr;
+}
+
+// ---- convolutions -------------------------------------------------------------------------------
 
 memory::dims dims4(int64_t a, int64_t b, int64_t c, int64_t d) { return {a, b, c, d}; }
 
@@ -69,10 +162,9 @@ bool runs_bf16(const ConvNhwcArgs& a) {
   return a.bf16_values && conv2d_nhwc_bf16() && a.xs[1] == 1 && a.xs[3] == a.C && a.xs[2] == a.W * a.C && a.xs[0] == a.H * a.W * a.C;
 }
 
-void fill_key(const ConvNhwcArgs& a, int64_t* k) {
-  const int64_t v[15] = {a.N, a.H, a.W, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ws[0], a.ws[1], a.ws[2], a.ws[3],
-                         a.bias != nullptr, a.residual != nullptr, a.act, runs_bf16(a)};
-  std::memcpy(k, v, sizeof v);
+std::vector<int64_t> conv_key(const ConvNhwcArgs& a) {
+  return {a.N, a.H, a.W, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ws[0], a.ws[1], a.ws[2], a.ws[3], a.bias != nullptr, a.residual != nullptr,
+          a.act, runs_bf16(a)};
 }
 
 // x (dense NHWC float32 holding bf16 values) to bf16: the upper half of each float, exact.
@@ -85,9 +177,9 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
   }
 }
 
-std::shared_ptr<const ConvEntry> make_entry(const ConvNhwcArgs& a, bool bf16) {
-  auto e = std::make_shared<ConvEntry>();
-  fill_key(a, e->key);
+std::shared_ptr<const Entry> make_conv(Site& site, const ConvNhwcArgs& a, bool bf16) {
+  auto e = std::make_shared<Entry>();
+  e->key = conv_key(a);
   e->bf16 = bf16;
   const memory::data_type in_t = e->bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const int64_t Cg = a.C / a.groups, Og = a.O / a.groups;
@@ -106,135 +198,50 @@ std::shared_ptr<const ConvEntry> make_entry(const ConvNhwcArgs& a, bool bf16) {
   // oneDNN's right padding: what makes the output size come out as OH x OW
   const int64_t pr_h = (a.OH - 1) * a.sh + (a.KH - 1) * a.dh + 1 - a.H - a.ph;
   const int64_t pr_w = (a.OW - 1) * a.sw + (a.KW - 1) * a.dw + 1 - a.W - a.pw;
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::post_ops po;
-  if (a.residual) {
-    e->residual = e->dst;
-    po.append_binary(dnnl::algorithm::binary_add, e->residual);
-  }
-  if (a.act == kConvActRelu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-  if (a.act == kConvActRelu6) po.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, 0.f, 6.f);
-  attr.set_post_ops(po);
+  const dnnl::algorithm act = a.act == kConvActRelu    ? dnnl::algorithm::eltwise_relu
+                              : a.act == kConvActRelu6 ? dnnl::algorithm::eltwise_clip
+                                                       : dnnl::algorithm::undef;
+  const dnnl::primitive_attr attr = epilogue_attr(*e, a.residual != nullptr, act, 0.f, a.act == kConvActRelu6 ? 6.f : 0.f);
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, e->src, e->wts,
                                     a.bias ? e->bias : memory::desc(), e->dst, {a.sh, a.sw}, {a.dh - 1, a.dw - 1}, {a.ph, a.pw},
                                     {pr_h, pr_w});
-  dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
-  e->wts = pd.weights_desc();
-  e->scratch = pd.scratchpad_desc();
-  e->prim = dnnl::convolution_forward(pd);
-  e->reorder_weights = e->wts != e->user_wts;
-  if (e->reorder_weights && a.weight_constant) {
-    e->weights = memory(e->wts, cpu_engine());
-    memory user(e->user_wts, cpu_engine(), const_cast<float*>(a.w));
-    dnnl::stream s(cpu_engine());
-    dnnl::reorder(user, e->weights).execute(s, user, e->weights);
-    s.wait();
-  }
+  finish<dnnl::convolution_forward::primitive_desc, dnnl::convolution_forward>(
+      *e, dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine()), site, a.weight_constant, a.w);
   return e;
 }
 
-std::shared_ptr<const ConvEntry> find_entry(ConvSite& site, const ConvNhwcArgs& a) {
-  int64_t key[15];
-  fill_key(a, key);
-  std::lock_guard<std::mutex> lock(site.mu);
-  for (const auto& e : site.entries)
-    if (std::memcmp(e->key, key, sizeof key) == 0) return e;
-  std::shared_ptr<const ConvEntry> e;
-  if (runs_bf16(a)) {
-    try {
-      e = make_entry(a, true);
-    } catch (const dnnl::error&) {  // no bf16 kernel for this CPU or shape: fp32 (the same values)
-    }
-  }
-  if (!e) e = make_entry(a, false);
-  if (site.entries.size() >= ConvSite::kMaxEntries) site.entries.erase(site.entries.begin());
-  site.entries.push_back(e);
-  return e;
-}
-
-// ---- linear layers: matmul --------------------------------------------------------------------
+// ---- linear layers: matmul ----------------------------------------------------------------------
 //
-// Per call site: one primitive per (M, A's strides, epilogue), made on first use, and the
-// constant weight reordered once per layout oneDNN asks for (primitives for other M share it:
-// the copy is the size of the weight, so it is not kept per M).
+// One primitive per (M, A's strides, epilogue): a decode step and a prefill of one model get
+// their own, and share the reordered weight.
 
-struct MatmulEntry {
-  int64_t key[10];
-  dnnl::matmul prim;
-  memory::desc a, wts, y, bias, residual, scratch;
-  memory weights;  // the constant weight in `wts` (empty: reorder per call)
-  bool reorder_weights = false;
-  memory::desc user_wts;
-};
-
-struct MatmulSite {
-  std::mutex mu;
-  std::vector<std::shared_ptr<const MatmulEntry>> entries;  // newest last; at most kMaxEntries
-  std::vector<memory> weights;  // reordered copies of the constant weight, one per layout
-  static constexpr size_t kMaxEntries = 16;
-};
-
-void fill_key(const MatmulArgs& a, int64_t* k) {
-  const int64_t v[10] = {a.M, a.N, a.K, a.lda_m, a.lda_k, a.ldw_k, a.ldw_n, a.bias != nullptr, a.residual != nullptr, a.act};
-  std::memcpy(k, v, sizeof v);
+std::vector<int64_t> matmul_key(const MatmulArgs& a) {
+  return {a.M, a.N, a.K, a.lda_m, a.lda_k, a.ldw_k, a.ldw_n, a.bias != nullptr, a.residual != nullptr, a.act};
 }
 
-std::shared_ptr<const MatmulEntry> make_entry(MatmulSite& site, const MatmulArgs& a) {
-  auto e = std::make_shared<MatmulEntry>();
-  fill_key(a, e->key);
+std::shared_ptr<const Entry> make_matmul(Site& site, const MatmulArgs& a) {
+  auto e = std::make_shared<Entry>();
+  e->key = matmul_key(a);
   const auto f32 = memory::data_type::f32;
-  e->a = memory::desc({a.M, a.K}, f32, memory::dims{a.lda_m, a.lda_k});
+  e->src = memory::desc({a.M, a.K}, f32, memory::dims{a.lda_m, a.lda_k});
   e->user_wts = memory::desc({a.K, a.N}, f32, memory::dims{a.ldw_k, a.ldw_n});
   // A constant weight in the layout oneDNN picks (reordered once); another as it is.
   e->wts = a.weight_constant ? memory::desc({a.K, a.N}, f32, tag::any) : e->user_wts;
-  e->y = memory::desc({a.M, a.N}, f32, tag::ab);
+  e->dst = memory::desc({a.M, a.N}, f32, tag::ab);
   if (a.bias) e->bias = memory::desc({1, a.N}, f32, tag::ab);
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::post_ops po;
-  if (a.residual) {
-    e->residual = e->y;
-    po.append_binary(dnnl::algorithm::binary_add, e->residual);
-  }
+  dnnl::algorithm act = dnnl::algorithm::undef;
+  float alpha = 0.f;
   switch (a.act) {
-    case kMatmulActRelu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f); break;
-    case kMatmulActGelu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f); break;
-    case kMatmulActGeluTanh: po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f); break;
-    case kMatmulActSilu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f); break;
+    case kMatmulActRelu: act = dnnl::algorithm::eltwise_relu; break;
+    case kMatmulActGelu: act = dnnl::algorithm::eltwise_gelu_erf; break;
+    case kMatmulActGeluTanh: act = dnnl::algorithm::eltwise_gelu_tanh; break;
+    case kMatmulActSilu: act = dnnl::algorithm::eltwise_swish, alpha = 1.f; break;  // x sigmoid(alpha x)
     default: break;
   }
-  attr.set_post_ops(po);
-  dnnl::matmul::desc d(e->a, e->wts, a.bias ? e->bias : memory::desc(), e->y);
-  dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
-  e->wts = pd.weights_desc();
-  e->scratch = pd.scratchpad_desc();
-  e->prim = dnnl::matmul(pd);
-  e->reorder_weights = e->wts != e->user_wts;
-  if (e->reorder_weights && a.weight_constant) {
-    for (const memory& m : site.weights)
-      if (m.get_desc() == e->wts) e->weights = m;
-    if (!e->weights) {
-      e->weights = memory(e->wts, cpu_engine());
-      memory user(e->user_wts, cpu_engine(), const_cast<float*>(a.w));
-      dnnl::stream s(cpu_engine());
-      dnnl::reorder(user, e->weights).execute(s, user, e->weights);
-      s.wait();
-      site.weights.push_back(e->weights);
-    }
-  }
-  return e;
-}
-
-std::shared_ptr<const MatmulEntry> find_entry(MatmulSite& site, const MatmulArgs& a) {
-  int64_t key[10];
-  fill_key(a, key);
-  std::lock_guard<std::mutex> lock(site.mu);
-  for (const auto& e : site.entries)
-    if (std::memcmp(e->key, key, sizeof key) == 0) return e;
-  std::shared_ptr<const MatmulEntry> e = make_entry(site, a);
-  if (site.entries.size() >= MatmulSite::kMaxEntries) site.entries.erase(site.entries.begin());
-  site.entries.push_back(e);
+  const dnnl::primitive_attr attr = epilogue_attr(*e, a.residual != nullptr, act, alpha, 0.f);
+  dnnl::matmul::desc d(e->src, e->wts, a.bias ? e->bias : memory::desc(), e->dst);
+  finish<dnnl::matmul::primitive_desc, dnnl::matmul>(*e, dnnl::matmul::primitive_desc(d, attr, cpu_engine()), site, a.weight_constant,
+                                                     a.w);
   return e;
 }
 
@@ -249,42 +256,18 @@ bool matmul_runs(int64_t M, int64_t N, int64_t K) {
   return M >= 3 && M * N * K >= (int64_t{1} << 18);
 }
 
-void* matmul_prepare() { return new (std::nothrow) MatmulSite; }
-void matmul_release(void* site) { delete static_cast<MatmulSite*>(site); }
+void* matmul_prepare() { return new (std::nothrow) Site; }
+void matmul_release(void* site) { delete static_cast<Site*>(site); }
 
 const char* matmul_call(void* site_ptr, const MatmulArgs& a) {
   if (!site_ptr) return "linear (oneDNN): the call site was not prepared (out of memory when the model was opened)";
   if (a.M <= 0 || a.N <= 0) return nullptr;
-  try {
-    std::shared_ptr<const MatmulEntry> e = find_entry(*static_cast<MatmulSite*>(site_ptr), a);
-    dnnl::engine& eng = cpu_engine();
-    dnnl::stream s(eng);
-    static thread_local std::vector<unsigned char> scratch_bytes;
-    if (scratch_bytes.size() < e->scratch.get_size()) scratch_bytes.resize(e->scratch.get_size());
-    memory wts;
-    if (!e->reorder_weights) {
-      wts = memory(e->wts, eng, const_cast<float*>(a.w));
-    } else if (a.weight_constant) {
-      wts = e->weights;
-    } else {
-      wts = memory(e->wts, eng);
-      memory user(e->user_wts, eng, const_cast<float*>(a.w));
-      dnnl::reorder(user, wts).execute(s, user, wts);
-    }
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(e->a, eng, const_cast<float*>(a.a))},
-                                         {DNNL_ARG_WEIGHTS, wts},
-                                         {DNNL_ARG_DST, memory(e->y, eng, a.y)},
-                                         {DNNL_ARG_SCRATCHPAD, memory(e->scratch, eng, scratch_bytes.data())}};
-    if (a.bias) args.emplace(DNNL_ARG_BIAS, memory(e->bias, eng, const_cast<float*>(a.bias)));
-    if (a.residual) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(e->residual, eng, const_cast<float*>(a.residual)));
-    e->prim.execute(s, args);
-    s.wait();
-  } catch (const dnnl::error&) {
-    return "linear (oneDNN): no primitive for this shape, or oneDNN ran out of memory";
-  } catch (const std::bad_alloc&) {
-    return "linear (oneDNN): out of memory";
-  }
-  return nullptr;
+  return guarded("linear", [&] {
+    Site& site = *static_cast<Site*>(site_ptr);
+    std::shared_ptr<const Entry> e = site.find(matmul_key(a), [&] { return make_matmul(site, a); });
+    dnnl::stream s(cpu_engine());
+    execute(*e, s, memory(e->src, cpu_engine(), const_cast<float*>(a.a)), a.y, a.w, a.weight_constant, a.bias, a.residual);
+  });
 }
 
 bool conv2d_nhwc_bf16() {
@@ -295,49 +278,35 @@ bool conv2d_nhwc_bf16() {
   return on;
 }
 
-void* conv2d_nhwc_prepare() { return new (std::nothrow) ConvSite; }
-void conv2d_nhwc_release(void* site) { delete static_cast<ConvSite*>(site); }
+void* conv2d_nhwc_prepare() { return new (std::nothrow) Site; }
+void conv2d_nhwc_release(void* site) { delete static_cast<Site*>(site); }
 
 const char* conv2d_nhwc_call(void* site_ptr, const ConvNhwcArgs& a) {
   if (!site_ptr) return "convolution (oneDNN): the call site was not prepared (out of memory when the model was opened)";
-  try {
-    std::shared_ptr<const ConvEntry> e = find_entry(*static_cast<ConvSite*>(site_ptr), a);
-    dnnl::engine& eng = cpu_engine();
-    dnnl::stream s(eng);
-    memory src, dst(e->dst, eng, a.y);
+  return guarded("convolution", [&] {
+    Site& site = *static_cast<Site*>(site_ptr);
+    std::shared_ptr<const Entry> e = site.find(conv_key(a), [&] {
+      if (runs_bf16(a)) {
+        try {
+          return make_conv(site, a, true);
+        } catch (const dnnl::error&) {  // no bf16 kernel for this CPU or shape: fp32 (the same values)
+        }
+      }
+      return make_conv(site, a, false);
+    });
+    dnnl::stream s(cpu_engine());
+    memory src;
     if (e->bf16) {
       static thread_local std::vector<uint16_t> x16;
       const int64_t n = a.N * a.H * a.W * a.C;
       if (x16.size() < static_cast<size_t>(n)) x16.resize(static_cast<size_t>(n));
       to_bf16(a.x, x16.data(), n);
-      src = memory(e->src, eng, x16.data());
+      src = memory(e->src, cpu_engine(), x16.data());
     } else {
-      src = memory(e->src, eng, const_cast<float*>(a.x));
+      src = memory(e->src, cpu_engine(), const_cast<float*>(a.x));
     }
-    static thread_local std::vector<unsigned char> scratch_bytes;
-    if (scratch_bytes.size() < e->scratch.get_size()) scratch_bytes.resize(e->scratch.get_size());
-    memory scratch(e->scratch, eng, scratch_bytes.data());
-    memory wts;
-    if (!e->reorder_weights) {
-      wts = memory(e->wts, eng, const_cast<float*>(a.w));
-    } else if (a.weight_constant) {
-      wts = e->weights;
-    } else {
-      wts = memory(e->wts, eng);
-      memory user(e->user_wts, eng, const_cast<float*>(a.w));
-      dnnl::reorder(user, wts).execute(s, user, wts);
-    }
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}};
-    if (a.bias) args.emplace(DNNL_ARG_BIAS, memory(e->bias, eng, const_cast<float*>(a.bias)));
-    if (a.residual) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(e->residual, eng, const_cast<float*>(a.residual)));
-    e->prim.execute(s, args);
-    s.wait();
-  } catch (const dnnl::error&) {
-    return "convolution (oneDNN): no primitive for this shape, or oneDNN ran out of memory";
-  } catch (const std::bad_alloc&) {
-    return "convolution (oneDNN): out of memory";
-  }
-  return nullptr;
+    execute(*e, s, src, a.y, a.w, a.weight_constant, a.bias, a.residual);
+  });
 }
 
 }  // namespace ptc_rt
