@@ -10,6 +10,9 @@
 // gradients are off in the region (so that a training library propagates none through it).
 // An autocast region that is enabled would change the region's arithmetic; it is refused with
 // one sentence (ptc applies --precision to the whole model instead).
+#include <string>
+#include <vector>
+
 #include "pt2_context.h"
 
 namespace ptc::pt2 {
@@ -58,6 +61,18 @@ std::string ref_name(const json& ref) {
   return "";
 }
 
+// The values a node's output entry defines, in order: one per tensor of an `as_tensors` list, ""
+// for `as_none`, else ref_name's one ("" when it is no reference).
+std::vector<std::string> output_names(const json& o) {
+  if (o.is_object() && o.contains("as_tensors") && o["as_tensors"].is_array()) {
+    std::vector<std::string> names;
+    for (const auto& t : o["as_tensors"]) names.push_back(t.value("name", ""));
+    return names;
+  }
+  if (o.is_object() && o.contains("as_none")) return {""};
+  return {ref_name(o)};
+}
+
 void inline_node(Context& ctx, const json& jn, json& out);
 
 void inline_wrapper(Context& ctx, const json& jn, json& out) {
@@ -95,16 +110,10 @@ void inline_wrapper(Context& ctx, const json& jn, json& out) {
     r[inner] = outer;
   }
   const std::string prefix = name + "__";
-  for (const auto& n : sub_nodes) {
-    json outs = n.value("outputs", json::array());
-    for (const auto& o : outs) {
-      std::string d = ref_name(o);
-      if (!d.empty()) r[d] = prefix + d;
-      if (o.is_object() && o.contains("as_tensors") && o["as_tensors"].is_array())
-        for (const auto& t : o["as_tensors"])
-          if (t.is_object() && t.contains("name") && t["name"].is_string()) r[t["name"]] = prefix + t["name"].get<std::string>();
-    }
-  }
+  for (const auto& n : sub_nodes)
+    for (const auto& o : n.value("outputs", json::array()))
+      for (const std::string& d : output_names(o))
+        if (!d.empty()) r[d] = prefix + d;
   if (auto tv = ctx.member_opt(sub, "tensor_values"); tv && tv->is_object())
     for (const auto& [n, meta] : tv->items())
       if (r.count(n) && r[n].rfind(prefix, 0) == 0) ctx.tensor_types[r[n]] = ctx.tensor_meta(meta, "tensor '" + n + "'");
@@ -120,15 +129,8 @@ void inline_wrapper(Context& ctx, const json& jn, json& out) {
   }
   // The wrapper's outputs: aliases (detaches where gradients are off) of the subgraph's.
   std::vector<std::string> results;
-  for (const auto& o : ctx.member(jn, "outputs", "node")) {
-    if (o.is_object() && o.contains("as_tensors") && o["as_tensors"].is_array()) {
-      for (const auto& t : o["as_tensors"]) results.push_back(t.value("name", ""));
-    } else if (o.is_object() && o.contains("as_none")) {
-      results.push_back("");
-    } else {
-      results.push_back(ref_name(o));
-    }
-  }
+  for (const auto& o : ctx.member(jn, "outputs", "node"))
+    for (std::string& d : output_names(o)) results.push_back(std::move(d));
   if (results.size() != sub_outputs.size()) ctx.fail("the wrapper has ", results.size(), " outputs, its subgraph ", sub_outputs.size());
   ctx.node_where = "node '" + name + "' (" + target.substr(target.rfind('.') + 1) + ")";
   for (size_t j = 0; j < results.size(); ++j) {
