@@ -73,22 +73,35 @@ bool index_fits_32(const std::vector<sym::Expr>& dims) {
 }
 
 // Declares the variables <var><first>.. of a row-major index `flat` over sizes `n` (`narrow`:
-// flat and the sizes fit uint32_t).
+// flat and the sizes fit uint32_t). `folds` (folded_dims, empty for none): a folded dimension's
+// variable is 0 and its range joins the next dimension's, so splitting costs one division less.
 void decompose_into(std::ostream& os, const std::string& flat, const std::vector<std::string>& n, char var, size_t first,
-                    const std::string& in, bool narrow = false) {
+                    const std::string& in, bool narrow = false, const std::vector<bool>& folds = {}) {
   if (n.empty()) return;
+  auto folded = [&](size_t d) { return d + 1 < n.size() && d < folds.size() && folds[d]; };
+  std::vector<std::string> group_size;
+  std::vector<size_t> group_last;  // the dimension each merged size stands for (its group's last)
+  std::string group;
+  for (size_t d = 0; d < n.size(); ++d) {
+    group = group.empty() ? n[d] : "(" + group + " * " + n[d] + ")";
+    if (folded(d)) continue;
+    group_size.push_back(group);
+    group_last.push_back(d);
+    group.clear();
+  }
   const std::string T = narrow ? "uint32_t" : "int64_t";
   auto as_t = [&](const std::string& v) { return narrow ? "static_cast<uint32_t>(" + v + ")" : v; };
-  std::string rest = "rest_" + std::string(1, var) + std::to_string(first);
+  const std::string rest = "rest_" + std::string(1, var) + std::to_string(first);
   os << in << T << " " << rest << " = " << as_t(flat) << ";\n";
-  for (size_t d = n.size(); d-- > 0;) {
-    std::string v = std::string(1, var) + std::to_string(first + d);
-    if (d == 0) {
+  for (size_t g = group_size.size(); g-- > 0;) {
+    const std::string v = std::string(1, var) + std::to_string(first + group_last[g]);
+    if (g == 0)
       os << in << "const int64_t " << v << " = " << rest << ";\n";
-    } else {
-      os << in << "const int64_t " << v << " = " << rest << " % " << as_t(n[d]) << "; " << rest << " /= " << as_t(n[d]) << ";\n";
-    }
+    else
+      os << in << "const int64_t " << v << " = " << rest << " % " << as_t(group_size[g]) << "; " << rest << " /= " << as_t(group_size[g]) << ";\n";
   }
+  for (size_t d = 0; d < n.size(); ++d)
+    if (folded(d)) os << in << "const int64_t " << var << first + d << " = 0; (void)" << var << first + d << ";\n";
   os << in << "(void)" << rest << ";\n";
 }
 
@@ -182,117 +195,6 @@ void emit_sym_locals(std::ostream& os, const std::vector<std::string>& syms, con
   for (size_t i = 0; i < syms.size(); ++i) os << in << "const int64_t " << syms[i] << " = sym[" << i << "]; (void)" << syms[i] << ";\n";
 }
 
-// Vectorization of a pointwise kernel: each thread takes 4 consecutive elements along the last
-// dimension (whose size is a multiple of 4). A float32 / float16 / bfloat16 load whose index
-// advances by one with the last loop variable from a multiple of 4 there (and which no `where`
-// branch guards) becomes one 16-byte (float32) or 8-byte (half) load, each such result one store
-// (ptc_cuda::load4 / store4); the rest runs per lane. The launcher takes this version when every
-// pointer it vectorizes is aligned to 4 elements.
-constexpr int kVec = 4;
-
-struct VecPlan {
-  std::set<const loop::Expr*> loads;  // the loads read 4 at a time
-  std::set<int> buffers;              // buffers read or written 4 at a time
-};
-
-bool vectorizable(DType t) { return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16; }
-
-// The loads of `e` outside `where` branches (which guard what they read).
-void unguarded_loads(const ExprRef& e, std::vector<const loop::Expr*>& out, std::set<const loop::Expr*>& seen) {
-  if (!seen.insert(e.get()).second) return;
-  if (e->op == Op::Load) out.push_back(e.get());
-  if (e->op == Op::Where) {
-    unguarded_loads(e->args[0], out, seen);
-    return;
-  }
-  for (const auto& a : e->args) unguarded_loads(a, out, seen);
-}
-
-std::optional<VecPlan> plan_vec4(const loop::Program& p, const sched::Kernel& k) {
-  if (k.kind != sched::Kernel::Kind::Loop) return std::nullopt;
-  const std::vector<sym::Expr>& dom = p.comps[k.comps.front()].domain;
-  if (dom.empty()) return std::nullopt;
-  const auto inner = dom.back().as_const();
-  if (!inner || *inner % kVec != 0) return std::nullopt;
-  const sym::Expr xl = loop::loop_var(static_cast<int>(dom.size()) - 1, dom.back());
-  VecPlan v;
-  std::set<const loop::Expr*> seen;
-  for (int ci : k.comps) {
-    const Computation& c = p.comps[ci];
-    if (c.kind != Computation::Kind::Pointwise || !(c.domain == dom)) return std::nullopt;
-    if (vectorizable(p.buffers[c.out].dtype)) v.buffers.insert(c.out);
-    std::vector<const loop::Expr*> loads;
-    unguarded_loads(c.body, loads, seen);
-    for (const loop::Expr* l : loads) {
-      if (!vectorizable(l->dtype) || p.buffers[l->buffer].dtype != l->dtype) continue;
-      const sym::Expr at0 = sym::substitute(l->index, {{xl, sym::Expr(0)}});
-      if (!(l->index - at0 == xl)) continue;  // not unit stride along the last dimension
-      try {
-        if (!(sym::mod(at0, sym::Expr(kVec)) == sym::Expr(0))) continue;  // lane 0 not provably 16-byte aligned
-      } catch (const std::exception&) {
-        continue;
-      }
-      v.loads.insert(l);
-      v.buffers.insert(l->buffer);
-    }
-  }
-  if (v.buffers.empty()) return std::nullopt;
-  return v;
-}
-
-void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index,
-                           const std::vector<std::string>& syms, const std::vector<int>& bufs, const VecPlan& v) {
-  const std::vector<sym::Expr>& dom = p.comps[k.comps.front()].domain;
-  const size_t last = dom.size() - 1;
-  const std::string xl = "x" + std::to_string(last);
-  os << "__global__ void __launch_bounds__(" << kBlock << ") ptc_kernel_" << index << "_v4(";
-  emit_params(os, p, bufs, syms);
-  os << ") {\n";
-  std::vector<std::string> n = sizes(os, dom, "", "  ");
-  os << "  const int64_t total = " << cpp_product(n) << " / " << kVec << ";\n";
-  os << "  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total; t += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
-  os << "    const int64_t i = t * " << kVec << ";\n";
-  decompose_into(os, "i", n, 'x', 0, "    ", index_fits_32(dom));
-  os << "    const int64_t " << xl << "_0 = " << xl << ";\n";
-  size_t next_load = 0;
-  for (int ci : k.comps) {
-    const Computation& c = p.comps[ci];
-    std::vector<const loop::Expr*> mine;
-    std::set<const loop::Expr*> seen;
-    unguarded_loads(c.body, mine, seen);
-    std::map<const loop::Expr*, std::string> vars;
-    std::map<std::pair<int, std::string>, std::string> loaded;  // (buffer, index) -> its float4
-    os << "    {\n";
-    for (const loop::Expr* l : mine) {
-      if (!v.loads.count(l)) continue;
-      const std::pair<int, std::string> key{l->buffer, cpp_index(l->index)};
-      auto it = loaded.find(key);
-      if (it == loaded.end()) {
-        it = loaded.emplace(key, "v" + std::to_string(next_load++)).first;
-        os << "      const float4 " << it->second << " = ptc_cuda::load4(b" << l->buffer << " + (" << key.second << "));\n";
-      }
-      vars[l] = it->second;
-    }
-    const bool vstore = v.buffers.count(c.out) > 0;
-    const std::string T = vstore ? "float" : ctype(p.buffers[c.out].dtype);  // a vector store rounds
-    os << "      " << T << " r[" << kVec << "];\n";
-    for (int j = 0; j < kVec; ++j) {
-      os << "      {\n        const int64_t " << xl << " = " << xl << "_0 + " << j << "; (void)" << xl << ";\n";
-      ExprPrinter pr(os, "        ", Dialect::Cuda);
-      for (const auto& [l, var] : vars) pr.bind(l, var + "." + "xyzw"[j]);
-      std::string val = pr.print(c.body);
-      os << "        r[" << j << "] = " << val << ";\n      }\n";
-    }
-    if (vstore) {
-      os << "      ptc_cuda::store4(b" << c.out << " + i, r[0], r[1], r[2], r[3]);\n";
-    } else {
-      for (int j = 0; j < kVec; ++j) os << "      b" << c.out << "[i + " << j << "] = r[" << j << "];\n";
-    }
-    os << "    }\n";
-  }
-  os << "  }\n}\n\n";
-}
-
 // The index expressions (loads, index values) of the kernel's computations.
 void index_exprs(const ExprRef& e, std::vector<sym::Expr>& out, std::set<const loop::Expr*>& seen) {
   if (!e || !seen.insert(e.get()).second) return;
@@ -335,33 +237,149 @@ std::vector<bool> folded_dims(const loop::Program& p, const sched::Kernel& k, co
   return folds;
 }
 
-// Declares x0.. of the flat index `flat` over `n` as decompose_into does, with the folded
-// dimensions (folded_dims) at 0 and their range in the next one.
-void decompose_folded(std::ostream& os, const std::string& flat, const std::vector<std::string>& n, const std::vector<bool>& folds,
-                      const std::string& in, bool narrow) {
-  std::vector<std::string> sizes;
-  std::vector<size_t> last;  // the dimension each merged size stands for (its group's last)
-  std::string group;
-  for (size_t d = 0; d < n.size(); ++d) {
-    group = group.empty() ? n[d] : "(" + group + " * " + n[d] + ")";
-    if (d + 1 < n.size() && folds[d]) continue;
-    sizes.push_back(group);
-    last.push_back(d);
-    group.clear();
+// Vectorization of a pointwise kernel: each thread takes 4 consecutive elements along the last
+// dimension. A float32 / float16 / bfloat16 load whose index advances by one with the last loop
+// variable from a multiple of 4 there (and which no `where` branch guards) becomes one 16-byte
+// (float32) or 8-byte (half) load, each such result one store (ptc_cuda::load4 / store4); the rest
+// runs per lane. The launcher takes this version when every pointer it vectorizes is aligned to 4
+// elements. A last dimension that is not a multiple of 4 ("ragged": GPT-2's 50257 logits read
+// from a GEMM result padded to 50264 columns) is split into chunks of 4 per row: full chunks read
+// 4 at a time and store per lane (the output rows are not aligned), the row's last chunk runs
+// per lane with a bound check. Only rows of kMinRagged elements or more, and only where some load
+// is read 4 at a time.
+constexpr int kVec = 4;
+constexpr int64_t kMinRagged = 64;
+
+struct VecPlan {
+  std::set<const loop::Expr*> loads;  // the loads read 4 at a time
+  std::set<int> buffers;              // buffers read or written 4 at a time
+  bool ragged = false;                // the last dimension is not a multiple of 4
+};
+
+bool vectorizable(DType t) { return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16; }
+
+// The loads of `e` outside `where` branches (which guard what they read).
+void unguarded_loads(const ExprRef& e, std::vector<const loop::Expr*>& out, std::set<const loop::Expr*>& seen) {
+  if (!seen.insert(e.get()).second) return;
+  if (e->op == Op::Load) out.push_back(e.get());
+  if (e->op == Op::Where) {
+    unguarded_loads(e->args[0], out, seen);
+    return;
   }
-  const std::string T = narrow ? "uint32_t" : "int64_t";
-  auto as_t = [&](const std::string& v) { return narrow ? "static_cast<uint32_t>(" + v + ")" : v; };
-  os << in << T << " rest_x = " << as_t(flat) << ";\n";
-  for (size_t g = sizes.size(); g-- > 0;) {
-    const std::string v = "x" + std::to_string(last[g]);
-    if (g == 0)
-      os << in << "const int64_t " << v << " = rest_x;\n";
-    else
-      os << in << "const int64_t " << v << " = rest_x % " << as_t(sizes[g]) << "; rest_x /= " << as_t(sizes[g]) << ";\n";
+  for (const auto& a : e->args) unguarded_loads(a, out, seen);
+}
+
+std::optional<VecPlan> plan_vec4(const loop::Program& p, const sched::Kernel& k) {
+  if (k.kind != sched::Kernel::Kind::Loop) return std::nullopt;
+  const std::vector<sym::Expr>& dom = p.comps[k.comps.front()].domain;
+  if (dom.empty()) return std::nullopt;
+  const auto inner = dom.back().as_const();
+  if (!inner || (*inner % kVec != 0 && *inner < kMinRagged)) return std::nullopt;
+  const sym::Expr xl = loop::loop_var(static_cast<int>(dom.size()) - 1, dom.back());
+  VecPlan v;
+  v.ragged = *inner % kVec != 0;
+  std::set<const loop::Expr*> seen;
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    if (c.kind != Computation::Kind::Pointwise || !(c.domain == dom)) return std::nullopt;
+    if (vectorizable(p.buffers[c.out].dtype) && !v.ragged) v.buffers.insert(c.out);
+    std::vector<const loop::Expr*> loads;
+    unguarded_loads(c.body, loads, seen);
+    for (const loop::Expr* l : loads) {
+      if (!vectorizable(l->dtype) || p.buffers[l->buffer].dtype != l->dtype) continue;
+      const sym::Expr at0 = sym::substitute(l->index, {{xl, sym::Expr(0)}});
+      if (!(l->index - at0 == xl)) continue;  // not unit stride along the last dimension
+      try {
+        if (!(sym::mod(at0, sym::Expr(kVec)) == sym::Expr(0))) continue;  // lane 0 not provably 16-byte aligned
+      } catch (const std::exception&) {
+        continue;
+      }
+      v.loads.insert(l);
+      v.buffers.insert(l->buffer);
+    }
   }
-  for (size_t d = 0; d < n.size(); ++d)
-    if (d + 1 < n.size() && folds[d]) os << in << "const int64_t x" << d << " = 0; (void)x" << d << ";\n";
-  os << in << "(void)rest_x;\n";
+  if (v.buffers.empty() || (v.ragged && v.loads.empty())) return std::nullopt;
+  return v;
+}
+
+void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index,
+                           const std::vector<std::string>& syms, const std::vector<int>& bufs, const VecPlan& v) {
+  const std::vector<sym::Expr>& dom = p.comps[k.comps.front()].domain;
+  const size_t last = dom.size() - 1;
+  const std::string xl = "x" + std::to_string(last);
+  os << "__global__ void __launch_bounds__(" << kBlock << ") ptc_kernel_" << index << "_v4(";
+  emit_params(os, p, bufs, syms);
+  os << ") {\n";
+  std::vector<std::string> n = sizes(os, dom, "", "  ");
+  const std::vector<bool> folds = folded_dims(p, k, dom);
+  if (v.ragged) {
+    // t -> (row, chunk): the rows split over the outer dimensions, the chunk picks x_last
+    const std::vector<std::string> outer(n.begin(), n.end() - 1);
+    os << "  const int64_t chunks = (" << n.back() << " + " << kVec - 1 << ") / " << kVec << ";\n";
+    os << "  const int64_t total = " << (outer.empty() ? std::string("1") : cpp_product(outer)) << " * chunks;\n";
+    os << "  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total; t += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
+    os << "    const int64_t row = t / chunks, " << xl << "_0 = (t - row * chunks) * " << kVec << ";\n";
+    os << "    const int64_t i = row * " << n.back() << " + " << xl << "_0;\n";
+    decompose_into(os, "row", outer, 'x', 0, "    ", index_fits_32(dom), folds);
+    os << "    const int64_t " << xl << " = " << xl << "_0;\n";
+  } else {
+    os << "  const int64_t total = " << cpp_product(n) << " / " << kVec << ";\n";
+    os << "  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total; t += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
+    os << "    const int64_t i = t * " << kVec << ";\n";
+    decompose_into(os, "i", n, 'x', 0, "    ", index_fits_32(dom), folds);
+    os << "    const int64_t " << xl << "_0 = " << xl << ";\n";
+  }
+  // One chunk's computations: `vector` reads the planned loads 4 at a time (a full chunk), else
+  // every lane loads on its own, and only lanes inside the row run (the row's ragged end).
+  size_t next_load = 0;
+  auto chunk = [&](bool vector, const std::string& in) {
+    for (int ci : k.comps) {
+      const Computation& c = p.comps[ci];
+      std::vector<const loop::Expr*> mine;
+      std::set<const loop::Expr*> seen;
+      unguarded_loads(c.body, mine, seen);
+      std::map<const loop::Expr*, std::string> vars;
+      std::map<std::pair<int, std::string>, std::string> loaded;  // (buffer, index) -> its float4
+      os << in << "{\n";
+      for (const loop::Expr* l : mine) {
+        if (!vector || !v.loads.count(l)) continue;
+        const std::pair<int, std::string> key{l->buffer, cpp_index(l->index)};
+        auto it = loaded.find(key);
+        if (it == loaded.end()) {
+          it = loaded.emplace(key, "v" + std::to_string(next_load++)).first;
+          os << in << "  const float4 " << it->second << " = ptc_cuda::load4(b" << l->buffer << " + (" << key.second << "));\n";
+        }
+        vars[l] = it->second;
+      }
+      const bool vstore = vector && v.buffers.count(c.out) > 0;
+      const std::string T = vstore ? "float" : ctype(p.buffers[c.out].dtype);  // a vector store rounds
+      if (vstore) os << in << "  " << T << " r[" << kVec << "];\n";
+      for (int j = 0; j < kVec; ++j) {
+        os << in << "  " << (vector ? "" : "if (" + xl + "_0 + " + std::to_string(j) + " < " + n.back() + ") ") << "{\n";
+        os << in << "    const int64_t " << xl << " = " << xl << "_0 + " << j << "; (void)" << xl << ";\n";
+        ExprPrinter pr(os, in + "    ", Dialect::Cuda);
+        for (const auto& [l, var] : vars) pr.bind(l, var + "." + "xyzw"[j]);
+        std::string val = pr.print(c.body);
+        if (vstore)
+          os << in << "    r[" << j << "] = " << val << ";\n";
+        else
+          os << in << "    b" << c.out << "[i + " << j << "] = " << val << ";\n";
+        os << in << "  }\n";
+      }
+      if (vstore) os << in << "  ptc_cuda::store4(b" << c.out << " + i, r[0], r[1], r[2], r[3]);\n";
+      os << in << "}\n";
+    }
+  };
+  if (v.ragged) {
+    os << "    if (" << xl << "_0 + " << kVec << " <= " << n.back() << ") {\n";
+    chunk(true, "      ");
+    os << "    } else {\n";
+    chunk(false, "      ");
+    os << "    }\n";
+  } else {
+    chunk(true, "    ");
+  }
+  os << "  }\n}\n\n";
 }
 
 // A pointwise kernel, or a row group of small windows: one thread per element of the domain.
@@ -374,11 +392,7 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
   std::vector<std::string> n = sizes(os, dom, "", "  ");
   os << "  const int64_t total = " << cpp_product(n) << ";\n";
   os << "  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
-  const std::vector<bool> folds = folded_dims(p, k, dom);
-  if (std::find(folds.begin(), folds.end(), true) != folds.end())
-    decompose_folded(os, "i", n, folds, "    ", index_fits_32(dom));
-  else
-    decompose_into(os, "i", n, 'x', 0, "    ", index_fits_32(dom));
+  decompose_into(os, "i", n, 'x', 0, "    ", index_fits_32(dom), folded_dims(p, k, dom));
   for (int ci : k.comps) {
     const Computation& c = p.comps[ci];
     std::string at = "b" + std::to_string(c.out) + "[i]";
@@ -405,7 +419,8 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
       os << (first ? "" : " && ") << "reinterpret_cast<uintptr_t>(buf[" << b << "]) % " << kVec * dtype_size(p.buffers[b].dtype) << " == 0";
       first = false;
     }
-    os << ") {\n    ptc_kernel_" << index << "_v4<<<ptc_cuda::grid_for(total / " << kVec << ", " << kBlock << "), " << kBlock << ", 0, stream>>>("
+    const std::string threads = vec->ragged ? "total / " + hn.back() + " * ((" + hn.back() + " + " + std::to_string(kVec - 1) + ") / " + std::to_string(kVec) + ")" : "total / " + std::to_string(kVec);
+    os << ") {\n    ptc_kernel_" << index << "_v4<<<ptc_cuda::grid_for(" << threads << ", " << kBlock << "), " << kBlock << ", 0, stream>>>("
        << call_args(p, bufs, syms) << ");\n    return nullptr;\n  }\n";
   }
   os << "  ptc_kernel_" << index << "<<<ptc_cuda::grid_for(total, " << kBlock << "), " << kBlock << ", 0, stream>>>(" << call_args(p, bufs, syms)
