@@ -59,6 +59,21 @@ std::string literal(double v, DType t) {
 }
 
 std::string ExprPrinter::print(const ExprRef& e) {
+  if (dialect_ == Dialect::Cuda) {
+    // Loads under a where's branches read through ptc_cuda::ldg: nvcc folds `c ? p[i] : q[j]`
+    // into one load from a selected address, and when p is a read-only (const __restrict__)
+    // kernel argument it issued that load through the non-coherent cache even where the other
+    // branch's q is a buffer this kernel wrote: a stale read (an in-place slice update on an
+    // H100). ldg is __ldg on const pointers and a plain load on the others, so the two branches
+    // stay two different loads.
+    std::set<const loop::Expr*> seen;
+    std::function<void(const ExprRef&, bool)> walk = [&](const ExprRef& x, bool under) {
+      if (!seen.insert(x.get()).second && !under) return;
+      if (under && (x->op == Op::Load || x->op == Op::LoadAt)) arm_loads_.insert(x.get());
+      for (size_t i = 0; i < x->args.size(); ++i) walk(x->args[i], under || ((x->op == Op::Where || x->op == Op::Select) && i > 0));
+    };
+    walk(e, false);
+  }
   hoist(e);
   return name(e);
 }
@@ -114,6 +129,12 @@ void ExprPrinter::hoist(const ExprRef& e) {
   names_[e.get()] = var;
 }
 
+std::string ExprPrinter::element(const ExprRef& e, const std::string& index) const {
+  const std::string b = "b" + std::to_string(e->buffer);
+  if (arm_loads_.count(e.get())) return "ptc_cuda::ldg(" + b + " + (" + index + "))";
+  return b + "[" + index + "]";
+}
+
 std::string ExprPrinter::name(const ExprRef& e) {
   auto it = names_.find(e.get());
   return it != names_.end() ? it->second : inline_text(e);
@@ -128,16 +149,15 @@ std::string ExprPrinter::inline_text(const ExprRef& e) {
   auto widen = [&](std::string text) { return cdt != e->dtype ? "static_cast<float>(" + text + ")" : text; };
   switch (e->op) {
     case Op::LoadAt:
-      return widen("b" + std::to_string(e->buffer) + "[std::min<int64_t>(std::max<int64_t>(" + cpp_index(e->index) + " + " + a(0) +
-                   ", 0), " + a(1) + ")]");
+      return widen(element(e, "std::min<int64_t>(std::max<int64_t>(" + cpp_index(e->index) + " + " + a(0) + ", 0), " + a(1) + ")"));
     case Op::Load: {
       auto it = overrides_.find(e->buffer);
       if (it != overrides_.end()) return it->second;
       if (auto c = clamp_hi_.find(e.get()); c != clamp_hi_.end()) {
         const std::string i = "std::min<int64_t>(std::max<int64_t>(" + cpp_index(e->index) + ", 0), " + c->second + ")";
-        return widen("b" + std::to_string(e->buffer) + "[" + (index32_ ? "static_cast<int32_t>(" + i + ")" : i) + "]");
+        return widen(element(e, index32_ ? "static_cast<int32_t>(" + i + ")" : i));
       }
-      return widen("b" + std::to_string(e->buffer) + "[" + cpp_index(e->index) + "]");
+      return widen(element(e, cpp_index(e->index)));
     }
     case Op::Const:
       return literal(e->value, e->dtype);

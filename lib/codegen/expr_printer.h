@@ -5,6 +5,7 @@
 
 #include <map>
 #include <ostream>
+#include <set>
 #include <string>
 
 #include "ptc/loop.h"
@@ -46,6 +47,7 @@ class ExprPrinter {
   void hoist(const loop::ExprRef& e);
   std::string name(const loop::ExprRef& e);
   std::string inline_text(const loop::ExprRef& e);
+  std::string element(const loop::ExprRef& e, const std::string& index) const;  // a load's element of its buffer
 
   std::ostream& os_;
   std::string indent_;
@@ -55,6 +57,7 @@ class ExprPrinter {
   bool eager_ = false;
   bool index32_ = false;
   std::map<const loop::Expr*, std::string> clamp_hi_;
+  std::set<const loop::Expr*> arm_loads_;  // CUDA: loads under a where's branches (ptc_cuda::ldg)
 };
 
 }  // namespace ptc::codegen

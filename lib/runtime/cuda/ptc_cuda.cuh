@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -12,6 +13,34 @@ namespace ptc_cuda {
 inline unsigned grid_for(int64_t total, int block) {
   const int64_t b = (total + block - 1) / block;
   return static_cast<unsigned>(b < 1 ? 1 : (b > (int64_t{1} << 20) ? (int64_t{1} << 20) : b));
+}
+
+// One element of a buffer, where a generated kernel reads it under a `where` branch: through
+// the read-only cache (__ldg) for a const (read-only, __restrict__) buffer, as a plain load for
+// one the kernel may write. Spelling the two apart keeps nvcc from folding `c ? p[i] : q[j]` into
+// one non-coherent load from a selected address (which read q stale after this kernel wrote it).
+template <typename T>
+__device__ __forceinline__ T ldg(T* p) {
+  return *p;
+}
+template <typename T>
+__device__ __forceinline__ T ldg(const T* p) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "ldg: an element of 1, 2, 4 or 8 bytes");
+  T v;
+  if constexpr (sizeof(T) == 1) {
+    const unsigned char u = __ldg(reinterpret_cast<const unsigned char*>(p));
+    memcpy(&v, &u, 1);
+  } else if constexpr (sizeof(T) == 2) {
+    const unsigned short u = __ldg(reinterpret_cast<const unsigned short*>(p));
+    memcpy(&v, &u, 2);
+  } else if constexpr (sizeof(T) == 4) {
+    const unsigned int u = __ldg(reinterpret_cast<const unsigned int*>(p));
+    memcpy(&v, &u, 4);
+  } else {
+    const unsigned long long u = __ldg(reinterpret_cast<const unsigned long long*>(p));
+    memcpy(&v, &u, 8);
+  }
+  return v;
 }
 
 // Four consecutive elements, read as float / written from float in one access: 16 bytes of
