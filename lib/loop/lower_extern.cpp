@@ -100,17 +100,39 @@ View nhwc_input(Lowering& L, const TensorRef& x) {
 View filter_view(Lowering& L, const TensorRef& w) {
   return L.options.channels_last && w.view && w.view->channels_last() ? *w.view : dense_view(L, w);
 }
-View cudnn_view(Lowering& L, const TensorRef& t) {
-  View v = L.as_view(t, L.origin());
+// Whether cuDNN takes a view as it is stored: no broadcast (zero) strides, and the batch
+// dimension (`batch`: 0 of [N, C, H, W], 2 of a regrouped [G, C/G, N, H, W]) outermost, above
+// every other dimension's extent (NCHW, NHWC, or a channel slice of either). cuDNN found no
+// algorithm for a transposed convolution's input stored [C, N, H, W] (a group norm's output,
+// normalized per channel).
+bool cudnn_layout(const View& v, size_t batch) {
   for (size_t d = 0; d < v.sizes.size(); ++d) {
     auto st = v.strides[d].as_const(), n = v.sizes[d].as_const();
-    if (st && *st == 0 && !(n && *n == 1)) return dense_view(L, t);
+    if (st && *st == 0 && !(n && *n == 1)) return false;
   }
-  return v;
+  if (batch >= v.sizes.size() || v.sizes[batch] == sym::Expr(1)) return true;
+  for (size_t d = 0; d < v.sizes.size(); ++d) {
+    if (d == batch || v.sizes[d] == sym::Expr(1)) continue;
+    try {
+      if (!sym::prove_ge(v.strides[batch] - v.strides[d] * v.sizes[d], sym::Expr(0))) return false;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+  return true;
 }
-// The regrouping as a view of g where one exists (cuDNN merges the groups and channels back into
-// its strides).
-View group_view(Lowering& L, const TensorRef& g, int64_t G) { return cudnn_view(L, regroup(L, g, G)); }
+// A cuDNN operand: the tensor's view where cuDNN takes it, else stored densely (NCHW).
+View cudnn_view(Lowering& L, const TensorRef& t) {
+  View v = L.as_view(t, L.origin());
+  return cudnn_layout(v, 0) ? v : dense_view(L, t);
+}
+// The regrouping [G, C/G, N, H, W] of g as a view (cuDNN merges the groups and channels back into
+// its strides), of g stored densely where g's own layout is not one cuDNN takes.
+View group_view(Lowering& L, const TensorRef& g, int64_t G) {
+  View v = L.as_view(regroup(L, g, G), L.origin());
+  if (cudnn_layout(v, 2)) return v;
+  return L.as_view(regroup(L, L.realize(g, L.origin(), /*keep_layout=*/false), G), L.origin());
+}
 
 }  // namespace
 
