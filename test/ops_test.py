@@ -78,7 +78,10 @@ class IndexUpdates(torch.nn.Module):  # index_copy, index_put (one index tensor,
         super().__init__()
         self.register_buffer("idx", torch.tensor([4, 0, 2]))
         self.register_buffer("dup", torch.tensor([1, 3, 1]))
-        self.register_buffer("cols", torch.tensor([[3, 0], [1, 4], [2, 2], [0, 1], [4, 3], [1, 0]]))
+        self.register_buffer("cols", torch.tensor([[3, 0], [1, 4], [2, 4], [0, 1], [4, 3], [1, 0]]))
+        # a repeated column: scatter of values (one value: any order agrees; of a source, the order
+        # of duplicate writes is unspecified, and torch's CUDA kernel differs from its CPU one)
+        self.register_buffer("cols_dup", torch.tensor([[3, 0], [1, 4], [2, 2], [0, 1], [4, 3], [1, 1]]))
 
     def forward(self, x):  # [b, 6, 5]
         v = x[:, :3] * 2
@@ -86,7 +89,7 @@ class IndexUpdates(torch.nn.Module):  # index_copy, index_put (one index tensor,
         put[:, self.idx] = v
         acc = torch.ops.aten.index_put(x, [None, self.dup], v, True)
         ix = self.cols.expand(x.shape[0], 6, 2)
-        return (x.index_copy(1, self.idx, v), put, acc, x.scatter(2, ix, x * 3), x.scatter(2, ix, 1.5),
+        return (x.index_copy(1, self.idx, v), put, acc, x.scatter(2, ix, x * 3), x.scatter(2, self.cols_dup.expand(x.shape[0], 6, 2), 1.5),
                 x.argmin(dim=2), x.argmax(dim=1))
 
 
@@ -137,6 +140,11 @@ class Counter(torch.nn.Module):  # buffers updated in place: the library holds t
         return x * self.total + prev, self.calls * 2
 
 
+class RaggedRows(torch.nn.Module):  # pointwise over rows not a multiple of 4 wide, read from wider rows (CUDA: ragged chunks)
+    def forward(self, x):  # [b, 3, 72]
+        return x[..., :67] * 2 + 1, x[..., 3:70].sin(), x[:, 1:, :65].exp()
+
+
 class Everything(torch.nn.Module):  # one module with every op above, for the CUDA build
     def __init__(self):
         super().__init__()
@@ -152,7 +160,8 @@ class Everything(torch.nn.Module):  # one module with every op above, for the CU
         m[:, 1:3, 0] = x[:, :2, 1]
         return (y.repeat(1, 2, 1, 1), torch.var(y, dim=1), torch.std(y, dim=(2, 3)), z, z.scatter(2, self.idx.expand(z.shape[0], 4, 2), 0.5),
                 p, torch.fmod(x, 0.3), m, torch.topk(x, 2)[0], torch.topk(x, 3, dim=1, largest=False)[1],
-                x.argmax(dim=1), x.argmin(dim=-1), torch.max(x, dim=2)[1], x.argmax(), torch.sort(x, dim=1)[0], torch.argsort(x, dim=-1))
+                x.argmax(dim=1), x.argmin(dim=-1), torch.max(x, dim=2)[1], x.argmax(), torch.sort(x, dim=1)[0], torch.argsort(x, dim=-1),
+                y.reshape(y.shape[0], 4, 480)[..., :67] * 2)
 
 
 class Elu(torch.nn.Module):  # aten::elu, which selu and celu become
@@ -196,6 +205,7 @@ MODULES = {  # name: (module, one input of batch size b)
     "elu": (Elu, lambda b: torch.randn(b, 6, 5)),
     "sort": (Sort, lambda b: torch.randn(b, 6, 9)),
     "grad_regions": (GradRegions, lambda b: torch.randn(b, 6, 5)),
+    "ragged_rows": (RaggedRows, lambda b: torch.randn(b, 3, 72)),
 }
 
 
@@ -566,8 +576,23 @@ def main():
         if nvcc:
             def cuda():
                 torch.manual_seed(3)
+                loops = work / "everything_cuda.loops"
                 lib = ptc.compile(export(Everything().eval(), lambda b: torch.randn(b, 4, 5, 6)), work / "everything_cuda.so",
-                                  device="cuda", ptc=exe)
+                                  device="cuda", ptc=exe, cache=False,
+                                  extra_args=("--emit-dir", str(work / "everything_cuda"), "--dump-loops", str(loops)))
+                src = (work / "everything_cuda" / "model.cu").read_text()
+                # the [b, 4, 67] slice of [b, 4, 480] rows: 4-wide loads in chunks of rows not a multiple of 4
+                assert "const int64_t chunks = (" in src, "no ragged vector kernel"
+                # loads under a where's branches (index_copy, the in-place slice update) through ptc_cuda::ldg
+                assert "ptc_cuda::ldg(" in src, "no where-branch load through ptc_cuda::ldg"
+                # cuDNN's transposed convolution reads the group norm's output with the batch outermost
+                import re
+                convs = re.findall(r"conv_input_grad\([^{]+\{[^}]*\}, \w+\[([^\]]*)\]\{\[([^\]]*)\]", loops.read_text())
+                assert convs, "no cuDNN transposed convolution"
+                for sizes, strides in convs:
+                    ev = [[eval(re.sub(r"s\d+", "3", t)) for t in part.split(", ")] for part in (sizes, strides)]
+                    n, st = ev
+                    assert all(st[2] >= st[d] * n[d] for d in range(5) if d != 2 and n[d] > 1), ("batch not outermost", sizes, strides)
                 return f"{os.path.getsize(lib) >> 10} KiB"
             t.check("every op above compiles for CUDA (nvcc)", cuda)
     finally:
