@@ -140,9 +140,9 @@ class Counter(torch.nn.Module):  # buffers updated in place: the library holds t
         return x * self.total + prev, self.calls * 2
 
 
-class RaggedRows(torch.nn.Module):  # pointwise over rows not a multiple of 4 wide, read from wider rows (CUDA: ragged chunks)
-    def forward(self, x):  # [b, 3, 72]
-        return x[..., :67] * 2 + 1, x[..., 3:70].sin(), x[:, 1:, :65].exp()
+class RaggedRows(torch.nn.Module):  # CUDA's 4-wide pointwise kernels: rows not a multiple of 4 wide (ragged chunks), reads under
+    def forward(self, x):  # [b, 3, 72]       # padding tests that do not depend on the last dimension (4 at a time where they hold)
+        return x[..., :67] * 2 + 1, x[..., 3:70].sin(), x[:, 1:, :65].exp(), F.pad(x, (0, 0, 1, 2)) * 3
 
 
 class Everything(torch.nn.Module):  # one module with every op above, for the CUDA build
@@ -161,7 +161,7 @@ class Everything(torch.nn.Module):  # one module with every op above, for the CU
         return (y.repeat(1, 2, 1, 1), torch.var(y, dim=1), torch.std(y, dim=(2, 3)), z, z.scatter(2, self.idx.expand(z.shape[0], 4, 2), 0.5),
                 p, torch.fmod(x, 0.3), m, torch.topk(x, 2)[0], torch.topk(x, 3, dim=1, largest=False)[1],
                 x.argmax(dim=1), x.argmin(dim=-1), torch.max(x, dim=2)[1], x.argmax(), torch.sort(x, dim=1)[0], torch.argsort(x, dim=-1),
-                y.reshape(y.shape[0], 4, 480)[..., :67] * 2)
+                y.reshape(y.shape[0], 4, 480)[..., :67] * 2, F.pad(y, (0, 0, 2, 1)) + 1)
 
 
 class Elu(torch.nn.Module):  # aten::elu, which selu and celu become
@@ -583,6 +583,8 @@ def main():
                 src = (work / "everything_cuda" / "model.cu").read_text()
                 # the [b, 4, 67] slice of [b, 4, 480] rows: 4-wide loads in chunks of rows not a multiple of 4
                 assert "const int64_t chunks = (" in src, "no ragged vector kernel"
+                # the padded rows of y [b, 4, 20, 24]: 4 at a time under the row's padding test
+                assert ") ? ptc_cuda::load4(" in src, "no guarded vector load"
                 # loads under a where's branches (index_copy, the in-place slice update) through ptc_cuda::ldg
                 assert "ptc_cuda::ldg(" in src, "no where-branch load through ptc_cuda::ldg"
                 # cuDNN's transposed convolution reads the group norm's output with the batch outermost

@@ -16,6 +16,7 @@
 #include <optional>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -250,10 +251,20 @@ std::vector<bool> folded_dims(const loop::Program& p, const sched::Kernel& k, co
 constexpr int kVec = 4;
 constexpr int64_t kMinRagged = 64;
 
+// A `where` condition a load sits under: the load runs where `cond` is `taken`.
+struct Guard {
+  ExprRef cond;
+  bool taken;
+};
+
 struct VecPlan {
   std::set<const loop::Expr*> loads;  // the loads read 4 at a time
-  std::set<int> buffers;              // buffers read or written 4 at a time
-  bool ragged = false;                // the last dimension is not a multiple of 4
+  // Of those, the ones under `where` branches whose conditions do not depend on the last loop
+  // variable (the same for the 4 lanes: a depthwise convolution's padding test over NHWC), with
+  // those conditions: read 4 at a time where the conditions hold, zeros elsewhere (unread).
+  std::map<const loop::Expr*, std::vector<Guard>> guarded;
+  std::set<int> buffers;  // buffers read or written 4 at a time
+  bool ragged = false;    // the last dimension is not a multiple of 4
 };
 
 bool vectorizable(DType t) { return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16; }
@@ -267,6 +278,54 @@ void unguarded_loads(const ExprRef& e, std::vector<const loop::Expr*>& out, std:
     return;
   }
   for (const auto& a : e->args) unguarded_loads(a, out, seen);
+}
+
+// Whether `e` reads or indexes anything that depends on loop variable `x`.
+bool depends_on(const ExprRef& e, const sym::Expr& x) {
+  std::vector<sym::Expr> idx;
+  std::set<const loop::Expr*> seen;
+  index_exprs(e, idx, seen);
+  for (const auto& i : idx)
+    if (!(sym::substitute(i, {{x, sym::Expr(0)}}) == i)) return true;
+  return false;
+}
+
+// The loads of `e` under `where` branches with the conditions above them, where every one of those
+// conditions is independent of `x`; loads reached under other conditions too (or under a
+// condition that depends on x) map to nullopt.
+void uniformly_guarded_loads(const ExprRef& e, std::vector<Guard>& guards, const sym::Expr& x,
+                             std::map<const loop::Expr*, std::optional<std::vector<Guard>>>& out) {
+  if (e->op == Op::Load && !guards.empty()) {
+    auto it = out.find(e.get());
+    if (it == out.end()) {
+      out.emplace(e.get(), guards);
+    } else if (it->second) {
+      bool same = it->second->size() == guards.size();
+      for (size_t i = 0; same && i < guards.size(); ++i)
+        same = (*it->second)[i].cond.get() == guards[i].cond.get() && (*it->second)[i].taken == guards[i].taken;
+      if (!same) it->second.reset();
+    }
+  }
+  if (e->op == Op::Where) {
+    uniformly_guarded_loads(e->args[0], guards, x, out);
+    const bool uniform = !depends_on(e->args[0], x);
+    for (int branch = 1; branch <= 2; ++branch) {
+      if (!uniform) {  // loads below: not vectorizable as guarded loads
+        std::vector<Guard> none;
+        std::map<const loop::Expr*, std::optional<std::vector<Guard>>> below;
+        std::vector<Guard> g = guards;
+        g.push_back({e->args[0], branch == 1});
+        uniformly_guarded_loads(e->args[static_cast<size_t>(branch)], g, x, below);
+        for (auto& [l, gs] : below) out[l].reset();
+        continue;
+      }
+      guards.push_back({e->args[0], branch == 1});
+      uniformly_guarded_loads(e->args[static_cast<size_t>(branch)], guards, x, out);
+      guards.pop_back();
+    }
+    return;
+  }
+  for (const auto& a : e->args) uniformly_guarded_loads(a, guards, x, out);
 }
 
 std::optional<VecPlan> plan_vec4(const loop::Program& p, const sched::Kernel& k) {
@@ -285,13 +344,28 @@ std::optional<VecPlan> plan_vec4(const loop::Program& p, const sched::Kernel& k)
     if (vectorizable(p.buffers[c.out].dtype) && !v.ragged) v.buffers.insert(c.out);
     std::vector<const loop::Expr*> loads;
     unguarded_loads(c.body, loads, seen);
+    const std::set<const loop::Expr*> unguarded(loads.begin(), loads.end());
+    std::map<const loop::Expr*, std::optional<std::vector<Guard>>> guarded;
+    std::vector<Guard> guards;
+    uniformly_guarded_loads(c.body, guards, xl, guarded);
+    for (const auto& [l, gs] : guarded)
+      if (gs && !unguarded.count(l)) {
+        v.guarded[l] = *gs;
+        loads.push_back(l);
+      }
     for (const loop::Expr* l : loads) {
-      if (!vectorizable(l->dtype) || p.buffers[l->buffer].dtype != l->dtype) continue;
+      if (!vectorizable(l->dtype) || p.buffers[l->buffer].dtype != l->dtype) {
+        v.guarded.erase(l);
+        continue;
+      }
       const sym::Expr at0 = sym::substitute(l->index, {{xl, sym::Expr(0)}});
-      if (!(l->index - at0 == xl)) continue;  // not unit stride along the last dimension
+      bool aligned = false;  // lane 0 provably 16-byte aligned
       try {
-        if (!(sym::mod(at0, sym::Expr(kVec)) == sym::Expr(0))) continue;  // lane 0 not provably 16-byte aligned
+        aligned = sym::mod(at0, sym::Expr(kVec)) == sym::Expr(0);
       } catch (const std::exception&) {
+      }
+      if (!(l->index - at0 == xl) || !aligned) {  // not unit stride along the last dimension, or unaligned
+        v.guarded.erase(l);
         continue;
       }
       v.loads.insert(l);
@@ -350,6 +424,33 @@ void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched
           os << in << "  const float4 " << it->second << " = ptc_cuda::load4(b" << l->buffer << " + (" << key.second << "));\n";
         }
         vars[l] = it->second;
+      }
+      if (vector && !v.guarded.empty()) {
+        // Loads under lane-independent `where` conditions: 4 at a time where the conditions hold
+        // (evaluated once, at lane 0), zeros where they do not (the branch is not taken then).
+        std::vector<const loop::Expr*> below;
+        std::set<const loop::Expr*> walked;
+        std::function<void(const ExprRef&)> walk = [&](const ExprRef& e) {
+          if (!walked.insert(e.get()).second) return;
+          if (v.guarded.count(e.get())) below.push_back(e.get());
+          for (const auto& a : e->args) walk(a);
+        };
+        walk(c.body);
+        ExprPrinter gp(os, in + "  ", Dialect::Cuda);
+        std::map<std::pair<std::string, std::string>, std::string> guarded_loaded;  // (condition, pointer) -> its float4
+        for (const loop::Expr* l : below) {
+          std::string cond;
+          for (const Guard& g : v.guarded.at(l))
+            cond += (cond.empty() ? "" : " && ") + std::string(g.taken ? "" : "!") + "(" + gp.print(g.cond) + ")";
+          const std::string at = "b" + std::to_string(l->buffer) + " + (" + cpp_index(l->index) + ")";
+          auto it = guarded_loaded.find({cond, at});
+          if (it == guarded_loaded.end()) {
+            it = guarded_loaded.emplace(std::make_pair(cond, at), "v" + std::to_string(next_load++)).first;
+            os << in << "  const float4 " << it->second << " = (" << cond << ") ? ptc_cuda::load4(" << at
+               << ") : make_float4(0.f, 0.f, 0.f, 0.f);\n";
+          }
+          vars[l] = it->second;
+        }
       }
       const bool vstore = vector && v.buffers.count(c.out) > 0;
       const std::string T = vstore ? "float" : ctype(p.buffers[c.out].dtype);  // a vector store rounds
