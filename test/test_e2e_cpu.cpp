@@ -369,33 +369,43 @@ TEST_CASE("CPU convolutions match eager channels-last on oneDNN and NCHW on ptc'
   CHECK(test::run_ptc("inspect --json " + so).output.find("\"channels_last\": true") != std::string::npos);
 }
 
-// --precision bf16: the convolutions' operands hold bf16 values, so where the CPU has AMX (or
-// PTC_CPU_BF16=1) oneDNN computes them on bf16 operands, else in fp32: the same values either way
-// (up to the order of the sums). oneDNN's verbose log shows which primitive ran.
-TEST_CASE("bf16 precision: channels-last convolutions run both dispatch paths, pick what PTC_CPU_BF16 says and agree", "[e2e][onednn]") {
+// --precision bf16: the operands of channels-last convolutions and of linear layers on oneDNN hold
+// bf16 values, so where the CPU has AMX (or PTC_CPU_BF16=1) oneDNN computes them on bf16
+// operands, else in fp32: the same values either way (up to the order of the sums). oneDNN's
+// verbose log shows which primitive ran (PTC_CPU_ONEDNN_MATMUL=1: the small MLP's products too).
+TEST_CASE("bf16 precision: oneDNN convolutions and products run both dispatch paths, pick what PTC_CPU_BF16 says and agree", "[e2e][onednn]") {
   if (!kSanitize.empty()) return;
-  const std::string so = compile("small_cnn.pt2", " --channels-last --precision bf16", ".bf16");
-  const std::string in = test::fixture("ref/small_cnn.case0.in0.npy"), dir = test::temp_dir() + "/bf16_paths";
-  auto run = [&](const std::string& force) {
-    auto r = test::run_ptc_env("ONEDNN_VERBOSE=1 PTC_CPU_BF16=" + force + " ", "run " + so + " --inputs " + in + " --outputs " + dir + "/" + force);
-    INFO(r.output);
-    REQUIRE(r.exit_code == 0);
-    return r.output;
+  struct Case {
+    const char *name, *flags, *primitive;
   };
-  const std::string f32 = run("0"), bf16 = run("1");
-  CHECK(f32.find("convolution") != std::string::npos);
-  CHECK(f32.find("src_bf16") == std::string::npos);
-  // Where oneDNN has bf16 kernels for this CPU (AVX512-BF16 or AMX); elsewhere it falls back to fp32.
-  const std::string cpuinfo = test::read_file("/proc/cpuinfo");
-  if (cpuinfo.find("avx512_bf16") != std::string::npos || cpuinfo.find("amx_bf16") != std::string::npos)
-    CHECK(bf16.find("src_bf16") != std::string::npos);
-  NpyArray a = read_npy(dir + "/0/out0.npy"), b = read_npy(dir + "/1/out0.npy");
-  REQUIRE(a.data.size() == b.data.size());
-  const float* x = reinterpret_cast<const float*>(a.data.data());
-  const float* y = reinterpret_cast<const float*>(b.data.data());
-  double worst = 0;
-  for (size_t j = 0; j < a.data.size() / 4; ++j) worst = std::max(worst, std::fabs(double(x[j]) - y[j]) / (1e-3 + std::fabs(double(x[j]))));
-  CHECK(worst < 1e-2);  // the bf16 outputs' own rounding; not autocast's error against fp32
+  for (const Case& c : {Case{"small_cnn", " --channels-last --precision bf16", "convolution"}, Case{"mlp_dyn", " --precision bf16", "matmul"}}) {
+    INFO(c.name);
+    const std::string so = compile(std::string(c.name) + ".pt2", c.flags, ".bf16");
+    const std::string in = test::fixture(std::string("ref/") + c.name + ".case0.in0.npy"), dir = test::temp_dir() + "/bf16_paths_" + c.name;
+    auto run = [&](const std::string& force) {
+      auto r = test::run_ptc_env("ONEDNN_VERBOSE=1 PTC_CPU_ONEDNN_MATMUL=1 PTC_CPU_BF16=" + force + " ",
+                                 "run " + so + " --inputs " + in + " --outputs " + dir + "/" + force);
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      return r.output;
+    };
+    const std::string f32 = run("0"), bf16 = run("1");
+    CHECK(f32.find(c.primitive) != std::string::npos);
+    CHECK(f32.find("src_bf16") == std::string::npos);
+    // Where oneDNN has bf16 kernels for this CPU (AVX512-BF16 or AMX); elsewhere it falls back to fp32.
+    const std::string cpuinfo = test::read_file("/proc/cpuinfo");
+    if (cpuinfo.find("avx512_bf16") != std::string::npos || cpuinfo.find("amx_bf16") != std::string::npos) {
+      CHECK(bf16.find("src_bf16") != std::string::npos);
+      CHECK(bf16.find(c.primitive) != std::string::npos);
+    }
+    NpyArray a = read_npy(dir + "/0/out0.npy"), b = read_npy(dir + "/1/out0.npy");
+    REQUIRE(a.data.size() == b.data.size());
+    const float* x = reinterpret_cast<const float*>(a.data.data());
+    const float* y = reinterpret_cast<const float*>(b.data.data());
+    double worst = 0;
+    for (size_t j = 0; j < a.data.size() / 4; ++j) worst = std::max(worst, std::fabs(double(x[j]) - y[j]) / (1e-3 + std::fabs(double(x[j]))));
+    CHECK(worst < 1e-2);  // the bf16 outputs' own rounding; not autocast's error against fp32
+  }
 }
 
 // Linear layers (a constant weight) run on oneDNN's matmul with their bias, residual and GELU /

@@ -63,8 +63,9 @@ struct CodegenOptions {
 // `part` (a training library's "fwd" or "bwd"): everything goes into namespace ptc_part_<part>
 // (the ABI functions as C++ functions there, for the training wrapper to call), files are named
 // <part>_model.cpp / <part>_kernels_<i>.cpp, and the weights are the library's one blob.
-// `opts.math.conv == BF16` (--precision bf16): the channels-last convolutions' operands hold
-// bfloat16 values, and oneDNN may compute them in bf16 where the CPU has AMX (ConvNhwcArgs::bf16_values).
+// `opts.math.conv` / `opts.math.gemm == BF16` (--precision bf16): the operands of channels-last
+// convolutions / linear layers on oneDNN hold bfloat16 values, and oneDNN may compute them in bf16
+// where the CPU has AMX (ConvNhwcArgs::bf16_values, MatmulArgs::bf16_values).
 // Whether CPU kernel `k` is a channels-last convolution or a linear layer's GEMM that oneDNN runs
 // (the library it calls, for the report).
 bool cpu_kernel_on_onednn(const loop::Program& p, const sched::Kernel& k);

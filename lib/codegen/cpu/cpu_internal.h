@@ -14,15 +14,16 @@ const char* ctype(DType t);
 // Prints one kernel as a block of C++ statements (buffers are pointers named b<id>, size symbols
 // and loop variables are int64_t locals named as in the IR). prepared: the expression of the
 // kernel's prepared constants (see kernel_prepares), or empty.
-// conv_bf16: --precision bf16 (a channels-last convolution's operands hold bfloat16 values).
+// math: the library's math modes; a BF16 conv / gemm mode (--precision bf16) says that the operands of
+// channels-last convolutions / oneDNN products hold bfloat16 values.
 void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& prepared = "",
-                 bool conv_bf16 = false);
+                 const MathModes& math = {});
 // Prints kernel `index` of the schedule as a function `const char* <kernel_function_name(index)>(
 // const int64_t* sym, void* const* buf)`: the symbols' values in `sym_names` order, and every
 // buffer's pointer at buf[<buffer id>]. It returns nullptr, or for a kernel that
 // kernel_checks_indices, the message of an index out of range (the run must fail).
 void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index,
-                          const std::vector<std::string>& sym_names, bool conv_bf16 = false);
+                          const std::vector<std::string>& sym_names, const MathModes& math = {});
 std::string kernel_function_name(size_t index);
 // Whether the kernel reads at data-dependent indices it checks (Op::CheckIndex): its body uses
 // an `ptc_rt::IndexCheck ptc_ix` and its function can fail.

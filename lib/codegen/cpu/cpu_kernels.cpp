@@ -603,7 +603,8 @@ constexpr sched::LibraryActs kOneDnnGemmActs = sched::LibraryEpilogue::act_bit(s
 // A linear layer's GEMM (GemmAttrs::library) on oneDNN's matmul through matmul_call, with the
 // fused epilogue as its bias and post-ops. Products too small to repay oneDNN's per-call cost
 // (ptc_rt::matmul_runs), and any call oneDNN cannot make, run on ptc's own GEMM.
-void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent, const std::string& prepared) {
+void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent, const std::string& prepared,
+               bool bf16_values) {
   if (!kernel_on_onednn(p, k)) return emit_gemm_own(os, p, k, indent);
   PTC_CHECK(!prepared.empty(), "a oneDNN CPU GEMM without its call site");
   const Computation& c = p.comps[k.comps.front()];
@@ -616,6 +617,7 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   os << indent << "  a.w = b" << B.buffer << " + " << cpp_index(B.offset) << "; a.ldw_k = " << cpp_index(B.strides[0]) << "; a.ldw_n = "
      << cpp_index(B.strides[1]) << ";\n";
   os << indent << "  a.weight_constant = true;\n";
+  if (bf16_values) os << indent << "  a.bf16_values = true;\n";
   if (ep) {
     std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, *ep, kOneDnnGemmActs);
     PTC_CHECK(m, "a oneDNN CPU GEMM's epilogue is no library epilogue");
@@ -908,7 +910,7 @@ void emit_prepare_function(std::ostream& os, const loop::Program& p, const sched
 }
 
 void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index,
-                          const std::vector<std::string>& sym_names, bool conv_bf16) {
+                          const std::vector<std::string>& sym_names, const MathModes& math) {
   const sched::Kernel& k = s.kernels[index];
   std::vector<int> bufs = sched::kernel_buffers(p, s, k);
   const bool checks = kernel_checks_indices(p, k);
@@ -923,12 +925,12 @@ void emit_kernel_function(std::ostream& os, const loop::Program& p, const sched:
   }
   std::string prepared;
   if (kernel_prepares(p, k)) prepared = "buf[" + std::to_string(p.buffers.size() + index) + "]";
-  emit_kernel(os, p, k, prepared, conv_bf16);
+  emit_kernel(os, p, k, prepared, math);
   os << (checks ? "  return ptc_ix.error();\n" : "  return nullptr;\n") << "}\n\n";
   if (!prepared.empty()) emit_prepare_function(os, p, s, index);
 }
 
-void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& prepared, bool conv_bf16) {
+void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& prepared, const MathModes& math) {
   os << "  { // " << wrapper::kernel_summary(p, k) << "\n";
   switch (k.kind) {
     case sched::Kernel::Kind::Loop: emit_pointwise(os, p, k, "    "); break;
@@ -938,8 +940,8 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& 
       else
         emit_loops(os, p, k, "    ");
       break;
-    case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    ", prepared); break;
-    case sched::Kernel::Kind::Conv: emit_conv(os, p, k, "    ", prepared, conv_bf16); break;
+    case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    ", prepared, math.gemm == MathMode::BF16); break;
+    case sched::Kernel::Kind::Conv: emit_conv(os, p, k, "    ", prepared, math.conv == MathMode::BF16); break;
     case sched::Kernel::Kind::Attention: emit_attention(os, p, k, "    "); break;
     case sched::Kernel::Kind::Scatter: emit_scatter(os, p, k, "    "); break;
   }

@@ -157,7 +157,7 @@ LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, con
     text.clear();
   };
   for (size_t ki = 0; ki < s.kernels.size(); ++ki) {
-    cpu::emit_kernel_function(text, p, s, ki, sym_names, opts.math.conv == MathMode::BF16);
+    cpu::emit_kernel_function(text, p, s, ki, sym_names, opts.math);
     if (static_cast<size_t>(text.tellp()) >= kKernelFileBytes) flush();
   }
   flush();

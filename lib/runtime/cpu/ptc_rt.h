@@ -121,8 +121,10 @@ struct ConvNhwcArgs {
   // AMX (or PTC_CPU_BF16=1 asks for it; PTC_CPU_BF16=0 never): conv2d_nhwc_bf16().
   bool bf16_values = false;
 };
-// Whether bf16_values convolutions run in bf16 in this process (decided once).
+// Whether bf16_values convolutions (where the CPU has AMX) and products (AVX512-BF16 or AMX) run
+// in bf16 in this process (decided once; PTC_CPU_BF16=1 / 0 forces both).
 bool conv2d_nhwc_bf16();
+bool matmul_bf16();
 // A call site's state (its primitives per input shape), made when the model is opened.
 void* conv2d_nhwc_prepare();
 void conv2d_nhwc_release(void* site);
@@ -143,6 +145,9 @@ struct MatmulArgs {
   int act = kMatmulActNone;
   float* y;
   bool weight_constant = false;
+  // a and w hold bfloat16 values (--precision bf16): with a constant weight, the product may run
+  // on bf16 operands with fp32 accumulation (matmul_bf16()), as ConvNhwcArgs::bf16_values.
+  bool bf16_values = false;
 };
 // Whether a product of this size runs on oneDNN (else the generated code calls ptc's own GEMM):
 // not below 2^18 multiply-adds or at M < 3, where oneDNN's per-call cost (a stream, memory

@@ -12,11 +12,14 @@
 // library's epilogue (bias, residual, activation: sched::LibraryEpilogue) runs as the
 // primitive's bias and post-ops on the accumulator.
 //
-// --precision bf16 (ConvNhwcArgs::bf16_values): the operands already hold bf16 values, so a
-// primitive on bf16 operands with fp32 accumulation computes what autocast does. It is chosen once
-// per process (conv2d_nhwc_bf16): where oneDNN finds AMX, else fp32 (on AVX512-BF16 without AMX
-// it measured slower than fp32: docs/benchmarks.md); PTC_CPU_BF16=1 / 0 forces either. The
-// source is converted per call (exact: the upper half of each float), the weights once.
+// --precision bf16 (ConvNhwcArgs::bf16_values, MatmulArgs::bf16_values): the operands already
+// hold bf16 values, so a primitive on bf16 operands with fp32 accumulation computes what autocast
+// does. It is chosen once per process: convolutions where oneDNN finds AMX (conv2d_nhwc_bf16; on
+// AVX512-BF16 without AMX its bf16 convolutions measured slower than fp32), products where it
+// finds AVX512-BF16 or AMX (matmul_bf16; BERT-base 1x128 on a Zen 4 with AVX512-BF16: 1.37x
+// faster than fp32), else fp32; PTC_CPU_BF16=1 / 0 forces either for both (docs/benchmarks.md).
+// The source is converted per call (exact: a bf16 value is the upper half of its float), the
+// weights once.
 //
 // Threads: oneDNN runs on the same OpenMP runtime as the generated kernels. Several threads may
 // run one site at once: the cache is guarded by a mutex, entries are shared and never change
@@ -54,7 +57,7 @@ struct Entry {
   memory::desc user_wts;     // the model's weight as it is laid out
   memory weights;            // the constant weight in `wts` (empty: reorder per call)
   bool reorder_weights = false;
-  bool bf16 = false;  // (convolutions) the primitive reads bf16 operands, the source converted per call
+  bool bf16 = false;  // the primitive reads bf16 operands, the source converted per call
 };
 
 struct Site {
@@ -215,18 +218,37 @@ std::shared_ptr<const Entry> make_conv(Site& site, const ConvNhwcArgs& a, bool b
 // One primitive per (M, A's strides, epilogue): a decode step and a prefill of one model get
 // their own, and share the reordered weight.
 
+// A product in bf16: its operands hold bf16 values, the process runs such products in bf16, and
+// the weight is a constant (reordered into bf16 once).
+bool runs_bf16(const MatmulArgs& a) { return a.bf16_values && a.weight_constant && matmul_bf16(); }
+
 std::vector<int64_t> matmul_key(const MatmulArgs& a) {
-  return {a.M, a.N, a.K, a.lda_m, a.lda_k, a.ldw_k, a.ldw_n, a.bias != nullptr, a.residual != nullptr, a.act};
+  return {a.M, a.N, a.K, a.lda_m, a.lda_k, a.ldw_k, a.ldw_n, a.bias != nullptr, a.residual != nullptr, a.act, runs_bf16(a)};
 }
 
-std::shared_ptr<const Entry> make_matmul(Site& site, const MatmulArgs& a) {
+// A [M, K] (element strides lda_m, lda_k) to dense bf16, rounded to nearest even: exact for the
+// bf16 values a bf16_values product holds.
+void to_bf16_2d(const float* a, int64_t M, int64_t K, int64_t lda_m, int64_t lda_k, uint16_t* y) {
+#pragma omp parallel for schedule(static) if (M * K > 65536)
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      uint32_t u;
+      std::memcpy(&u, a + m * lda_m + k * lda_k, 4);
+      const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+      y[m * K + k] = nan ? static_cast<uint16_t>((u >> 16) | 0x40u) : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+std::shared_ptr<const Entry> make_matmul(Site& site, const MatmulArgs& a, bool bf16) {
   auto e = std::make_shared<Entry>();
   e->key = matmul_key(a);
+  e->bf16 = bf16;
   const auto f32 = memory::data_type::f32;
-  e->src = memory::desc({a.M, a.K}, f32, memory::dims{a.lda_m, a.lda_k});
+  const auto in_t = bf16 ? memory::data_type::bf16 : f32;
+  e->src = bf16 ? memory::desc({a.M, a.K}, in_t, tag::ab) : memory::desc({a.M, a.K}, f32, memory::dims{a.lda_m, a.lda_k});
   e->user_wts = memory::desc({a.K, a.N}, f32, memory::dims{a.ldw_k, a.ldw_n});
   // A constant weight in the layout oneDNN picks (reordered once); another as it is.
-  e->wts = a.weight_constant ? memory::desc({a.K, a.N}, f32, tag::any) : e->user_wts;
+  e->wts = a.weight_constant ? memory::desc({a.K, a.N}, in_t, tag::any) : e->user_wts;
   e->dst = memory::desc({a.M, a.N}, f32, tag::ab);
   if (a.bias) e->bias = memory::desc({1, a.N}, f32, tag::ab);
   dnnl::algorithm act = dnnl::algorithm::undef;
@@ -264,17 +286,52 @@ const char* matmul_call(void* site_ptr, const MatmulArgs& a) {
   if (a.M <= 0 || a.N <= 0) return nullptr;
   return guarded("linear", [&] {
     Site& site = *static_cast<Site*>(site_ptr);
-    std::shared_ptr<const Entry> e = site.find(matmul_key(a), [&] { return make_matmul(site, a); });
+    std::shared_ptr<const Entry> e = site.find(matmul_key(a), [&] {
+      if (runs_bf16(a)) {
+        try {
+          return make_matmul(site, a, true);
+        } catch (const dnnl::error&) {  // no bf16 kernel for this CPU or shape: fp32 (the same values)
+        }
+      }
+      return make_matmul(site, a, false);
+    });
     dnnl::stream s(cpu_engine());
-    execute(*e, s, memory(e->src, cpu_engine(), const_cast<float*>(a.a)), a.y, a.w, a.weight_constant, a.bias, a.residual);
+    memory src;
+    if (e->bf16) {
+      static thread_local std::vector<uint16_t> a16;
+      if (a16.size() < static_cast<size_t>(a.M * a.K)) a16.resize(static_cast<size_t>(a.M * a.K));
+      to_bf16_2d(a.a, a.M, a.K, a.lda_m, a.lda_k, a16.data());
+      src = memory(e->src, cpu_engine(), a16.data());
+    } else {
+      src = memory(e->src, cpu_engine(), const_cast<float*>(a.a));
+    }
+    execute(*e, s, src, a.y, a.w, a.weight_constant, a.bias, a.residual);
   });
 }
 
-bool conv2d_nhwc_bf16() {
-  static const bool on = [] {
-    if (const char* e = std::getenv("PTC_CPU_BF16"); e && *e) return std::strcmp(e, "0") != 0;
-    return dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+// Whether oneDNN's kernels for `isa` run here: its value is a bit set that includes every ISA it
+// extends (avx2_vnni's value is larger than AMX's, without its bits).
+bool has_isa(dnnl::cpu_isa isa) {
+  const auto want = static_cast<unsigned>(isa);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & want) == want;
+}
+
+// PTC_CPU_BF16=1 / 0, or -1 where it is not set.
+int bf16_forced() {
+  static const int forced = [] {
+    const char* e = std::getenv("PTC_CPU_BF16");
+    return e && *e ? (std::strcmp(e, "0") != 0 ? 1 : 0) : -1;
   }();
+  return forced;
+}
+
+bool conv2d_nhwc_bf16() {
+  static const bool on = bf16_forced() >= 0 ? bf16_forced() == 1 : has_isa(dnnl::cpu_isa::avx512_core_amx);
+  return on;
+}
+
+bool matmul_bf16() {
+  static const bool on = bf16_forced() >= 0 ? bf16_forced() == 1 : has_isa(dnnl::cpu_isa::avx512_core_bf16);
   return on;
 }
 
