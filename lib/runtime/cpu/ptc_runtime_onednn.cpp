@@ -139,6 +139,19 @@ void execute(const Entry& e, dnnl::stream& s, const memory& src, float* y, const
   s.wait();
 }
 
+// The entry make(bf16) builds: on bf16 operands where `bf16` asks for them and oneDNN has a
+// kernel for this CPU and shape, else in fp32 (the same values).
+template <class Make>
+std::shared_ptr<const Entry> bf16_or_f32(bool bf16, Make&& make) {
+  if (bf16) {
+    try {
+      return make(true);
+    } catch (const dnnl::error&) {
+    }
+  }
+  return make(false);
+}
+
 // f() with oneDNN's failures as one sentence about `what`.
 template <class F>
 const char* guarded(const char* site, F&& f) {
@@ -286,15 +299,8 @@ const char* matmul_call(void* site_ptr, const MatmulArgs& a) {
   if (a.M <= 0 || a.N <= 0) return nullptr;
   return guarded("linear", [&] {
     Site& site = *static_cast<Site*>(site_ptr);
-    std::shared_ptr<const Entry> e = site.find(matmul_key(a), [&] {
-      if (runs_bf16(a)) {
-        try {
-          return make_matmul(site, a, true);
-        } catch (const dnnl::error&) {  // no bf16 kernel for this CPU or shape: fp32 (the same values)
-        }
-      }
-      return make_matmul(site, a, false);
-    });
+    std::shared_ptr<const Entry> e =
+        site.find(matmul_key(a), [&] { return bf16_or_f32(runs_bf16(a), [&](bool bf16) { return make_matmul(site, a, bf16); }); });
     dnnl::stream s(cpu_engine());
     memory src;
     if (e->bf16) {
@@ -342,15 +348,8 @@ const char* conv2d_nhwc_call(void* site_ptr, const ConvNhwcArgs& a) {
   if (!site_ptr) return "convolution (oneDNN): the call site was not prepared (out of memory when the model was opened)";
   return guarded("convolution", [&] {
     Site& site = *static_cast<Site*>(site_ptr);
-    std::shared_ptr<const Entry> e = site.find(conv_key(a), [&] {
-      if (runs_bf16(a)) {
-        try {
-          return make_conv(site, a, true);
-        } catch (const dnnl::error&) {  // no bf16 kernel for this CPU or shape: fp32 (the same values)
-        }
-      }
-      return make_conv(site, a, false);
-    });
+    std::shared_ptr<const Entry> e =
+        site.find(conv_key(a), [&] { return bf16_or_f32(runs_bf16(a), [&](bool bf16) { return make_conv(site, a, bf16); }); });
     dnnl::stream s(cpu_engine());
     memory src;
     if (e->bf16) {
