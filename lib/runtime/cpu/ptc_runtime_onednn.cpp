@@ -168,6 +168,29 @@ const char* guarded(const char* site, F&& f) {
   return nullptr;
 }
 
+// A [M, K] (element strides lda_m, lda_k) to dense bf16, rounded to nearest even: exact for the
+// bf16 values a bf16_values product holds.
+void to_bf16_2d(const float* a, int64_t M, int64_t K, int64_t lda_m, int64_t lda_k, uint16_t* y) {
+#pragma omp parallel for schedule(static) if (M * K > 65536)
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      uint32_t u;
+      std::memcpy(&u, a + m * lda_m + k * lda_k, 4);
+      const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+      y[m * K + k] = nan ? static_cast<uint16_t>((u >> 16) | 0x40u) : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+// The call's source as entry `e` reads it: x [rows, cols] (element strides ld_row, ld_col) rounded
+// into this thread's bf16 scratch for a bf16 entry, else x as it is (e.src describes it).
+memory source(const Entry& e, const float* x, int64_t rows, int64_t cols, int64_t ld_row, int64_t ld_col) {
+  if (!e.bf16) return memory(e.src, cpu_engine(), const_cast<float*>(x));
+  static thread_local std::vector<uint16_t> x16;
+  if (x16.size() < static_cast<size_t>(rows * cols)) x16.resize(static_cast<size_t>(rows * cols));
+  to_bf16_2d(x, rows, cols, ld_row, ld_col, x16.data());
+  return memory(e.src, cpu_engine(), x16.data());
+}
+
 // ---- convolutions -------------------------------------------------------------------------------
 
 memory::dims dims4(int64_t a, int64_t b, int64_t c, int64_t d) { return {a, b, c, d}; }
@@ -181,16 +204,6 @@ bool runs_bf16(const ConvNhwcArgs& a) {
 std::vector<int64_t> conv_key(const ConvNhwcArgs& a) {
   return {a.N, a.H, a.W, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ws[0], a.ws[1], a.ws[2], a.ws[3], a.bias != nullptr, a.residual != nullptr,
           a.act, runs_bf16(a)};
-}
-
-// x (dense NHWC float32 holding bf16 values) to bf16: the upper half of each float, exact.
-void to_bf16(const float* x, uint16_t* y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, x + i, 4);
-    y[i] = static_cast<uint16_t>(u >> 16);
-  }
 }
 
 std::shared_ptr<const Entry> make_conv(Site& site, const ConvNhwcArgs& a, bool bf16) {
@@ -237,19 +250,6 @@ bool runs_bf16(const MatmulArgs& a) { return a.bf16_values && a.weight_constant 
 
 std::vector<int64_t> matmul_key(const MatmulArgs& a) {
   return {a.M, a.N, a.K, a.lda_m, a.lda_k, a.ldw_k, a.ldw_n, a.bias != nullptr, a.residual != nullptr, a.act, runs_bf16(a)};
-}
-
-// A [M, K] (element strides lda_m, lda_k) to dense bf16, rounded to nearest even: exact for the
-// bf16 values a bf16_values product holds.
-void to_bf16_2d(const float* a, int64_t M, int64_t K, int64_t lda_m, int64_t lda_k, uint16_t* y) {
-#pragma omp parallel for schedule(static) if (M * K > 65536)
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) {
-      uint32_t u;
-      std::memcpy(&u, a + m * lda_m + k * lda_k, 4);
-      const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-      y[m * K + k] = nan ? static_cast<uint16_t>((u >> 16) | 0x40u) : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
 }
 
 std::shared_ptr<const Entry> make_matmul(Site& site, const MatmulArgs& a, bool bf16) {
@@ -302,16 +302,7 @@ const char* matmul_call(void* site_ptr, const MatmulArgs& a) {
     std::shared_ptr<const Entry> e =
         site.find(matmul_key(a), [&] { return bf16_or_f32(runs_bf16(a), [&](bool bf16) { return make_matmul(site, a, bf16); }); });
     dnnl::stream s(cpu_engine());
-    memory src;
-    if (e->bf16) {
-      static thread_local std::vector<uint16_t> a16;
-      if (a16.size() < static_cast<size_t>(a.M * a.K)) a16.resize(static_cast<size_t>(a.M * a.K));
-      to_bf16_2d(a.a, a.M, a.K, a.lda_m, a.lda_k, a16.data());
-      src = memory(e->src, cpu_engine(), a16.data());
-    } else {
-      src = memory(e->src, cpu_engine(), const_cast<float*>(a.a));
-    }
-    execute(*e, s, src, a.y, a.w, a.weight_constant, a.bias, a.residual);
+    execute(*e, s, source(*e, a.a, a.M, a.K, a.lda_m, a.lda_k), a.y, a.w, a.weight_constant, a.bias, a.residual);
   });
 }
 
@@ -351,17 +342,8 @@ const char* conv2d_nhwc_call(void* site_ptr, const ConvNhwcArgs& a) {
     std::shared_ptr<const Entry> e =
         site.find(conv_key(a), [&] { return bf16_or_f32(runs_bf16(a), [&](bool bf16) { return make_conv(site, a, bf16); }); });
     dnnl::stream s(cpu_engine());
-    memory src;
-    if (e->bf16) {
-      static thread_local std::vector<uint16_t> x16;
-      const int64_t n = a.N * a.H * a.W * a.C;
-      if (x16.size() < static_cast<size_t>(n)) x16.resize(static_cast<size_t>(n));
-      to_bf16(a.x, x16.data(), n);
-      src = memory(e->src, cpu_engine(), x16.data());
-    } else {
-      src = memory(e->src, cpu_engine(), const_cast<float*>(a.x));
-    }
-    execute(*e, s, src, a.y, a.w, a.weight_constant, a.bias, a.residual);
+    // (a bf16 entry's source is densely NHWC: [N H W, C])
+    execute(*e, s, source(*e, a.x, a.N * a.H * a.W, a.C, a.C, 1), a.y, a.w, a.weight_constant, a.bias, a.residual);
   });
 }
 
