@@ -291,13 +291,21 @@ bool depends_on(const ExprRef& e, const sym::Expr& x) {
 }
 
 // The loads of `e` under `where` branches with the conditions above them, where every one of those
-// conditions is independent of `x`; loads reached under other conditions too (or under a
-// condition that depends on x) map to nullopt.
-void uniformly_guarded_loads(const ExprRef& e, std::vector<Guard>& guards, const sym::Expr& x,
-                             std::map<const loop::Expr*, std::optional<std::vector<Guard>>>& out) {
+// conditions is independent of `x` (`uniform`: so far); loads reached under other conditions too,
+// or under a condition that depends on x, map to nullopt. `seen`: the (node, conditions) pairs
+// walked already (expressions share subexpressions).
+using GuardedLoads = std::map<const loop::Expr*, std::optional<std::vector<Guard>>>;
+using GuardKey = std::pair<const loop::Expr*, std::vector<std::pair<const loop::Expr*, bool>>>;
+void uniformly_guarded_loads(const ExprRef& e, std::vector<Guard>& guards, bool uniform, const sym::Expr& x, GuardedLoads& out,
+                             std::set<GuardKey>& seen) {
+  GuardKey key{e.get(), {}};
+  for (const Guard& g : guards) key.second.emplace_back(g.cond.get(), g.taken);
+  if (!seen.insert(std::move(key)).second) return;
   if (e->op == Op::Load && !guards.empty()) {
     auto it = out.find(e.get());
-    if (it == out.end()) {
+    if (!uniform) {
+      out[e.get()].reset();
+    } else if (it == out.end()) {
       out.emplace(e.get(), guards);
     } else if (it->second) {
       bool same = it->second->size() == guards.size();
@@ -307,25 +315,16 @@ void uniformly_guarded_loads(const ExprRef& e, std::vector<Guard>& guards, const
     }
   }
   if (e->op == Op::Where) {
-    uniformly_guarded_loads(e->args[0], guards, x, out);
-    const bool uniform = !depends_on(e->args[0], x);
-    for (int branch = 1; branch <= 2; ++branch) {
-      if (!uniform) {  // loads below: not vectorizable as guarded loads
-        std::vector<Guard> none;
-        std::map<const loop::Expr*, std::optional<std::vector<Guard>>> below;
-        std::vector<Guard> g = guards;
-        g.push_back({e->args[0], branch == 1});
-        uniformly_guarded_loads(e->args[static_cast<size_t>(branch)], g, x, below);
-        for (auto& [l, gs] : below) out[l].reset();
-        continue;
-      }
+    uniformly_guarded_loads(e->args[0], guards, uniform, x, out, seen);
+    const bool below = uniform && !depends_on(e->args[0], x);
+    for (size_t branch = 1; branch <= 2; ++branch) {
       guards.push_back({e->args[0], branch == 1});
-      uniformly_guarded_loads(e->args[static_cast<size_t>(branch)], guards, x, out);
+      uniformly_guarded_loads(e->args[branch], guards, below, x, out, seen);
       guards.pop_back();
     }
     return;
   }
-  for (const auto& a : e->args) uniformly_guarded_loads(a, guards, x, out);
+  for (const auto& a : e->args) uniformly_guarded_loads(a, guards, uniform, x, out, seen);
 }
 
 std::optional<VecPlan> plan_vec4(const loop::Program& p, const sched::Kernel& k) {
@@ -345,9 +344,10 @@ std::optional<VecPlan> plan_vec4(const loop::Program& p, const sched::Kernel& k)
     std::vector<const loop::Expr*> loads;
     unguarded_loads(c.body, loads, seen);
     const std::set<const loop::Expr*> unguarded(loads.begin(), loads.end());
-    std::map<const loop::Expr*, std::optional<std::vector<Guard>>> guarded;
+    GuardedLoads guarded;
     std::vector<Guard> guards;
-    uniformly_guarded_loads(c.body, guards, xl, guarded);
+    std::set<GuardKey> walked;
+    uniformly_guarded_loads(c.body, guards, true, xl, guarded, walked);
     for (const auto& [l, gs] : guarded)
       if (gs && !unguarded.count(l)) {
         v.guarded[l] = *gs;
