@@ -58,6 +58,24 @@ std::string literal(double v, DType t) {
   return t == DType::Float32 ? s + "f" : s;
 }
 
+namespace {
+
+// The loads of `e` below a branch of a `where` (and of a `select`, where `selects`): Load nodes,
+// and LoadAt nodes where `load_at`.
+std::set<const loop::Expr*> branch_loads(const ExprRef& e, bool selects, bool load_at) {
+  std::set<const loop::Expr*> out, seen;
+  std::function<void(const ExprRef&, bool)> walk = [&](const ExprRef& x, bool under) {
+    if (!seen.insert(x.get()).second && !under) return;
+    if (under && (x->op == Op::Load || (load_at && x->op == Op::LoadAt))) out.insert(x.get());
+    const bool branches = x->op == Op::Where || (selects && x->op == Op::Select);
+    for (size_t i = 0; i < x->args.size(); ++i) walk(x->args[i], under || (branches && i > 0));
+  };
+  walk(e, false);
+  return out;
+}
+
+}  // namespace
+
 std::string ExprPrinter::print(const ExprRef& e) {
   if (dialect_ == Dialect::Cuda) {
     // Loads under a where's branches read through ptc_cuda::ldg: nvcc folds `c ? p[i] : q[j]`
@@ -66,26 +84,14 @@ std::string ExprPrinter::print(const ExprRef& e) {
     // branch's q is a buffer this kernel wrote: a stale read (an in-place slice update on an
     // H100). ldg is __ldg on const pointers and a plain load on the others, so the two branches
     // stay two different loads.
-    std::set<const loop::Expr*> seen;
-    std::function<void(const ExprRef&, bool)> walk = [&](const ExprRef& x, bool under) {
-      if (!seen.insert(x.get()).second && !under) return;
-      if (under && (x->op == Op::Load || x->op == Op::LoadAt)) arm_loads_.insert(x.get());
-      for (size_t i = 0; i < x->args.size(); ++i) walk(x->args[i], under || ((x->op == Op::Where || x->op == Op::Select) && i > 0));
-    };
-    walk(e, false);
+    for (const loop::Expr* l : branch_loads(e, true, true)) arm_loads_.insert(l);
   }
   hoist(e);
   return name(e);
 }
 
 bool ExprPrinter::eager_guards(const loop::Program& p, const ExprRef& e) {
-  std::set<const loop::Expr*> guarded, seen;
-  std::function<void(const ExprRef&, bool)> walk = [&](const ExprRef& x, bool under) {
-    if (!seen.insert(x.get()).second && !under) return;
-    if (under && x->op == Op::Load) guarded.insert(x.get());
-    for (size_t i = 0; i < x->args.size(); ++i) walk(x->args[i], under || (x->op == Op::Where && i > 0));
-  };
-  walk(e, false);
+  const std::set<const loop::Expr*> guarded = branch_loads(e, false, false);
   std::map<const loop::Expr*, std::string> hi;
   for (const loop::Expr* l : guarded) {
     const loop::Buffer& b = p.buffers[l->buffer];

@@ -36,6 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ptc_half.h"
 #include "ptc_rt.h"
 
 namespace ptc_rt {
@@ -173,12 +174,7 @@ const char* guarded(const char* site, F&& f) {
 void to_bf16_2d(const float* a, int64_t M, int64_t K, int64_t lda_m, int64_t lda_k, uint16_t* y) {
 #pragma omp parallel for schedule(static) if (M * K > 65536)
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) {
-      uint32_t u;
-      std::memcpy(&u, a + m * lda_m + k * lda_k, 4);
-      const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-      y[m * K + k] = nan ? static_cast<uint16_t>((u >> 16) | 0x40u) : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
+    for (int64_t k = 0; k < K; ++k) y[m * K + k] = float_to_bfloat16_bits(a[m * lda_m + k * lda_k]);
 }
 
 // The call's source as entry `e` reads it: x [rows, cols] (element strides ld_row, ld_col) rounded
