@@ -6,6 +6,7 @@
 
 #include "ptc/error.h"
 #include "ptc/lower.h"
+#include "runtime/cpu/ptc_half.h"  // the float16 / bfloat16 roundings the generated code does
 #include "runtime/cpu/ptc_philox.h"
 
 namespace ptc {
@@ -19,6 +20,8 @@ using loop::Op;
 double round_to(double v, DType dt) {
   if (dt == DType::Float32) return static_cast<float>(v);
   if (dt == DType::Float64) return v;
+  if (dt == DType::Float16) return ptc_rt::half_bits_to_float(ptc_rt::float_to_half_bits(static_cast<float>(v)));
+  if (dt == DType::BFloat16) return ptc_rt::bfloat16_bits_to_float(ptc_rt::float_to_bfloat16_bits(static_cast<float>(v)));
   if (dt == DType::Bool) return v != 0 ? 1 : 0;
   if (std::isnan(v)) return 0;
   return std::trunc(v);
