@@ -157,9 +157,12 @@ TEST_CASE("channels-last lowering (CUDA --channels-last) stores convolutions NHW
 
 TEST_CASE("channels-last lowering of a MobileNetV2-style net: 1x1 convolutions as GEMMs over NHWC, depthwise ones as pointwise taps", "[lower]") {
   const LowerOptions opts = backend_named("cuda").lower_options(true, CompileOptions{});
-  for (const char* suffix : {".pt2", ".core.pt2"}) {
-    INFO(std::string("mbv2_dyn") + suffix);
-    auto g = run_graph_passes(*load_pt2(test::fixture(std::string("mbv2_dyn") + suffix)), {}, test::channels_last_options());
+  for (const char* suffix : {".pt2", ".core.pt2"})
+  for (bool dw_fastest : {false, true}) {
+    INFO(std::string("mbv2_dyn") + suffix << ", depthwise weights [KH, KW, C]: " << dw_fastest);
+    GraphPassOptions po = test::channels_last_options();
+    po.depthwise_channels_fastest = dw_fastest;
+    auto g = run_graph_passes(*load_pt2(test::fixture(std::string("mbv2_dyn") + suffix)), {}, po);
     loop::Program p = lower_to_loops(*g, opts);
     std::string text = loop::print_program(p);
     INFO(text);
@@ -183,7 +186,40 @@ TEST_CASE("channels-last lowering of a MobileNetV2-style net: 1x1 convolutions a
     // expansion GEMM's result with the folded batch norm and ReLU6 in their loads.
     CHECK(text.find("pointwise [s77, 16, 16, 64]") != std::string::npos);
     CHECK(text.find("pointwise [s77, 8, 8, 64]") != std::string::npos);
+    // Their [64, 1, 3, 3] weights: KRSC, or with consecutive channels adjacent (the CUDA backend's
+    // choice), which the taps then read 4 at a time.
+    int dw_weights = 0;
+    for (const auto& b : p.buffers) {
+      if (b.kind != loop::Buffer::Kind::Weight || b.sizes.size() != 4 || !(b.sizes[1] == sym::Expr(1)) || !(b.sizes[2] == sym::Expr(3)))
+        continue;
+      ++dw_weights;
+      CHECK((b.strides[0] == sym::Expr(1)) == dw_fastest);
+      if (dw_fastest) CHECK(b.strides[3] == b.sizes[0]);
+    }
+    CHECK(dw_weights >= 2);
     check_fixture_by_interpreter(*g, "mbv2_dyn", opts);
+  }
+}
+
+TEST_CASE("a depthwise convolution (CUDA) stores an input that is costly to recompute per tap, and recomputes a cheap one", "[lower]") {
+  std::mt19937 rng(11);
+  for (OpKind act : {OpKind::Silu, OpKind::Relu}) {
+    INFO((act == OpKind::Silu ? "silu" : "relu"));
+    test::GraphBuilder b;
+    Value* x = b.input("x", DType::Float32, {sym::Expr(2), sym::Expr(8), sym::Expr(6), sym::Expr(6)});
+    Value* w = b.input("w", DType::Float32, {sym::Expr(8), sym::Expr(1), sym::Expr(3), sym::Expr(3)});
+    Value* a = b.op(act, "act", {{"self", x}});
+    b.g->outputs.push_back(b.op(OpKind::Conv2d, "dw", {{"input", a}, {"weight", w}, {"padding", std::vector<int64_t>{1, 1}},
+                                                      {"groups", int64_t(8)}}));
+    const LowerOptions cuda = backend_named("cuda").lower_options(true, CompileOptions{});
+    loop::Program p = lower_to_loops(*b.g, cuda);
+    const std::string text = loop::print_program(p);
+    INFO(text);
+    int pointwise = 0;
+    for (const auto& c : p.comps) pointwise += c.kind == loop::Computation::Kind::Pointwise;
+    // silu: stored once, then the 9 taps read it; relu: recomputed by each tap, one kernel
+    CHECK(pointwise == (act == OpKind::Silu ? 2 : 1));
+    same_outputs(lower_to_loops(*b.g), p, *b.g, rng);
   }
 }
 

@@ -622,6 +622,52 @@ TEST_CASE("autocast: library operations read bfloat16 operands and write bfloat1
   CHECK(bf16_weight);
 }
 
+TEST_CASE("autocast: ops on half values run in half, as under torch.autocast, and are stored in half", "[passes][half]") {
+  // y = x @ x (bf16), s = silu(y), z = relu(s * mean(s)), out = z + x, e = exp(s)
+  Builder b;
+  Value* x = b.input("x", DType::Float32, {Expr(4), Expr(4)});
+  Value* y = b.op(OpKind::Mm, "mm", {{"self", x}, {"mat2", x}});
+  Value* s = b.op(OpKind::Silu, "silu", {{"self", y}});
+  Value* m = b.op(OpKind::MeanDim, "mean", {{"self", s}, {"dim", ints({1})}, {"keepdim", true}});
+  Value* z = b.op(OpKind::MulTensor, "mul", {{"self", s}, {"other", m}});
+  Value* r = b.op(OpKind::Relu, "relu", {{"self", z}});
+  Value* out = b.op(OpKind::AddTensor, "add", {{"self", r}, {"other", x}});
+  Value* e = b.op(OpKind::Exp, "exp", {{"self", s}});
+  b.g->outputs = {out, e};
+  auto g = run([](const Graph& x) { return autocast(x, DType::BFloat16); }, *b.g);
+  // Which nodes' results are rounded through bfloat16: a to.dtype(bf16) reads them.
+  auto rounded = [&](const std::string& name) {
+    for (const auto& n : g->nodes()) {
+      if (n->kind != OpKind::ToDtype || n->outputs[0]->type.dtype != DType::BFloat16) continue;
+      const Value* src = std::get<Value*>(*n->arg("self"));
+      if (src->producer && src->producer->name == name) return true;
+    }
+    return false;
+  };
+  CHECK(rounded("silu"));   // silu of a bf16 product: bf16
+  CHECK(rounded("mean"));   // mean of bf16 values: bf16 (torch accumulates in float32)
+  CHECK(rounded("mul"));
+  CHECK_FALSE(rounded("relu"));  // exact on bf16 values: nothing to round
+  CHECK_FALSE(rounded("add"));   // bf16 + a float32 input promotes to float32
+  CHECK_FALSE(rounded("exp"));   // on autocast's float32 list
+  for (const Value* v : g->outputs) CHECK(v->type.dtype == DType::Float32);
+  // The training form keeps float32 between library operations.
+  auto train = autocast(*b.g, DType::BFloat16, /*round_fallthrough=*/false);
+  for (const auto& n : train->nodes())
+    if (n->kind == OpKind::ToDtype && n->outputs[0]->type.dtype == DType::BFloat16)
+      CHECK(std::get<Value*>(*n->arg("self"))->producer == nullptr);  // only the input's rounding
+  // silu's result, read by mean, mul and exp, is stored once, in bfloat16.
+  GraphPassOptions o;
+  o.autocast = DType::BFloat16;
+  auto all = run_graph_passes(*b.g, {}, o);
+  loop::Program p = lower_to_loops(*all);
+  bool half_temp = false;
+  for (const auto& buf : p.buffers)
+    half_temp = half_temp || (buf.kind == loop::Buffer::Kind::Temp && buf.dtype == DType::BFloat16 && buf.sizes == std::vector<Expr>{Expr(4), Expr(4)});
+  CHECK(half_temp);
+  check_same_outputs(*b.g, *all, 16, 3e-2f);
+}
+
 TEST_CASE("autocast: an attention's additive mask stays float32", "[passes][half]") {
   Builder b;
   masked_attention(b);

@@ -55,6 +55,10 @@ class Backend {
   }
   // pad_linear_weights' row multiple: library GEMMs that want aligned rows (0: no padding).
   virtual int64_t linear_rows_multiple() const { return 0; }
+  // Whether channels_last_weights stores depthwise convolution weights [KH, KW, C] (ptc's own
+  // NHWC depthwise kernel then reads a tap's weights for consecutive channels together) rather
+  // than in the KRSC layout a library kernel takes.
+  virtual bool depthwise_weights_channels_fastest() const { return false; }
   // Resolves the tools this backend runs (e.g. the CUDA compiler's path) in `build`, once per
   // compile or prebuild; throws UserError when one is missing.
   virtual void resolve_tools(BuildOptions& build) const { (void)build; }

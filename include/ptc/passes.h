@@ -183,13 +183,19 @@ struct HalfLibraryOps {
 // library operation (library_class) reads its float32 tensor inputs through new
 // aten::to.dtype(half) nodes (an additive attention mask stays float32) and writes `half`
 // outputs, each converted back to float32 by another to.dtype node that takes the old output's
-// place. Everything else (softmax, normalization statistics, reductions, exp / log, losses and
-// the other pointwise ops) keeps computing in float32, and the model's outputs keep their
+// place. The ops on autocast's float32 list (autocast_f32_op: softmax, normalization, sums,
+// exp / log, upsampling, explicit conversions) compute in float32. With `round_fallthrough`,
+// every other op whose floating tensor inputs with dimensions all hold `half` values (library
+// results, or such ops' results) runs as torch.autocast runs it, in `half`: its float32 result
+// is rounded through `half` (to.dtype(half) then to.dtype(float32)) unless the op only selects or
+// moves elements; the lowering stores such a value in `half` where it is stored. Without it
+// (training, so far) those ops compute and store in float32. The model's outputs keep their
 // dtype. The conversions of weights fold into half-precision constants (fold_constants).
 // Pre:  verify_graph(g) is empty; `half` is Float16 or BFloat16.
 // Post: verify_graph is empty; no library operation reads a float32 tensor other than a mask;
 //       the converted node keeps its name and source, its outputs are new values NAME_half.
-std::unique_ptr<Graph> autocast(const Graph& g, DType half);
+bool autocast_f32_op(OpKind k);
+std::unique_ptr<Graph> autocast(const Graph& g, DType half, bool round_fallthrough = true);
 
 // ---- library ops in float32 (lib/passes/library_ops_f32.cpp) -----------------------------------
 //
@@ -245,10 +251,13 @@ std::unique_ptr<Graph> fold_round_trips(const Graph& g);
 // Each 2-d forward convolution (conv2d, convolution / _convolution with transposed=False) whose
 // weight is a 4-d graph weight reads it through a new aten::contiguous(memory_format=
 // channels_last) node (one per weight), which fold_constants turns into a KRSC constant: the
-// filter layout of cuDNN's NHWC convolutions (CUDA, `--channels-last`).
+// filter layout of cuDNN's NHWC convolutions (CUDA, `--channels-last`). With
+// `depthwise_channels_fastest`, a depthwise convolution's [C, 1, KH, KW] weight reads
+// permute(contiguous(permute(w, [1, 2, 3, 0])), [3, 0, 1, 2]) instead: stored [KH, KW, C], so a
+// tap's weights for consecutive channels are adjacent (ptc's own NHWC depthwise kernel on CUDA).
 // Pre:  verify_graph(g) is empty.
 // Post: verify_graph is empty; the convolutions keep names, sources and output values' names.
-std::unique_ptr<Graph> channels_last_weights(const Graph& g);
+std::unique_ptr<Graph> channels_last_weights(const Graph& g, bool depthwise_channels_fastest = false);
 // Whether channels-last convolutions pay for `g` (CUDA inference libraries turn them on when they
 // do): it has 2-d forward convolutions and each is ungrouped or depthwise. Under channels-last,
 // 1x1 ones run as cuBLASLt GEMMs and depthwise ones as ptc's own kernels; other grouped ones
@@ -267,6 +276,7 @@ namespace ptc {
 //
 struct GraphPassOptions {
   bool channels_last_weights = false;  // run channels_last_weights (before library_ops_f32)
+  bool depthwise_channels_fastest = false;  // its depthwise weights [KH, KW, C] (Backend::depthwise_weights_channels_fastest)
   std::optional<DType> autocast;       // run autocast to this half dtype (--precision bf16 / fp16)
   HalfLibraryOps half_native;          // what library_ops_f32 leaves in half precision (Backend::half_native)
   int64_t linear_rows_multiple = 0;    // run pad_linear_weights to this multiple (Backend::linear_rows_multiple)

@@ -4,6 +4,7 @@
 
 #include "lower_internal.h"
 #include "ptc/lower.h"
+#include "ptc/passes.h"  // library_class
 
 namespace ptc::loop {
 
@@ -163,6 +164,66 @@ int Lowering::store(const TensorRef& t, const std::string& prefix) {
   c.body = cast(t.at(loop_vars(t.sizes)), t.dtype);
   emit(std::move(c));  // (its origin: the graph nodes in the body)
   return buf;
+}
+
+ElementCost element_cost(const TensorRef& x, size_t max_loads) {
+  ElementCost cost;
+  if (x.view) {
+    cost.loads = 1;
+    return cost;
+  }
+  std::set<const Expr*> seen;
+  std::function<void(const ExprRef&)> walk = [&](const ExprRef& e) {
+    if (!e || !seen.insert(e.get()).second || cost.loads > max_loads) return;
+    switch (e->op) {
+      case Op::Load:
+      case Op::LoadAt: ++cost.loads; break;
+      case Op::Exp:
+      case Op::Log:
+      case Op::Log1p:
+      case Op::Sqrt:
+      case Op::Rsqrt:
+      case Op::Sin:
+      case Op::Cos:
+      case Op::Tanh:
+      case Op::Erf:
+      case Op::Sigmoid:
+      case Op::Pow: ++cost.transcendental; break;
+      default: break;
+    }
+    for (const auto& a : e->args) walk(a);
+  };
+  walk(x.at(loop_vars(x.sizes)));
+  return cost;
+}
+
+TensorRef stored_if_costly(Lowering& L, const TensorRef& x, const std::string& origin, size_t max_loads, bool transcendental_ok,
+                           bool keep_layout) {
+  if (x.view) return x;
+  const ElementCost cost = element_cost(x, max_loads);
+  const bool costly = cost.loads > max_loads || (!transcendental_ok && cost.transcendental > 0);
+  return costly ? L.realize_narrow(x, origin, keep_layout) : x;
+}
+
+TensorRef Lowering::realize_narrow(const TensorRef& t, const std::string& origin, bool keep_layout) {
+  if (t.view || t.dtype != DType::Float32) return realize(t, origin, keep_layout);
+  const ExprRef e = t.at(loop_vars(t.sizes));
+  if (e->op != Op::Cast || !dtype_is_half(e->args[0]->dtype)) return realize(t, origin, keep_layout);
+  const DType half = e->args[0]->dtype;
+  TensorRef wide = t;
+  TensorRef narrow = pointwise(half, t.sizes, [wide, half](const Index& i) {
+    ExprRef v = wide.at(i);
+    return v->op == Op::Cast && v->args[0]->dtype == half ? v->args[0] : cast(v, half);
+  });
+  TensorRef stored = realize(narrow, origin, keep_layout);
+  return map1(*this, stored, DType::Float32, [](ExprRef v) { return cast(v, DType::Float32); });
+}
+
+// A value with several users is stored once: in half precision where it is a widened half value
+// (realize_narrow), unless a library operation reads it (its operand must be a float32 buffer).
+TensorRef Lowering::realize_shared(const Node& n, size_t output, const TensorRef& t) {
+  if (read_by_library_.count(n.outputs[output])) return realize(t, n.name);
+  return realize_narrow(t, n.name);
 }
 
 View Lowering::as_view(const TensorRef& t, const std::string& origin) {
@@ -346,7 +407,10 @@ Program Lowering::run() {
   for (size_t k = 0; k < prog_.states.size(); ++k)
     if (prog_.states[k] < 0) user_error(graph.name, ": the program updates buffer '", graph.updated_buffers[k], "', which is no buffer input");
   for (const auto& n : graph.nodes())
-    for (const Value* v : n->inputs()) uses_[v]++;
+    for (const Value* v : n->inputs()) {
+      uses_[v]++;
+      if (library_class(n->kind) != LibraryClass::None) read_by_library_.insert(v);
+    }
   for (const Value* o : graph.outputs) uses_[o]++;
 
   // Only nodes that contribute to an output are lowered (dead code, e.g. size arithmetic a
@@ -381,7 +445,7 @@ Program Lowering::run() {
     for (size_t i = 0; i < outs.size(); ++i) {
       const Value* v = n->outputs[i];
       TensorRef t = std::move(outs[i]);
-      if (uses_[v] > 1 && !t.view) t = realize(t, n->name);
+      if (uses_[v] > 1 && !t.view) t = realize_shared(*n, i, t);
       env_[v] = std::move(t);
     }
   }

@@ -506,6 +506,11 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
           auto mult = w.sizes[0].as_const();
           if (!mult || *mult % groups != 0) L.fail("a depthwise convolution needs a static channel multiplier");
           const int64_t per = *mult / groups;
+          // Each input element is read by KH x KW taps: an input that is cheap to compute (a
+          // folded batch norm and ReLU6 of the GEMM before it) is recomputed by each, one that
+          // is not (EfficientNet's SiLU: 9 or 25 sigmoids per output) is stored once first,
+          // NHWC like the GEMM it reads.
+          x = stored_if_costly(L, x, L.origin(), /*max_loads=*/2, /*transcendental_ok=*/false, /*keep_layout=*/true);
           const sym::Expr H = x.sizes[2], W = x.sizes[3];
           auto iv = [](const sym::Expr& e) { return index_value(e); };
           TensorRef y = L.pointwise(dt, out, [=](const Index& i) {

@@ -56,6 +56,13 @@ class Lowering {
   // computed from an NHWC buffer is stored NHWC and read through the permutation (unless it
   // already is such a view of a whole NHWC buffer).
   TensorRef realize(const TensorRef& t, const std::string& origin, bool keep_layout = true);
+  // realize() of a float32 tensor that widens a float16 / bfloat16 one (autocast's rounded
+  // results, a half-precision convolution's result read in float32): stores the half values
+  // (the same values in half the bytes) and returns their widening, which is no view.
+  TensorRef realize_narrow(const TensorRef& t, const std::string& origin, bool keep_layout = true);
+  // realize() for output `output` of node `n`, which several users read: realize_narrow unless a
+  // library operation is among them.
+  TensorRef realize_shared(const Node& n, size_t output, const TensorRef& t);
   // (channels_last) Whether `t` reads a buffer stored NHWC (nhwc_buffers), and such a buffer
   // as the [N, C, H, W] view of its [N, H, W, C] storage.
   bool reads_nhwc(const TensorRef& t) const;
@@ -109,6 +116,7 @@ class Lowering {
  private:
   std::map<const Value*, TensorRef> env_;
   std::map<const Value*, int> uses_;
+  std::set<const Value*> read_by_library_;  // inputs of GEMMs, convolutions, attention
   int temp_count_ = 0;
 };
 
@@ -157,6 +165,19 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a);
 Lowered lower_index(Lowering& L, const Node& n, const Args& a);
 
 // Shared pieces.
+// What recomputing one element of a computed tensor costs: its loads, and its transcendental
+// operations (exp, log, sigmoid, tanh, erf, pow, square roots, sin / cos). The walk stops
+// counting loads past `max_loads`. A view costs one load.
+struct ElementCost {
+  size_t loads = 0;
+  size_t transcendental = 0;
+};
+ElementCost element_cost(const TensorRef& x, size_t max_loads);
+// `x` stored once (in its own logical order; realize_narrow) when a consumer that reads each element several
+// times would otherwise recompute more than `max_loads` loads per element, or, unless
+// `transcendental_ok`, any transcendental operation; else `x` itself.
+TensorRef stored_if_costly(Lowering& L, const TensorRef& x, const std::string& origin, size_t max_loads, bool transcendental_ok,
+                           bool keep_layout);
 TensorRef map1(Lowering& L, const TensorRef& x, DType dt, const std::function<ExprRef(ExprRef)>& f);
 // v == w, or both NaN (lower_reduce.cpp).
 ExprRef same_or_both_nan(ExprRef v, ExprRef w);

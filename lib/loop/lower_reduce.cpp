@@ -80,20 +80,6 @@ ExprRef c(double v, DType dt) { return constant(v, dt); }
 // loads per element, which made that net slower in bf16 than eager on an H100) the input is
 // stored once first, in its own logical order.
 constexpr size_t kMaxRecomputedLoads = 8;
-TensorRef stored_if_costly(Lowering& L, const TensorRef& x, const std::string& o) {
-  if (x.view) return x;
-  Index idx;
-  for (size_t d = 0; d < x.rank(); ++d) idx.push_back(loop_var(static_cast<int>(d), x.sizes[d]));
-  std::set<const Expr*> seen;
-  size_t loads = 0;
-  std::function<void(const ExprRef&)> walk = [&](const ExprRef& e) {
-    if (!e || !seen.insert(e.get()).second || loads > kMaxRecomputedLoads) return;
-    if (e->op == Op::Load || e->op == Op::LoadAt) ++loads;
-    for (const auto& a : e->args) walk(a);
-  };
-  walk(x.at(idx));
-  return loads > kMaxRecomputedLoads ? L.realize(x, o, /*keep_layout=*/false) : x;
-}
 
 // (x - mean) * rstd over the trailing `dims`, with mean and rstd returned keepdim.
 struct Normalized {
@@ -104,7 +90,7 @@ Normalized normalize(Lowering& L, const TensorRef& x, const std::vector<int64_t>
                      bool subtract_mean = true) {
   std::string o = L.origin();
   sym::Expr n = count_of(x, dims);
-  TensorRef xf = map1(L, stored_if_costly(L, x, o), dt, [dt](ExprRef v) { return cast(v, dt); });
+  TensorRef xf = map1(L, stored_if_costly(L, x, o, kMaxRecomputedLoads, /*transcendental_ok=*/true, /*keep_layout=*/false), dt, [dt](ExprRef v) { return cast(v, dt); });
   TensorRef mean;
   TensorRef centered = xf;
   if (subtract_mean) {
@@ -264,7 +250,7 @@ std::vector<int64_t> two(std::vector<int64_t> v, int64_t dflt) {
 
 TensorRef softmax(Lowering& L, const TensorRef& x, int64_t dim, bool log, DType dt) {
   std::string o = L.origin();
-  TensorRef xf = map1(L, stored_if_costly(L, x, o), dt, [dt](ExprRef v) { return cast(v, dt); });
+  TensorRef xf = map1(L, stored_if_costly(L, x, o, kMaxRecomputedLoads, /*transcendental_ok=*/true, /*keep_layout=*/false), dt, [dt](ExprRef v) { return cast(v, dt); });
   TensorRef m = L.reduce(xf, {dim}, true, ReduceOp::Max, dt, o);
   TensorRef shifted = map2(L, xf, m, dt, [](ExprRef p, ExprRef q) { return binary(Op::Sub, p, q); });
   TensorRef e = map1(L, shifted, dt, [](ExprRef v) { return unary(Op::Exp, v); });

@@ -32,6 +32,18 @@ bool all_equal(const Arg* a, int64_t v) {
   return false;
 }
 
+// Whether `n` is a depthwise convolution (one input channel per group, as many groups as input
+// channels) and `w` its weight.
+bool depthwise_weight(const Node& n, const Value& w) {
+  const Arg* groups = n.arg("groups");
+  std::optional<int64_t> k;
+  if (groups && std::holds_alternative<int64_t>(*groups)) k = std::get<int64_t>(*groups);
+  if (groups && std::holds_alternative<sym::Expr>(*groups)) k = std::get<sym::Expr>(*groups).as_const();
+  const Arg* in = n.arg("input");
+  const Value* x = in && std::holds_alternative<Value*>(*in) ? std::get<Value*>(*in) : nullptr;
+  return k && *k > 1 && x && x->type.is_tensor() && x->type.rank() == 4 && x->type.sizes[1] == sym::Expr(*k) && w.type.sizes[1] == sym::Expr(1);
+}
+
 }  // namespace
 
 bool channels_last_pays(const Graph& g, bool exact) {
@@ -53,13 +65,9 @@ bool channels_last_pays(const Graph& g, bool exact) {
       cudnn_count += pointwise ? 0 : 1;
       continue;
     }
-    // A depthwise convolution (one input channel per group, as many groups as input channels)
-    // lowers to ptc's own NHWC kernel; other grouped ones would run cuDNN's slow NHWC kernels.
-    const Arg* in = np->arg("input");
-    const Value* x = in && std::holds_alternative<Value*>(*in) ? std::get<Value*>(*in) : nullptr;
-    const bool depthwise = k && x && x->type.is_tensor() && x->type.rank() == 4 && x->type.sizes[1] == sym::Expr(*k) &&
-                           w->type.sizes[1] == sym::Expr(1);
-    if (!depthwise) return false;
+    // A depthwise convolution lowers to ptc's own NHWC kernel; other grouped ones would run
+    // cuDNN's slow NHWC kernels.
+    if (!depthwise_weight(*np, *w)) return false;
     ++depthwise_count;
   }
   // In exact fp32 cuDNN's NHWC kernels are slower than its NCHW ones (resnet50 b32 on an H200:
@@ -70,7 +78,7 @@ bool channels_last_pays(const Graph& g, bool exact) {
   return total > 0;
 }
 
-std::unique_ptr<Graph> channels_last_weights(const Graph& g) {
+std::unique_ptr<Graph> channels_last_weights(const Graph& g, bool depthwise_channels_fastest) {
   rewrite::GraphRewriter rw(g);
   NodeBuilder b(rw.graph(), &g, "_cl");
   std::unordered_map<const Value*, Value*> done;  // source weight -> its channels-last version
@@ -83,6 +91,11 @@ std::unique_ptr<Graph> channels_last_weights(const Graph& g) {
     }
     b.set_origin(&n);
     Value*& cl = done[w];
+    if (!cl && depthwise_channels_fastest && depthwise_weight(n, *w)) {
+      // [C, 1, KH, KW] stored [KH, KW, C]: a tap's weights for consecutive channels are adjacent
+      Value* hwc = b.op(OpKind::Contiguous, {{"self", b.op(OpKind::Permute, {{"self", rw.map(w)}, {"dims", std::vector<int64_t>{1, 2, 3, 0}}})}});
+      cl = b.op(OpKind::Permute, {{"self", hwc}, {"dims", std::vector<int64_t>{3, 0, 1, 2}}});
+    }
     if (!cl) cl = b.op(OpKind::Contiguous, {{"self", rw.map(w)}, {"memory_format", std::string("channels_last")}});
     std::vector<Arg> args;
     const auto& sa = n.op()->schema.args;

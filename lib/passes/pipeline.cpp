@@ -30,7 +30,10 @@ std::unique_ptr<Graph> run_graph_passes(const Graph& g, const std::function<void
   }
   // (channels_last_weights first: it finds the weights themselves, before library_ops_f32
   // converts a half model's ones)
-  if (opts.channels_last_weights) passes.emplace_back("channels_last_weights", channels_last_weights);
+  if (opts.channels_last_weights) {
+    const bool dw = opts.depthwise_channels_fastest;
+    passes.emplace_back("channels_last_weights", [dw](const Graph& x) { return channels_last_weights(x, dw); });
+  }
   if (opts.autocast) {
     const DType half = *opts.autocast;
     passes.emplace_back("autocast", [half](const Graph& x) { return autocast(x, half); });

@@ -61,6 +61,7 @@ std::optional<DType> autocast_dtype(Precision p) {
 GraphPassOptions graph_pass_options(const CompileState& st) {
   GraphPassOptions o;
   o.channels_last_weights = st.channels_last;
+  o.depthwise_channels_fastest = st.backend.depthwise_weights_channels_fastest();
   o.autocast = autocast_dtype(st.opts.precision);
   o.half_native = st.backend.half_native(st.opts);
   o.linear_rows_multiple = st.backend.linear_rows_multiple();
@@ -95,7 +96,7 @@ void differentiate(CompileState& st) {
     // gradients accumulate in fp32.
     if (const std::optional<DType> half = autocast_dtype(st.opts.precision)) {
       const DType h = *half;
-      st.graph = run_pass_list(*st.graph, {{"autocast", [h](const Graph& x) { return autocast(x, h); }}}, dump);
+      st.graph = run_pass_list(*st.graph, {{"autocast", [h](const Graph& x) { return autocast(x, h, /*round_fallthrough=*/false); }}}, dump);
     }
     JointGraph j = build_joint_graph(*st.graph);
     dump("autodiff", *j.graph);

@@ -56,6 +56,7 @@ class CudaBackend final : public Backend {
   }
   // cuBLASLt's fast kernels want 16-byte aligned rows (8 half-precision elements).
   int64_t linear_rows_multiple() const override { return 8; }
+  bool depthwise_weights_channels_fastest() const override { return true; }
   void resolve_tools(BuildOptions& build) const override { build.nvcc = find_nvcc(build.nvcc); }
 
   // cuDNN's TF32 tensor-core kernels are NHWC ones; in exact fp32 only MobileNet-style nets pay
