@@ -105,19 +105,15 @@ std::unique_ptr<Graph> autocast(const Graph& g, DType half, bool round_fallthrou
     if (!round_fallthrough || autocast_f32_op(n.kind) || library_class(n.kind) != LibraryClass::None) continue;
     // Runs in its inputs' dtype: half when every floating input with dimensions holds half values
     // (0-d ones are scalars to torch's type promotion), else float32 (promoted, as torch does).
-    bool any_half = false, all_half = true, every_input_half = true, any_dims = false;
-    for (const Value* v : n.inputs()) {
-      if (!v->type.is_tensor() || !dtype_is_float(v->type.dtype)) continue;
-      any_dims = any_dims || v->type.rank() > 0;
-    }
+    bool any_half = false, every_input_half = true, dims_half = true, any_dims = false;
     for (const Value* v : n.inputs()) {
       if (!v->type.is_tensor() || !dtype_is_float(v->type.dtype)) continue;
       const bool h = half_values.count(rw.map(v)) > 0;
       any_half = any_half || h;
       every_input_half = every_input_half && h;
-      if (v->type.rank() > 0 || !any_dims) all_half = all_half && h;
+      if (v->type.rank() > 0) any_dims = true, dims_half = dims_half && h;
     }
-    if (!any_half || !all_half) continue;
+    if (!any_half || !(any_dims ? dims_half : every_input_half)) continue;
     // (a 0-d float32 input, such as a where's fill value, may hold no half value: then round)
     const bool exact = keeps_half_values(n.kind) && every_input_half;
     b.set_origin(&n);

@@ -32,13 +32,20 @@ bool all_equal(const Arg* a, int64_t v) {
   return false;
 }
 
+// A convolution's groups: 1 when the argument is absent, its value when it is an int or a constant
+// SymInt expression (conv2d's schema), else nullopt (a symbolic count counts as grouped).
+std::optional<int64_t> groups_of(const Node& n) {
+  const Arg* groups = n.arg("groups");
+  if (!groups) return 1;
+  if (std::holds_alternative<int64_t>(*groups)) return std::get<int64_t>(*groups);
+  if (std::holds_alternative<sym::Expr>(*groups)) return std::get<sym::Expr>(*groups).as_const();
+  return std::nullopt;
+}
+
 // Whether `n` is a depthwise convolution (one input channel per group, as many groups as input
 // channels) and `w` its weight.
 bool depthwise_weight(const Node& n, const Value& w) {
-  const Arg* groups = n.arg("groups");
-  std::optional<int64_t> k;
-  if (groups && std::holds_alternative<int64_t>(*groups)) k = std::get<int64_t>(*groups);
-  if (groups && std::holds_alternative<sym::Expr>(*groups)) k = std::get<sym::Expr>(*groups).as_const();
+  const std::optional<int64_t> k = groups_of(n);
   const Arg* in = n.arg("input");
   const Value* x = in && std::holds_alternative<Value*>(*in) ? std::get<Value*>(*in) : nullptr;
   return k && *k > 1 && x && x->type.is_tensor() && x->type.rank() == 4 && x->type.sizes[1] == sym::Expr(*k) && w.type.sizes[1] == sym::Expr(1);
@@ -52,12 +59,7 @@ bool channels_last_pays(const Graph& g, bool exact) {
     const Value* w = conv2d_weight(*np);
     if (!w) continue;
     ++total;
-    // groups: an int, or a SymInt expression (conv2d's schema); a symbolic one counts as grouped
-    const Arg* groups = np->arg("groups");
-    std::optional<int64_t> k;
-    if (groups && std::holds_alternative<int64_t>(*groups)) k = std::get<int64_t>(*groups);
-    if (groups && std::holds_alternative<sym::Expr>(*groups)) k = std::get<sym::Expr>(*groups).as_const();
-    if (!groups || k == std::optional<int64_t>(1)) {
+    if (groups_of(*np) == std::optional<int64_t>(1)) {
       // Ungrouped: a 1x1 stride-1 unpadded one is a cuBLASLt GEMM under channels-last, the rest
       // run cuDNN's NHWC kernels.
       const bool pointwise = w->type.sizes[2] == sym::Expr(1) && w->type.sizes[3] == sym::Expr(1) && all_equal(np->arg("stride"), 1) &&
