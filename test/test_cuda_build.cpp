@@ -333,6 +333,12 @@ TEST_CASE("CUDA --channels-last: NHWC convolutions with KRSC filters compile, an
   };
   CHECK(count("a.w_nhwc = 1;") == 1);
   CHECK(count("ptc_cuda::gemm(") == 6);
+  // Its two stride-1 depthwise convolutions (32x32 and 16x16 outputs) are register-tiled: a thread
+  // takes 4 output columns of 4 channels, reads the input columns they share once, and stores
+  // each column's 4 channels (nvcc built it above).
+  CHECK(count("const int64_t x2 = y2 * 4;") == 2);
+  CHECK(count("ptc_cuda::store4(") >= count("const int64_t x2 = y2 * 4;") * 4);
+  for (int r = 1; r < 4; ++r) CHECK(count(" + " + std::to_string(r) + " * n3, ") >= 2);
   // --precision tf32-conv (torch's defaults): TF32 for the convolutions only. The context says so, the five
   // GEMMs that are 1x1 convolutions are marked as a convolution's (the classifier's is not), and
   // the model is channels-last as with --tf32.

@@ -751,3 +751,21 @@ TEST_CASE("arg-reductions without ReduceOp::ArgMax (the CUDA lowering) give the 
   CHECK(ints(without[4]) == ints(with[4]));
   CHECK(std::memcmp(without[3].data(), with[3].data(), with[3].size()) == 0);
 }
+
+TEST_CASE("loop::substitute moves load indices and index values, and shares what does not move", "[lower]") {
+  const sym::Expr x0 = loop::loop_var(0, sym::Expr(8)), x1 = loop::loop_var(1, sym::Expr(16));
+  const loop::ExprRef fixed = loop::load(1, DType::Float32, x1);               // a weight along x1 only
+  const loop::ExprRef moving = loop::load(0, DType::Float32, x0 * 16 + x1 - 16);  // the row above
+  const loop::ExprRef guard = loop::binary(loop::Op::Ge, loop::index_value(x0 - 1), loop::constant(0, DType::Int64));
+  const loop::ExprRef body =
+      loop::where(guard, loop::binary(loop::Op::Mul, moving, fixed), loop::constant(0, DType::Float32));
+  std::map<const loop::Expr*, loop::ExprRef> memo;
+  const loop::ExprRef moved = loop::substitute(body, {{x0, x0 + 1}}, &memo);
+  REQUIRE(moved != body);
+  CHECK(memo.at(fixed.get()) == fixed);  // untouched nodes are shared
+  CHECK(memo.at(moving.get())->index == x0 * 16 + x1);
+  CHECK(memo.at(guard->args[0].get())->index == x0);
+  CHECK(memo.at(body.get()) == moved);
+  // nothing to replace: the expression itself
+  CHECK(loop::substitute(body, {{loop::loop_var(2, sym::Expr(4)), sym::Expr(0)}}) == body);
+}

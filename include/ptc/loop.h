@@ -240,6 +240,10 @@ struct Program {
 };
 
 std::string print_expr(const Program& p, const ExprRef& e);
+// `e` with the symbols of its load indices and index values replaced by `repl` (sym::substitute);
+// nodes that do not change are shared. `memo` (optional) maps each node of `e` walked to its
+// replacement, so a caller can find what became of a node it holds.
+ExprRef substitute(const ExprRef& e, const std::map<sym::Expr, sym::Expr>& repl, std::map<const Expr*, ExprRef>* memo = nullptr);
 std::string print_program(const Program& p);
 
 }  // namespace ptc::loop

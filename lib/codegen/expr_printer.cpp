@@ -130,7 +130,7 @@ void ExprPrinter::hoist(const ExprRef& e) {
     for (const auto& a : e->args) hoist(a);
   }
   std::string text = inline_text(e);
-  std::string var = "t" + std::to_string(names_.size());
+  std::string var = prefix_ + "t" + std::to_string(names_.size());
   os_ << indent_ << "const " << ctype(dtype_compute(e->dtype)) << " " << var << " = " << text << ";\n";
   names_[e.get()] = var;
 }

@@ -42,6 +42,8 @@ class ExprPrinter {
   // 32-bit indices does (a pooling window over a batch-norm's output: 2.4x).
   std::string clamps_fit_int32() const;
   void index32(bool on) { index32_ = on; }
+  // Its locals are named <prefix>t<k> (printers whose locals share one scope).
+  void prefix(std::string p) { prefix_ = std::move(p); }
 
  private:
   void hoist(const loop::ExprRef& e);
@@ -56,6 +58,7 @@ class ExprPrinter {
   std::map<int, std::string> overrides_;
   bool eager_ = false;
   bool index32_ = false;
+  std::string prefix_;
   std::map<const loop::Expr*, std::string> clamp_hi_;
   std::set<const loop::Expr*> arm_loads_;  // CUDA: loads under a where's branches (ptc_cuda::ldg)
 };

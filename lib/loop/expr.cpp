@@ -1,6 +1,8 @@
 // Loop IR scalar expressions: builders with light folding, and the text printer.
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <algorithm>
 #include <set>
 #include <sstream>
@@ -337,6 +339,31 @@ const char* kind_name(Buffer::Kind k) {
 }
 
 }  // namespace
+
+ExprRef substitute(const ExprRef& e, const std::map<sym::Expr, sym::Expr>& repl, std::map<const Expr*, ExprRef>* memo) {
+  std::map<const Expr*, ExprRef> own;
+  std::map<const Expr*, ExprRef>& done = memo ? *memo : own;
+  std::function<ExprRef(const ExprRef&)> walk = [&](const ExprRef& n) -> ExprRef {
+    auto it = done.find(n.get());
+    if (it != done.end()) return it->second;
+    Expr copy = *n;
+    bool changed = false;
+    for (auto& a : copy.args) {
+      ExprRef b = walk(a);
+      changed = changed || b != a;
+      a = std::move(b);
+    }
+    if (n->op == Op::Load || n->op == Op::LoadAt || n->op == Op::IndexVal) {
+      sym::Expr at = sym::substitute(n->index, repl);
+      changed = changed || !(at == n->index);
+      copy.index = std::move(at);
+    }
+    ExprRef out = changed ? std::make_shared<const Expr>(std::move(copy)) : n;
+    done.emplace(n.get(), out);
+    return out;
+  };
+  return walk(e);
+}
 
 std::string print_program(const Program& p) {
   std::ostringstream os;

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -265,6 +266,7 @@ struct VecPlan {
   std::map<const loop::Expr*, std::vector<Guard>> guarded;
   std::set<int> buffers;  // buffers read or written 4 at a time
   bool ragged = false;    // the last dimension is not a multiple of 4
+  int rows = 1;           // consecutive values of the next-to-last loop variable per thread (plan_rows)
 };
 
 bool vectorizable(DType t) { return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16; }
@@ -327,6 +329,30 @@ void uniformly_guarded_loads(const ExprRef& e, std::vector<Guard>& guards, bool 
   for (const auto& a : e->args) uniformly_guarded_loads(a, guards, uniform, x, out, seen);
 }
 
+// Whether every index `index` of buffer `b` takes, over the ranges of the loop variables, lies
+// between the buffer's first and last element (its view's, for a strided weight or input): such
+// a load may be read whatever `where` condition it sits under (a depthwise convolution's weight
+// under its tap's padding test).
+bool always_in_bounds(const loop::Program& p, int b, const sym::Expr& index) {
+  const loop::Buffer& buf = p.buffers[b];
+  sym::Expr first = buf.offset, last = buf.offset, stride(1);
+  for (size_t d = buf.sizes.size(); d-- > 0;) {
+    const sym::Expr st = buf.strides.empty() ? stride : buf.strides[d];
+    stride = stride * buf.sizes[d];
+    try {
+      if (!sym::prove_ge(st, sym::Expr(0)) || !sym::prove_ge(buf.sizes[d], sym::Expr(1))) return false;
+    } catch (const std::exception&) {
+      return false;
+    }
+    last = last + (buf.sizes[d] - sym::Expr(1)) * st;
+  }
+  try {
+    return sym::prove_ge(index, first) && sym::prove_le(index, last);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 std::optional<VecPlan> plan_vec4(const loop::Program& p, const sched::Kernel& k) {
   if (k.kind != sched::Kernel::Kind::Loop) return std::nullopt;
   const std::vector<sym::Expr>& dom = p.comps[k.comps.front()].domain;
@@ -370,10 +396,276 @@ std::optional<VecPlan> plan_vec4(const loop::Program& p, const sched::Kernel& k)
       }
       v.loads.insert(l);
       v.buffers.insert(l->buffer);
+      if (v.guarded.count(l) && always_in_bounds(p, l->buffer, l->index)) v.guarded.erase(l);
     }
   }
   if (v.buffers.empty() || (v.ragged && v.loads.empty())) return std::nullopt;
   return v;
+}
+
+// The vector loads of `c`'s body (VecPlan::loads) in first-seen order.
+std::vector<const loop::Expr*> planned_loads(const ExprRef& body, const VecPlan& v) {
+  std::vector<const loop::Expr*> out;
+  std::set<const loop::Expr*> seen;
+  std::function<void(const ExprRef&)> walk = [&](const ExprRef& e) {
+    if (!seen.insert(e.get()).second) return;
+    if (v.loads.count(e.get())) out.push_back(e.get());
+    for (const auto& a : e->args) walk(a);
+  };
+  walk(body);
+  return out;
+}
+
+// `c`'s body for row r of a thread's tile of `rows`: the next-to-last loop variable x_d replaced by
+// the tile's first row plus r, a variable of the same name whose range is the first rows' (0 to
+// n_d - rows), so padding tests that hold for every tile fold away. `memo` maps the original
+// nodes to theirs. Untiled (rows 1): the body itself, an empty memo.
+ExprRef row_body(const Computation& c, int r, int rows, std::map<const loop::Expr*, ExprRef>& memo) {
+  if (rows == 1) return c.body;
+  const size_t d = c.domain.size() - 2;
+  const sym::Expr xd = loop::loop_var(static_cast<int>(d), c.domain[d]);
+  const sym::Expr first = sym::symbol(xd.name(), {0, *c.domain[d].as_const() - rows});
+  return loop::substitute(c.body, {{xd, first + sym::Expr(r)}}, &memo);
+}
+
+const loop::Expr* in_row(const loop::Expr* e, const std::map<const loop::Expr*, ExprRef>& memo) {
+  auto it = memo.find(e);
+  return it == memo.end() ? e : it->second.get();
+}
+
+ExprRef in_row(const ExprRef& e, const std::map<const loop::Expr*, ExprRef>& memo) {
+  auto it = memo.find(e.get());
+  return it == memo.end() ? e : it->second;
+}
+
+// Whether comparison `e` of two index values holds for every value of its variables in range.
+bool always_true(const ExprRef& e) {
+  auto as_index = [](const ExprRef& a) -> std::optional<sym::Expr> {
+    if (a->op == Op::IndexVal) return a->index;
+    if (a->op == Op::Const && a->value == std::floor(a->value)) return sym::Expr(static_cast<int64_t>(a->value));
+    return std::nullopt;
+  };
+  if (e->args.size() != 2) return false;
+  auto a = as_index(e->args[0]), b = as_index(e->args[1]);
+  if (!a || !b) return false;
+  try {
+    switch (e->op) {
+      case Op::Ge: return sym::prove_ge(*a, *b);
+      case Op::Gt: return sym::prove_gt(*a, *b);
+      case Op::Le: return sym::prove_le(*a, *b);
+      case Op::Lt: return sym::prove_lt(*a, *b);
+      default: return false;
+    }
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// A condition a vector load is read under: `cond`, or its negation.
+struct Condition {
+  std::string key;  // the printed condition (rows build equal conditions as distinct nodes)
+  ExprRef cond;
+  bool negate = false;
+};
+
+// The conditions a vector load of a row is read under: the conjuncts of its `where` guards in that
+// row, less those that hold everywhere (a padding test every tile passes), ordered by their keys.
+std::vector<Condition> row_conditions(const loop::Program& p, const loop::Expr* l, const VecPlan& v,
+                                      const std::map<const loop::Expr*, ExprRef>& memo) {
+  std::vector<Condition> out;
+  auto g = v.guarded.find(l);
+  if (g == v.guarded.end()) return out;
+  std::function<void(const ExprRef&)> conjuncts = [&](const ExprRef& e) {
+    if (e->op == Op::And) {
+      conjuncts(e->args[0]);
+      conjuncts(e->args[1]);
+    } else if (!always_true(e)) {
+      out.push_back({loop::print_expr(p, e), e, false});
+    }
+  };
+  for (const Guard& c : g->second) {
+    const ExprRef cond = in_row(c.cond, memo);
+    if (c.taken)
+      conjuncts(cond);
+    else
+      out.push_back({"!" + loop::print_expr(p, cond), cond, true});
+  }
+  std::sort(out.begin(), out.end(), [](const Condition& a, const Condition& b) { return a.key < b.key; });
+  out.erase(std::unique(out.begin(), out.end(), [](const Condition& a, const Condition& b) { return a.key == b.key; }), out.end());
+  return out;
+}
+
+// What identifies a vector load in a row: its buffer, index and conditions.
+std::string load_key(const loop::Program& p, const loop::Expr* l, const VecPlan& v, const std::map<const loop::Expr*, ExprRef>& memo) {
+  const loop::Expr* at = in_row(l, memo);
+  std::string key = std::to_string(at->buffer) + "@" + at->index.str();
+  for (const Condition& c : row_conditions(p, l, v, memo)) key += " if " + c.key;
+  return key;
+}
+
+// Register tiling of a stencil: each thread of the vector kernel also takes `rows` consecutive
+// values of the next-to-last loop variable x_d (rows x 4 outputs) and reads each distinct 4-wide
+// load once for all of them. A depthwise convolution over NHWC ([N, OH, OW, C]) is the case:
+// output columns next to each other read overlapping input columns and the same weights (a 7x7
+// kernel: 70 + 49 loads for 4 columns instead of 4 x 98). Taken where the loads that move with x_d
+// overlap between rows (at most 75% of them distinct: a stencil, not a broadcast along x_d), all
+// the tile's distinct loads are at most 60% of those of its rows apart, and at most kMaxTileLoads.
+constexpr size_t kMaxTileLoads = 128;
+int plan_rows(const loop::Program& p, const sched::Kernel& k, const VecPlan& v) {
+  const std::vector<sym::Expr>& dom = p.comps[k.comps.front()].domain;
+  if (v.ragged || dom.size() < 2 || v.loads.empty()) return 1;
+  const auto nd = dom[dom.size() - 2].as_const();
+  if (!nd) return 1;
+  const sym::Expr xd = loop::loop_var(static_cast<int>(dom.size() - 2), dom[dom.size() - 2]);
+  for (int rows : {4, 2}) {
+    if (*nd % rows != 0) continue;
+    std::set<std::string> all, moving;
+    size_t apart = 0, moving_apart = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int ci : k.comps) {
+        const Computation& c = p.comps[ci];
+        std::map<const loop::Expr*, ExprRef> memo;
+        row_body(c, r, rows, memo);
+        std::set<std::string> mine, mine_moving;
+        for (const loop::Expr* l : planned_loads(c.body, v)) {
+          const std::string key = load_key(p, l, v, memo);
+          mine.insert(key);
+          all.insert(key);
+          if (!(sym::substitute(l->index, {{xd, sym::Expr(0)}}) == l->index)) {
+            mine_moving.insert(key);
+            moving.insert(key);
+          }
+        }
+        apart += mine.size();
+        moving_apart += mine_moving.size();
+      }
+    if (all.size() <= kMaxTileLoads && all.size() * 10 <= apart * 6 && moving.size() * 4 <= moving_apart * 3) return rows;
+  }
+  return 1;
+}
+
+// Declares the float4 of vector load `l` in a row (`memo`: the row's nodes; empty untiled) unless
+// `loaded` has its key already, and returns its name: one 4-wide load, under the conditions it
+// sits under (row_conditions; printed by `gp`), zeros where they fail.
+std::string read_vector_load(std::ostream& os, const loop::Program& p, const loop::Expr* l, const VecPlan& v,
+                             const std::map<const loop::Expr*, ExprRef>& memo, ExprPrinter& gp,
+                             std::map<std::string, std::string>& loaded, size_t& next_load, const std::string& in) {
+  const std::string key = load_key(p, l, v, memo);
+  auto it = loaded.find(key);
+  if (it != loaded.end()) return it->second;
+  const loop::Expr* at = in_row(l, memo);
+  std::string cond;
+  for (const Condition& g : row_conditions(p, l, v, memo))
+    cond += (cond.empty() ? "" : " && ") + std::string(g.negate ? "!" : "") + "(" + gp.print(g.cond) + ")";
+  const std::string name = "v" + std::to_string(next_load++);
+  const std::string load = "ptc_cuda::load4(b" + std::to_string(at->buffer) + " + (" + cpp_index(at->index) + "))";
+  os << in << "const float4 " << name << " = " << (cond.empty() ? load : "(" + cond + ") ? " + load + " : make_float4(0.f, 0.f, 0.f, 0.f)")
+     << ";\n";
+  loaded.emplace(key, name);
+  return name;
+}
+
+// One computation of a tiled vector kernel (VecPlan::rows > 1): rows x 4 lanes of outputs, each
+// its own printer over the body with x_d advanced by its row and x_last by its lane. The printers
+// advance in lockstep, node by node in the order a printer hoists them, and each 4-wide load is
+// read just before its first use by any row: a depthwise convolution then accumulates all its
+// outputs tap by tap, with one kernel row's inputs and weights live at a time, instead of holding
+// every load of the tile (which makes ptxas spill).
+void emit_tile(std::ostream& os, const loop::Program& p, const Computation& c, const VecPlan& v, const std::vector<std::string>& n,
+               size_t& next_load, const std::string& in) {
+  const int R = v.rows;
+  const size_t last = c.domain.size() - 1;
+  const sym::Expr lane_var = loop::loop_var(static_cast<int>(last), c.domain[last]);
+  std::vector<std::map<const loop::Expr*, ExprRef>> row_memo(R);  // for the loads' keys and conditions
+  for (int r = 0; r < R; ++r) row_body(c, r, R, row_memo[r]);
+  // Units: (row, lane), each with its body (row substitution, then the lane's).
+  struct Unit {
+    std::map<const loop::Expr*, ExprRef> memo;  // original node -> the unit's
+    std::unique_ptr<ExprPrinter> printer;
+  };
+  std::vector<Unit> units(static_cast<size_t>(R) * kVec);
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < kVec; ++j) {
+      Unit& u = units[static_cast<size_t>(r) * kVec + j];
+      std::map<const loop::Expr*, ExprRef> lane_memo;
+      const ExprRef row = row_body(c, r, R, row_memo[r]);
+      loop::substitute(row, {{lane_var, lane_var + sym::Expr(j)}}, &lane_memo);
+      for (const auto& [orig, mine] : row_memo[r]) {
+        auto it = lane_memo.find(mine.get());
+        u.memo[orig] = it == lane_memo.end() ? mine : it->second;
+      }
+      // nodes the row substitution left alone (shared with the original body)
+      std::function<void(const ExprRef&)> fill = [&](const ExprRef& e) {
+        if (u.memo.count(e.get())) return;
+        auto it = lane_memo.find(e.get());
+        u.memo[e.get()] = it == lane_memo.end() ? e : it->second;
+        for (const auto& a : e->args) fill(a);
+      };
+      fill(c.body);
+      u.printer = std::make_unique<ExprPrinter>(os, in + "  ", Dialect::Cuda);
+      u.printer->prefix("u" + std::to_string(r) + "_" + std::to_string(j) + "_");
+    }
+  auto unit_node = [&](const Unit& u, const ExprRef& e) {
+    auto it = u.memo.find(e.get());
+    return it == u.memo.end() ? e : it->second;
+  };
+  ExprPrinter gp(os, in + "  ", Dialect::Cuda);
+  gp.prefix("g");
+  std::map<std::string, std::string> loaded;  // load_key -> its float4
+  std::set<const loop::Expr*> load_walked;
+  // Reads the vector loads in `e`'s subtree not read yet, and binds them in every unit.
+  std::function<void(const ExprRef&)> read_loads = [&](const ExprRef& e) {
+    if (!load_walked.insert(e.get()).second) return;
+    for (const auto& a : e->args) read_loads(a);
+    if (!v.loads.count(e.get())) return;
+    for (int r = 0; r < R; ++r) {
+      const std::string var = read_vector_load(os, p, e.get(), v, row_memo[r], gp, loaded, next_load, in + "  ");
+      for (int j = 0; j < kVec; ++j) {
+        Unit& u = units[static_cast<size_t>(r) * kVec + j];
+        u.printer->bind(unit_node(u, e).get(), var + "." + "xyzw"[j]);
+      }
+    }
+  };
+  // The printers' hoisting order: operands first; a `where` hoists its condition, and its
+  // branches print inline in it.
+  std::set<const loop::Expr*> visited;
+  std::function<void(const ExprRef&)> visit = [&](const ExprRef& e) {
+    if (!visited.insert(e.get()).second || e->op == Op::Const || e->op == Op::IndexVal) return;
+    if (e->op == Op::Where) {
+      visit(e->args[0]);
+    } else {
+      for (const auto& a : e->args) visit(a);
+    }
+    read_loads(e);
+    // A node the same in several units (one that neither the row nor the lane moves) is printed
+    // once, by the first of them, and named in the others.
+    std::map<const loop::Expr*, std::string> printed;
+    for (Unit& u : units) {
+      const ExprRef mine = unit_node(u, e);
+      auto it = printed.find(mine.get());
+      if (it == printed.end())
+        printed.emplace(mine.get(), u.printer->print(mine));
+      else
+        u.printer->bind(mine.get(), it->second);
+    }
+  };
+  os << in << "{\n";
+  visit(c.body);
+  const bool vstore = v.buffers.count(c.out) > 0;
+  for (int r = 0; r < R; ++r) {
+    const std::string at = r == 0 ? std::string("i") : "i + " + std::to_string(r) + " * " + n.back();
+    std::string val[kVec];
+    for (int j = 0; j < kVec; ++j) {
+      Unit& u = units[static_cast<size_t>(r) * kVec + j];
+      val[j] = u.printer->print(unit_node(u, c.body));
+    }
+    if (vstore) {
+      os << in << "  ptc_cuda::store4(b" << c.out << " + " << at << ", " << val[0] << ", " << val[1] << ", " << val[2] << ", " << val[3] << ");\n";
+    } else {
+      for (int j = 0; j < kVec; ++j) os << in << "  b" << c.out << "[" << at << " + " << j << "] = " << val[j] << ";\n";
+    }
+  }
+  os << in << "}\n";
 }
 
 void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index,
@@ -396,6 +688,22 @@ void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched
     os << "    const int64_t i = row * " << n.back() << " + " << xl << "_0;\n";
     decompose_into(os, "row", outer, 'x', 0, "    ", index_fits_32(dom), folds);
     os << "    const int64_t " << xl << " = " << xl << "_0;\n";
+  } else if (v.rows > 1) {
+    // t -> the tile's first element: x_d runs over n_d / rows tiles, each thread's x_d = tile * rows
+    const size_t d = last - 1;
+    std::vector<std::string> tiles = n;
+    tiles[d] = "(" + n[d] + " / " + std::to_string(v.rows) + ")";
+    os << "  const int64_t total = " << cpp_product(tiles) << " / " << kVec << ";\n";
+    os << "  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total; t += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
+    os << "    const int64_t i_t = t * " << kVec << ";\n";
+    decompose_into(os, "i_t", tiles, 'y', 0, "    ", index_fits_32(dom));
+    std::string flat;
+    for (size_t e = 0; e <= last; ++e) {
+      os << "    const int64_t x" << e << " = y" << e << (e == d ? " * " + std::to_string(v.rows) : std::string()) << ";\n";
+      flat = e == 0 ? "x0" : "(" + flat + ") * " + n[e] + " + x" + std::to_string(e);
+    }
+    os << "    const int64_t i = " << flat << ";\n";
+    os << "    const int64_t " << xl << "_0 = " << xl << ";\n";
   } else {
     os << "  const int64_t total = " << cpp_product(n) << " / " << kVec << ";\n";
     os << "  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total; t += static_cast<int64_t>(gridDim.x) * blockDim.x) {\n";
@@ -409,48 +717,19 @@ void emit_elementwise_vec4(std::ostream& os, const loop::Program& p, const sched
   auto chunk = [&](bool vector, const std::string& in) {
     for (int ci : k.comps) {
       const Computation& c = p.comps[ci];
-      std::vector<const loop::Expr*> mine;
-      std::set<const loop::Expr*> seen;
-      unguarded_loads(c.body, mine, seen);
-      std::map<const loop::Expr*, std::string> vars;
-      std::map<std::pair<int, std::string>, std::string> loaded;  // (buffer, index) -> its float4
-      os << in << "{\n";
-      for (const loop::Expr* l : mine) {
-        if (!vector || !v.loads.count(l)) continue;
-        const std::pair<int, std::string> key{l->buffer, cpp_index(l->index)};
-        auto it = loaded.find(key);
-        if (it == loaded.end()) {
-          it = loaded.emplace(key, "v" + std::to_string(next_load++)).first;
-          os << in << "  const float4 " << it->second << " = ptc_cuda::load4(b" << l->buffer << " + (" << key.second << "));\n";
-        }
-        vars[l] = it->second;
+      if (vector && v.rows > 1) {
+        emit_tile(os, p, c, v, n, next_load, in);
+        continue;
       }
-      if (vector && !v.guarded.empty()) {
-        // Loads under lane-independent `where` conditions: 4 at a time where the conditions hold
-        // (evaluated once, at lane 0), zeros where they do not (the branch is not taken then).
-        std::vector<const loop::Expr*> below;
-        std::set<const loop::Expr*> walked;
-        std::function<void(const ExprRef&)> walk = [&](const ExprRef& e) {
-          if (!walked.insert(e.get()).second) return;
-          if (v.guarded.count(e.get())) below.push_back(e.get());
-          for (const auto& a : e->args) walk(a);
-        };
-        walk(c.body);
+      std::map<const loop::Expr*, std::string> vars;  // the vector loads' float4s
+      os << in << "{\n";
+      if (vector) {
+        // Loads under lane-independent `where` conditions read 4 at a time where the conditions
+        // hold (evaluated once, at lane 0), zeros where they do not (the branch is not taken then).
         ExprPrinter gp(os, in + "  ", Dialect::Cuda);
-        std::map<std::pair<std::string, std::string>, std::string> guarded_loaded;  // (condition, pointer) -> its float4
-        for (const loop::Expr* l : below) {
-          std::string cond;
-          for (const Guard& g : v.guarded.at(l))
-            cond += (cond.empty() ? "" : " && ") + std::string(g.taken ? "" : "!") + "(" + gp.print(g.cond) + ")";
-          const std::string at = "b" + std::to_string(l->buffer) + " + (" + cpp_index(l->index) + ")";
-          auto it = guarded_loaded.find({cond, at});
-          if (it == guarded_loaded.end()) {
-            it = guarded_loaded.emplace(std::make_pair(cond, at), "v" + std::to_string(next_load++)).first;
-            os << in << "  const float4 " << it->second << " = (" << cond << ") ? ptc_cuda::load4(" << at
-               << ") : make_float4(0.f, 0.f, 0.f, 0.f);\n";
-          }
-          vars[l] = it->second;
-        }
+        std::map<std::string, std::string> loaded;  // load_key -> its float4
+        const std::map<const loop::Expr*, ExprRef> none;
+        for (const loop::Expr* l : planned_loads(c.body, v)) vars[l] = read_vector_load(os, p, l, v, none, gp, loaded, next_load, in + "  ");
       }
       const bool vstore = vector && v.buffers.count(c.out) > 0;
       const std::string T = vstore ? "float" : ctype(p.buffers[c.out].dtype);  // a vector store rounds
@@ -508,6 +787,7 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
   }
   os << "  }\n}\n\n";
   std::optional<VecPlan> vec = plan_vec4(p, k);
+  if (vec) vec->rows = plan_rows(p, k, *vec);
   if (vec) emit_elementwise_vec4(os, p, k, index, syms, bufs, *vec);
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
   emit_sym_locals(os, syms, "  ");
@@ -520,7 +800,7 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
       os << (first ? "" : " && ") << "reinterpret_cast<uintptr_t>(buf[" << b << "]) % " << kVec * dtype_size(p.buffers[b].dtype) << " == 0";
       first = false;
     }
-    const std::string threads = vec->ragged ? "total / " + hn.back() + " * ((" + hn.back() + " + " + std::to_string(kVec - 1) + ") / " + std::to_string(kVec) + ")" : "total / " + std::to_string(kVec);
+    const std::string threads = vec->ragged ? "total / " + hn.back() + " * ((" + hn.back() + " + " + std::to_string(kVec - 1) + ") / " + std::to_string(kVec) + ")" : "total / " + std::to_string(kVec * vec->rows);
     os << ") {\n    ptc_kernel_" << index << "_v4<<<ptc_cuda::grid_for(" << threads << ", " << kBlock << "), " << kBlock << ", 0, stream>>>("
        << call_args(p, bufs, syms) << ");\n    return nullptr;\n  }\n";
   }
