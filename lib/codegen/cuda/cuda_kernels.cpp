@@ -808,26 +808,36 @@ void emit_elementwise(std::ostream& os, const loop::Program& p, const sched::Ker
      << ");\n  return nullptr;\n}\n\n";
 }
 
-// A row group: one block per outer index.
-void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms,
-                    const std::vector<int>& bufs) {
+// Rows of at most kWarpRowWidth elements, when there are at least kWarpRows of them, take one
+// warp each (8 rows per block): warp shuffles and __syncwarp() instead of a block's shared-memory
+// reductions and __syncthreads() (ConvNeXt's layer norms over 96 to 384 channels at every
+// position: 100352 rows of 96 at batch 32).
+constexpr int64_t kWarpRowWidth = 512;
+constexpr int64_t kWarpRows = 4096;
+constexpr int kRowsPerWarpBlock = kBlock / 32;
+
+// A row group: one block per outer index (`warp`: one warp per outer index).
+void emit_row_group_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms,
+                           const std::vector<int>& bufs, int max_block, bool warp) {
   const std::vector<sym::Expr>& outer = k.outer;
-  // Few rows (batch norm's per-channel statistics: 64 rows of N x 112 x 112) would leave most
-  // multiprocessors idle and each block a long serial loop: up to 1024 threads per row there.
-  sym::Expr rows_expr(1);
-  for (const auto& e : outer) rows_expr = rows_expr * e;
-  const auto rows_const = rows_expr.as_const();
-  const int max_block = rows_const && *rows_const <= kFewRows ? 1024 : kBlock;
-  os << "__global__ void __launch_bounds__(" << max_block << ") ptc_kernel_" << index << "(";
+  os << "__global__ void __launch_bounds__(" << (warp ? kBlock : max_block) << ") ptc_kernel_" << index << (warp ? "_w" : "") << "(";
   emit_params(os, p, bufs, syms);
   os << ") {\n";
   std::set<DType> acc_types;
   for (int ci : k.comps)
     if (p.comps[ci].kind == Computation::Kind::Reduction) acc_types.insert(acc_type(p.comps[ci]));
-  for (DType t : acc_types) os << "  __shared__ " << ctype(t) << " smem_" << dtype_name(t) << "[32];\n";
+  if (!warp)
+    for (DType t : acc_types) os << "  __shared__ " << ctype(t) << " smem_" << dtype_name(t) << "[32];\n";
   std::vector<std::string> n = sizes(os, outer, "", "  ");
   os << "  const int64_t rows = " << cpp_product(n) << ";\n";
-  os << "  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+  const std::string lane = warp ? "lane" : "threadIdx.x", step = warp ? "32" : "blockDim.x";
+  if (warp) {
+    os << "  const int lane = threadIdx.x & 31;\n";
+    os << "  for (int64_t row = blockIdx.x * static_cast<int64_t>(" << kRowsPerWarpBlock << ") + (threadIdx.x >> 5); row < rows; row += static_cast<int64_t>(gridDim.x) * "
+       << kRowsPerWarpBlock << ") {\n";
+  } else {
+    os << "  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+  }
   decompose_into(os, "row", n, 'x', 0, "    ", index_fits_32(outer));
   for (int ci : k.comps) {
     const Computation& c = p.comps[ci];
@@ -840,13 +850,16 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
       os << in << "auto combine = [](" << T << " a, " << T << " b) { " << rs.combine << " };\n";
       os << in << T << " acc = " << rs.init << ";\n";
       std::vector<std::string> m = sizes(os, c.reduce_domain, "c" + std::to_string(ci) + "_r", in);
-      os << in << "for (int64_t j = threadIdx.x; j < " << cpp_product(m) << "; j += blockDim.x) {\n";
+      os << in << "for (int64_t j = " << lane << "; j < " << cpp_product(m) << "; j += " << step << ") {\n";
       decompose_into(os, "j", m, 'r', 0, in + "  ", index_fits_32(c.reduce_domain));
       ExprPrinter pr(os, in + "  ", Dialect::Cuda);
       std::string v = pr.print(c.body);
       os << in << "  acc = combine(acc, " << v << ");\n" << in << "}\n";
-      os << in << "acc = ptc_cuda::block_reduce(acc, combine, smem_" << dtype_name(acc_t) << ");\n";
-      os << in << "if (threadIdx.x == 0) b" << c.out << "[row] = acc;\n";
+      if (warp)
+        os << in << "for (int o = 16; o > 0; o >>= 1) acc = combine(acc, __shfl_xor_sync(0xffffffffu, acc, o));\n";
+      else
+        os << in << "acc = ptc_cuda::block_reduce(acc, combine, smem_" << dtype_name(acc_t) << ");\n";
+      os << in << "if (" << lane << " == 0) b" << c.out << "[row] = acc;\n";
     } else {
       std::vector<std::string> m;
       for (size_t d = outer.size(); d < c.domain.size(); ++d) {
@@ -854,21 +867,36 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
         os << in << "const int64_t " << m.back() << " = " << cpp_index(c.domain[d]) << ";\n";
       }
       os << in << "const int64_t inner = " << cpp_product(m) << ";\n";
-      os << in << "for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) {\n";
+      os << in << "for (int64_t j = " << lane << "; j < inner; j += " << step << ") {\n";
       decompose_into(os, "j", m, 'x', outer.size(), in + "  ",
                      index_fits_32(std::vector<sym::Expr>(c.domain.begin() + static_cast<std::ptrdiff_t>(outer.size()), c.domain.end())));
       ExprPrinter pr(os, in + "  ", Dialect::Cuda);
       std::string v = pr.print(c.body);
       os << in << "  b" << c.out << "[row * inner + j] = " << v << ";\n" << in << "}\n";
     }
-    os << in << "__syncthreads();\n    }\n";
+    // the members after this one read what it stored (a global store ordered by the barrier)
+    os << in << (warp ? "__syncwarp();\n" : "__syncthreads();\n") << "    }\n";
   }
   os << "  }\n}\n\n";
+}
+
+void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kernel& k, size_t index, const std::vector<std::string>& syms,
+                    const std::vector<int>& bufs) {
+  const std::vector<sym::Expr>& outer = k.outer;
+  // Few rows (batch norm's per-channel statistics: 64 rows of N x 112 x 112) would leave most
+  // multiprocessors idle and each block a long serial loop: up to 1024 threads per row there.
+  sym::Expr rows_expr(1);
+  for (const auto& e : outer) rows_expr = rows_expr * e;
+  const auto rows_const = rows_expr.as_const();
+  const int max_block = rows_const && *rows_const <= kFewRows ? 1024 : kBlock;
+  // The warp version, where the rows can be many and short.
+  const bool warp_version = !(rows_const && *rows_const < kWarpRows);
+  emit_row_group_kernel(os, p, k, index, syms, bufs, max_block, false);
+  if (warp_version) emit_row_group_kernel(os, p, k, index, syms, bufs, max_block, true);
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
   emit_sym_locals(os, syms, "  ");
   std::vector<std::string> hn = sizes(os, outer, "", "  ");
   os << "  const int64_t rows = " << cpp_product(hn) << ";\n  if (rows <= 0) return nullptr;\n";
-  os << "  const unsigned grid = static_cast<unsigned>(rows < (int64_t{1} << 20) ? rows : (int64_t{1} << 20));\n";
   // Threads per row: the widest member's row (a reduction's window or a pointwise member's inner
   // elements) rounded up to a power of two, 32 to 256 (1024 for few rows) — a 64-element
   // layer-norm row gets 64.
@@ -881,6 +909,13 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
     for (size_t d = from; d < dims.size(); ++d) w += " * (" + cpp_index(dims[d]) + ")";
     os << "  width = std::max<int64_t>(width, " << w << ");\n";
   }
+  if (warp_version) {
+    os << "  if (width <= " << kWarpRowWidth << " && rows >= " << kWarpRows << ") {\n";
+    os << "    const int64_t blocks = (rows + " << kRowsPerWarpBlock - 1 << ") / " << kRowsPerWarpBlock << ";\n";
+    os << "    ptc_kernel_" << index << "_w<<<static_cast<unsigned>(blocks < (int64_t{1} << 20) ? blocks : (int64_t{1} << 20)), " << kBlock
+       << ", 0, stream>>>(" << call_args(p, bufs, syms) << ");\n    return nullptr;\n  }\n";
+  }
+  os << "  const unsigned grid = static_cast<unsigned>(rows < (int64_t{1} << 20) ? rows : (int64_t{1} << 20));\n";
   os << "  int block = 32;\n  while (block < " << max_block << " && block < width) block *= 2;\n";
   os << "  ptc_kernel_" << index << "<<<grid, block, 0, stream>>>(" << call_args(p, bufs, syms) << ");\n  return nullptr;\n}\n\n";
 }
