@@ -590,18 +590,11 @@ void emit_tile(std::ostream& os, const loop::Program& p, const Computation& c, c
       std::map<const loop::Expr*, ExprRef> lane_memo;
       const ExprRef row = row_body(c, r, R, row_memo[r]);
       loop::substitute(row, {{lane_var, lane_var + sym::Expr(j)}}, &lane_memo);
+      // (row_memo holds every node of the body: substitute records the nodes it leaves alone too)
       for (const auto& [orig, mine] : row_memo[r]) {
         auto it = lane_memo.find(mine.get());
         u.memo[orig] = it == lane_memo.end() ? mine : it->second;
       }
-      // nodes the row substitution left alone (shared with the original body)
-      std::function<void(const ExprRef&)> fill = [&](const ExprRef& e) {
-        if (u.memo.count(e.get())) return;
-        auto it = lane_memo.find(e.get());
-        u.memo[e.get()] = it == lane_memo.end() ? e : it->second;
-        for (const auto& a : e->args) fill(a);
-      };
-      fill(c.body);
       u.printer = std::make_unique<ExprPrinter>(os, in + "  ", Dialect::Cuda);
       u.printer->prefix("u" + std::to_string(r) + "_" + std::to_string(j) + "_");
     }
