@@ -577,7 +577,8 @@ void emit_tile(std::ostream& os, const loop::Program& p, const Computation& c, c
   const size_t last = c.domain.size() - 1;
   const sym::Expr lane_var = loop::loop_var(static_cast<int>(last), c.domain[last]);
   std::vector<std::map<const loop::Expr*, ExprRef>> row_memo(R);  // for the loads' keys and conditions
-  for (int r = 0; r < R; ++r) row_body(c, r, R, row_memo[r]);
+  std::vector<ExprRef> rows(R);
+  for (int r = 0; r < R; ++r) rows[r] = row_body(c, r, R, row_memo[r]);
   // Units: (row, lane), each with its body (row substitution, then the lane's).
   struct Unit {
     std::map<const loop::Expr*, ExprRef> memo;  // original node -> the unit's
@@ -588,8 +589,7 @@ void emit_tile(std::ostream& os, const loop::Program& p, const Computation& c, c
     for (int j = 0; j < kVec; ++j) {
       Unit& u = units[static_cast<size_t>(r) * kVec + j];
       std::map<const loop::Expr*, ExprRef> lane_memo;
-      const ExprRef row = row_body(c, r, R, row_memo[r]);
-      loop::substitute(row, {{lane_var, lane_var + sym::Expr(j)}}, &lane_memo);
+      loop::substitute(rows[r], {{lane_var, lane_var + sym::Expr(j)}}, &lane_memo);
       // (row_memo holds every node of the body: substitute records the nodes it leaves alone too)
       for (const auto& [orig, mine] : row_memo[r]) {
         auto it = lane_memo.find(mine.get());
@@ -849,7 +849,7 @@ void emit_row_group_kernel(std::ostream& os, const loop::Program& p, const sched
       std::string v = pr.print(c.body);
       os << in << "  acc = combine(acc, " << v << ");\n" << in << "}\n";
       if (warp)
-        os << in << "for (int o = 16; o > 0; o >>= 1) acc = combine(acc, __shfl_xor_sync(0xffffffffu, acc, o));\n";
+        os << in << "acc = ptc_cuda::warp_reduce(acc, combine);\n";
       else
         os << in << "acc = ptc_cuda::block_reduce(acc, combine, smem_" << dtype_name(acc_t) << ");\n";
       os << in << "if (" << lane << " == 0) b" << c.out << "[row] = acc;\n";
@@ -882,8 +882,19 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
   for (const auto& e : outer) rows_expr = rows_expr * e;
   const auto rows_const = rows_expr.as_const();
   const int max_block = rows_const && *rows_const <= kFewRows ? 1024 : kBlock;
+  // Each member's row: a reduction's window or a pointwise member's inner elements.
+  std::vector<sym::Expr> widths;
+  for (int ci : k.comps) {
+    const Computation& c = p.comps[ci];
+    const std::vector<sym::Expr>& dims = c.kind == Computation::Kind::Reduction ? c.reduce_domain : c.domain;
+    sym::Expr w(1);
+    for (size_t d = c.kind == Computation::Kind::Reduction ? 0 : outer.size(); d < dims.size(); ++d) w = w * dims[d];
+    widths.push_back(w);
+  }
   // The warp version, where the rows can be many and short.
-  const bool warp_version = !(rows_const && *rows_const < kWarpRows);
+  bool warp_version = !(rows_const && *rows_const < kWarpRows);
+  for (const sym::Expr& w : widths)
+    if (auto c = w.as_const(); c && *c > kWarpRowWidth) warp_version = false;
   emit_row_group_kernel(os, p, k, index, syms, bufs, max_block, false);
   if (warp_version) emit_row_group_kernel(os, p, k, index, syms, bufs, max_block, true);
   os << "const char* ptc_launch_" << index << "(const int64_t* sym, void* const* buf, cudaStream_t stream, const ptc_cuda::Ctx&) {\n";
@@ -894,14 +905,7 @@ void emit_row_group(std::ostream& os, const loop::Program& p, const sched::Kerne
   // elements) rounded up to a power of two, 32 to 256 (1024 for few rows) — a 64-element
   // layer-norm row gets 64.
   os << "  int64_t width = 1;\n";
-  for (int ci : k.comps) {
-    const Computation& c = p.comps[ci];
-    const std::vector<sym::Expr>& dims = c.kind == Computation::Kind::Reduction ? c.reduce_domain : c.domain;
-    size_t from = c.kind == Computation::Kind::Reduction ? 0 : outer.size();
-    std::string w = "int64_t{1}";
-    for (size_t d = from; d < dims.size(); ++d) w += " * (" + cpp_index(dims[d]) + ")";
-    os << "  width = std::max<int64_t>(width, " << w << ");\n";
-  }
+  for (const sym::Expr& w : widths) os << "  width = std::max<int64_t>(width, " << cpp_index(w) << ");\n";
   if (warp_version) {
     os << "  if (width <= " << kWarpRowWidth << " && rows >= " << kWarpRows << ") {\n";
     os << "    const int64_t blocks = (rows + " << kRowsPerWarpBlock - 1 << ") / " << kRowsPerWarpBlock << ";\n";

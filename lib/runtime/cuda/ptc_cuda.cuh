@@ -73,11 +73,19 @@ __device__ inline void store4(__half* p, float a, float b, float c, float d) {
   *reinterpret_cast<uint2*>(p) = u;
 }
 
+// Reduces `v` over the warp with `f` (associative); every lane gets the result. Every lane of the
+// warp must call it.
+template <class T, class F>
+__device__ T warp_reduce(T v, F f) {
+  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // Reduces `v` over the block with `f` (associative); every thread gets the result. `smem` holds
 // 32 values; blockDim.x must be a multiple of 32, and every thread of the block must call it.
 template <class T, class F>
 __device__ T block_reduce(T v, F f, T* smem) {
-  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+  v = warp_reduce(v, f);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   __syncthreads();  // smem may still be read from the previous reduction
   if (lane == 0) smem[warp] = v;
