@@ -12,7 +12,16 @@ dynamic input sizes (batch, or batch,seq for token-id models; images keep their 
 The loss is sum(output * w) for a fixed random w of unit norm, so its gradient input is w.
 ptc's outputs go into tensors allocated once (a C++ loop's buffers; --fresh-outputs: new ones
 each step, as torch's).
+
+--precision bf16|fp16: mixed precision on both sides: ptc compiles with `--train --precision P`,
+eager and torch.compile run their forward under torch.autocast(device, dtype). fp16 scales the
+loss on both sides (ptc.GradScaler, torch.amp.GradScaler).
+--loss-steps N: after the timing, train N SGD steps (momentum 0.9, --loss-lr) from the exported
+weights again, eager (under autocast with --precision) against ptc, on the loss
+0.5 * mean((output - target)^2) for a fixed random target, and report the largest relative
+difference of the two losses over the steps (column "loss dev"), and the first and last loss.
 """
+import contextlib
 import argparse
 import json
 import os
@@ -57,6 +66,11 @@ def parse_args():
                          "time per step and the N kernels that take most of it")
     ap.add_argument("--fresh-outputs", action="store_true",
                     help="ptc: new output tensors every step (by default it writes into ones allocated once, as a C++ caller would)")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                    help="mixed precision: ptc compile --precision P, torch under torch.autocast in that dtype")
+    ap.add_argument("--loss-steps", type=int, default=0, metavar="N",
+                    help="also train N steps from the same weights on both sides and compare the loss curves")
+    ap.add_argument("--loss-lr", type=float, default=0.05, help="the learning rate of --loss-steps")
     ap.add_argument("--build-only", action="store_true", help="only compile the ptc libraries (into --libs)")
     ap.add_argument("--libs", help="where the libraries are (NAME.so; with --build-only: where to write them); "
                                    "without it they are compiled into a temporary directory")
@@ -81,6 +95,12 @@ def main():
         torch.backends.cudnn.allow_tf32 = args.torch_tf32 or args.tf32
     tf32_flag = ["--tf32"] if args.tf32 and dev == "cuda" else []
     graphs_flag = ["--cuda-graphs"] if args.cuda_graphs and dev == "cuda" else []
+    graphs_flag += ["--precision", args.precision] if args.precision != "fp32" else []
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    fp16 = args.precision == "fp16"
+
+    def amp():
+        return torch.autocast(dev, dtype=half) if half is not None else contextlib.nullcontext()
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     rows = []
     for spec in args.models:
@@ -111,15 +131,18 @@ def main():
             else:
                 ids = torch.from_numpy(np.load(mdir / i["file"]))
                 xs.append(torch.randint(0, int(ids.max()) + 1, shape, generator=gen))
-        if dev == "cuda":
-            # Weights, constants and factory ops moved to the GPU (a plain .to("cuda") leaves the
-            # export's CPU constants behind: BERT's and GPT-2's graphs mix devices).
-            from cuda_check import load_eager
-            ref = load_eager(name, "pt2", mdir)
-        else:
-            ref = torch.export.load(str(pt2)).module()
-        for p in ref.parameters():
-            p.requires_grad_(p.dtype.is_floating_point)
+        def load_ref():
+            if dev == "cuda":
+                # Weights, constants and factory ops moved to the GPU (a plain .to("cuda") leaves the
+                # export's CPU constants behind: BERT's and GPT-2's graphs mix devices).
+                from cuda_check import load_eager
+                r = load_eager(name, "pt2", mdir)
+            else:
+                r = torch.export.load(str(pt2)).module()
+            for p in r.parameters():
+                p.requires_grad_(p.dtype.is_floating_point)
+            return r
+        ref = load_ref()
         if dev == "cuda":
             xs = [x.cuda() for x in xs]
         with torch.no_grad():
@@ -129,12 +152,20 @@ def main():
         if dev == "cuda":
             ws = [w.cuda() for w in ws]
 
-        def torch_step(mod, opt):
+        def torch_step(mod, opt, scaler=None, loss_fn=None):
             opt.zero_grad(set_to_none=False)
-            out = mod(*xs)
+            with amp():
+                out = mod(*xs)
             out = out if isinstance(out, (tuple, list)) else (out,)
-            sum((o * w).sum() for o, w in zip(out, ws)).backward()
-            opt.step()
+            loss = loss_fn(out) if loss_fn else sum((o.float() * w).sum() for o, w in zip(out, ws))
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
+            return loss
 
         samples = {}  # runner -> every timed step (seconds), over all rounds
 
@@ -154,20 +185,22 @@ def main():
 
         row = {"model": name, "dims": dims}
         opt = torch.optim.SGD(ref.parameters(), lr=1e-4, momentum=0.9)
-        runners = {"eager": lambda: torch_step(ref, opt)}
+        tscaler = torch.amp.GradScaler(dev) if fp16 else None
+        runners = {"eager": lambda: torch_step(ref, opt, tscaler)}
         row["eager_ms"] = timed(runners["eager"], args.steps, "eager") * 1e3
         if not args.no_inductor:
             try:
                 cmod = torch.compile(ref)
                 copt = torch.optim.SGD(ref.parameters(), lr=1e-4, momentum=0.9)
                 t0 = time.perf_counter()
-                torch_step(cmod, copt)
+                cscaler = torch.amp.GradScaler(dev) if fp16 else None
+                torch_step(cmod, copt, cscaler)
                 sync()
                 row["inductor_compile_s"] = time.perf_counter() - t0 - row["eager_ms"] / 1e3
-                runners["inductor"] = lambda: torch_step(cmod, copt)
+                runners["inductor"] = lambda: torch_step(cmod, copt, cscaler)
                 row["inductor_ms"] = timed(runners["inductor"], args.steps, "inductor") * 1e3
                 if args.gpu_profile and dev == "cuda":
-                    gpu_profile(f"{name} {dims} torch.compile", lambda: torch_step(cmod, copt), sync, args.gpu_profile)
+                    gpu_profile(f"{name} {dims} torch.compile", lambda: torch_step(cmod, copt, cscaler), sync, args.gpu_profile)
             except Exception as e:  # noqa: BLE001
                 row["inductor_error"] = f"{type(e).__name__}: {str(e)[:120]}"
         if args.libs:
@@ -185,12 +218,18 @@ def main():
         # difference is that cost.
         ptc_outs = None if args.fresh_outputs else [o.detach().clone(memory_format=torch.contiguous_format) for o in outs0]
 
+        pscaler = ptc.GradScaler() if fp16 else None
+
         def ptc_step():
             t.zero_grad()
             _, saved = t.forward_train(*xs, out=ptc_outs)
-            t.backward(saved, ws)
+            t.backward(saved, [w * pscaler.scale for w in ws] if fp16 else ws)
             saved.free()
-            t.sgd_step(1e-4, 0.9)
+            if fp16:
+                pscaler.step(t, lambda: t.sgd_step(1e-4, 0.9))
+                pscaler.update()
+            else:
+                t.sgd_step(1e-4, 0.9)
 
         row["ptc_ms"] = timed(ptc_step, args.steps, "ptc")
         runners["ptc"] = ptc_step
@@ -234,6 +273,8 @@ def main():
             gpu_profile(f"{name} {dims} ptc", ptc_step, sync, args.gpu_profile)
         row["ptc_ms"] *= 1e3
         t.close()
+        if args.loss_steps:
+            row.update(loss_curves(args, torch, ptc, lib, load_ref, xs, outs0, gen, amp, fp16, dev, torch_step))
         row["ptc_vs_eager"] = row["eager_ms"] / row["ptc_ms"]
         if "inductor_ms" in row:
             row["ptc_vs_inductor"] = row["inductor_ms"] / row["ptc_ms"]
@@ -242,15 +283,20 @@ def main():
 
     if args.build_only:
         return
-    where = (f"the GPU (TF32 on both sides)" if args.tf32 else
+    where = (f"the GPU ({args.precision} under torch.autocast; ptc --precision {args.precision})" if half is not None and dev == "cuda" else
+             f"the GPU (TF32 on both sides)" if args.tf32 else
              f"the GPU (torch: TF32 convolutions {'on' if args.torch_tf32 else 'off'}; ptc: exact fp32)") if dev == "cuda" else f"{args.threads} threads"
     rounds = f" in {args.rounds} interleaved rounds" if args.rounds > 1 else ""
     print(f"\n{where}, median of {args.steps} steps{rounds} (forward + backward + SGD momentum step)\n")
-    print("| model | sizes | eager ms | torch.compile ms | ptc ms | ptc vs eager | ptc vs torch.compile | ptc compile s | torch.compile compile s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    loss_cols = " loss dev over %d steps (eager's first -> last) |" % args.loss_steps if args.loss_steps else ""
+    print(f"| model | sizes | eager ms | torch.compile ms | ptc ms | ptc vs eager | ptc vs torch.compile |{loss_cols} ptc compile s | "
+          "torch.compile compile s |")
+    print("|---|---|---|---|---|---|---|" + ("---|" if args.loss_steps else "") + "---|---|")
     for r in rows:
         ind = f"{r['inductor_ms']:.1f}" if "inductor_ms" in r else r.get("inductor_error", "-")
         pvi = f"{r['ptc_vs_inductor']:.2f}x" if "ptc_vs_inductor" in r else "-"
+        if "loss_dev" in r:
+            pvi += f" | {r['loss_dev']:.2%} ({r['loss_first']:.4g} -> {r['loss_last']:.4g})"
         if "ptc_vs_inductor_rounds" in r:
             pvi += " (rounds " + " ".join(f"{x:.2f}" for x in r["ptc_vs_inductor_rounds"]) + ")"
         ics = f"{r['inductor_compile_s']:.1f}" if "inductor_compile_s" in r else "-"
@@ -261,6 +307,42 @@ def main():
         print(f"\ngeomean ptc vs eager: {geo:.2f}x")
     if args.json:
         json.dump(rows, open(args.json, "w"), indent=1)
+
+
+def loss_curves(args, torch, ptc, lib, load_ref, xs, outs0, gen, amp, fp16, dev, torch_step):
+    """--loss-steps: eager (under autocast with --precision) and a fresh ptc Trainer, both from the
+    exported weights, trained on 0.5 * mean((out - target)^2) with SGD (momentum 0.9); the largest
+    relative difference of their losses over the steps."""
+    targets = [torch.randn(o.shape, generator=gen).to(o.device) for o in outs0]
+
+    def loss_of(out):
+        return sum(0.5 * (o.float() - tg).pow(2).mean() for o, tg in zip(out, targets))
+    ref = load_ref()
+    opt = torch.optim.SGD(ref.parameters(), lr=args.loss_lr, momentum=0.9)
+    scaler = torch.amp.GradScaler(dev) if fp16 else None
+    t = ptc.Trainer(lib)
+    pscaler = ptc.GradScaler() if fp16 else None
+    worst, first, last = 0.0, None, None
+    for _ in range(args.loss_steps):
+        want = torch_step(ref, opt, scaler, loss_of).item()
+        t.zero_grad()
+        outs, saved = t.forward_train(*xs)
+        got = loss_of(outs).item()
+        # d loss / d out = (out - target) / numel, times the loss scale for fp16.
+        s = pscaler.scale if fp16 else 1.0
+        t.backward(saved, [((o.float() - tg) * (s / o.numel())).to(o.dtype) for o, tg in zip(outs, targets)])
+        saved.free()
+        if fp16:
+            pscaler.step(t, lambda: t.sgd_step(args.loss_lr, 0.9))
+            pscaler.update()
+        else:
+            t.sgd_step(args.loss_lr, 0.9)
+        worst = max(worst, abs(got - want) / max(abs(want), 1e-12))
+        first = want if first is None else first
+        last = want
+    t.close()
+    print(f"loss over {args.loss_steps} steps: eager {first:.5g} -> {last:.5g}, ptc within {worst:.2%}", flush=True)
+    return {"loss_dev": worst, "loss_first": first, "loss_last": last}
 
 
 if __name__ == "__main__":
