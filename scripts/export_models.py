@@ -456,6 +456,37 @@ def _decoder(family):
     return build
 
 
+class UNetWrapper(nn.Module):
+    """A diffusers UNet2DConditionModel's noise prediction (its `sample` output) for a latent, a
+    timestep per item and the text encoder's states."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, sample, timestep, encoder_hidden_states):
+        return self.model(sample, timestep, encoder_hidden_states, return_dict=False)[0]
+
+
+def _unet():
+    """A small Stable-Diffusion-style UNet2DConditionModel (random weights): group norm, SiLU,
+    cross-attention to the text states, nearest upsampling, skip concatenations; 0.8M parameters."""
+    from diffusers import UNet2DConditionModel
+    torch.manual_seed(SEED + 1)
+    m = UNet2DConditionModel(sample_size=32, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(32, 64),
+                             down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                             up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=32,
+                             attention_head_dim=8, norm_num_groups=8)
+    return UNetWrapper(m.eval())
+
+
+def _unet_cases(batches):
+    """Latents [b, 4, 32, 32], timesteps in [0, 1000), text states [b, 8, 32]."""
+    def make(gen):
+        return [(_randn(gen, b, 4, 32, 32), torch.rand(b, generator=gen) * 1000, _randn(gen, b, 8, 32)) for b in batches]
+    return make
+
+
 def _ids_cases(vocab, shapes):
     def make(gen):
         return [(torch.randint(0, vocab, s, generator=gen, dtype=torch.int64),) for s in shapes]
@@ -464,6 +495,11 @@ def _ids_cases(vocab, shapes):
 
 _IMG_DYN = {"x": {0: Dim("batch", min=1, max=64)}}
 _IDS_DYN = {"input_ids": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=2, max=512)}}
+# GPT-2's positions go to 1024 (n_positions).
+_GPT2_DYN = {"input_ids": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=2, max=1024)}}
+# The UNet's batch, shared by its three inputs (its export guards 2 <= batch <= 63).
+_UNET_BATCH = Dim("unet_batch", min=2, max=63)
+_UNET_DYN = {"sample": {0: _UNET_BATCH}, "timestep": {0: _UNET_BATCH}, "encoder_hidden_states": {0: _UNET_BATCH}}
 # (Dim.AUTO for the decoders' length: a named Dim trips a guard of their causal mask in torch 2.11)
 _DECODER_DYN = {"input_ids": {0: Dim("batch", min=1, max=64), 1: Dim.AUTO}}
 _REAL_TOL = (1e-3, 1e-3)
@@ -498,7 +534,7 @@ REAL = collections.OrderedDict(
              dynamic=_IMG_DYN, tol=_REAL_TOL, desc="timm efficientnet_b0, random weights"),
         Spec("bert", _bert, _ids_cases(30522, [(2, 16), (3, 40)]), dynamic=_IDS_DYN,
              tol=_REAL_TOL, desc="transformers BertModel(BertConfig()) -> last_hidden_state"),
-        Spec("gpt2", _gpt2, _ids_cases(50257, [(2, 16), (3, 40)]), dynamic=_IDS_DYN,
+        Spec("gpt2", _gpt2, _ids_cases(50257, [(2, 16), (3, 40)]), dynamic=_GPT2_DYN,
              tol=_REAL_TOL, desc="transformers GPT2LMHeadModel(GPT2Config()) -> logits"),
         Spec("t5_encoder", _t5_encoder, _ids_cases(32128, [(2, 16), (3, 40)]), dynamic=_IDS_DYN,
              tol=_REAL_TOL, desc="transformers T5EncoderModel(T5Config()) (t5-small) -> last_hidden_state"),
@@ -509,6 +545,8 @@ REAL = collections.OrderedDict(
         Spec("deeplabv3_mobilenet_v3_large", _tv_seg("deeplabv3_mobilenet_v3_large"),
              _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]), dynamic=_IMG_DYN, tol=_REAL_TOL,
              desc="torchvision deeplabv3_mobilenet_v3_large (bilinear upsampling) -> out, random weights"),
+        Spec("unet2d_cond", _unet, _unet_cases([2, 5]), dynamic=_UNET_DYN, tol=_REAL_TOL,
+             desc="diffusers UNet2DConditionModel, small (group norm, cross-attention, upsampling) -> noise prediction"),
     ] + [
         Spec(f, _decoder(f), _ids_cases(32000, [(2, 16), (3, 40)]), dynamic=_DECODER_DYN, tol=_REAL_TOL,
              desc=f"transformers {f} decoder (4 layers, hidden 512, random weights) -> logits; decode step: test/llm_test.py")
