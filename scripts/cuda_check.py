@@ -24,7 +24,8 @@ checked with TF32_TOL whatever the flag.
 `ptc compile --precision tf32-conv`; they are checked as tf32 ones are.
 --autocast bf16|fp16: eager and torch.compile run under torch.autocast("cuda", dtype), for libraries
 compiled with `ptc compile --precision bf16 / fp16` (a library whose manifest names one of these is
-checked by this rule whatever the flag): ptc's error against exact-fp32 eager (the GPU's, and the
+checked by this rule whatever the flag; a model exported in float16 / bfloat16 is checked by the
+half rule, as without the flag): ptc's error against exact-fp32 eager (the GPU's, and the
 recorded CPU outputs), as an RMS relative to the output's RMS, is at most AUTOCAST_WORSE times
 autocast eager's own, plus 1e-6.
 --sizes MODEL:D0[,D1] ...: bench these models at these leading input dimensions instead (batch, or
@@ -175,7 +176,10 @@ def check(libs, only=None, ref_only=False, models=MODELS):
                         torch.cuda.synchronize()
                         e1, ok1 = 0.0, True
                         torch_tf32_err = None
-                        if half_precision is not None:  # --precision bf16 / fp16: the autocast rule
+                        # --precision bf16 / fp16 on a float32 model: the autocast rule. A model
+                        # exported in half precision computes in its own dtype whatever the
+                        # precision (torch.autocast leaves it alone too): the half rule below.
+                        if half_precision is not None and not half:
                             want = flat(eager(*ins)) if eager is not None else refs
                             if eager is not None:
                                 with autocast_ctx(half_precision):
