@@ -92,6 +92,13 @@ TEST_CASE("TorchScript: explicit input shapes, and a broken archive", "[torchscr
   auto wrong = test::run_ptc("inspect --input-shape 3x64 --input-shape 2 " + test::fixture("mlp.pt"));
   CHECK(wrong.exit_code == 1);
   CHECK(wrong.output.find("the model has 1 inputs but 2 input shapes were given") != std::string::npos);
+  // Sizes separated by something other than 'x', a symbol range that is not one: one sentence.
+  auto commas = test::run_ptc("inspect --input-shape 3,64 " + test::fixture("mlp.pt"));
+  CHECK(commas.exit_code == 1);
+  CHECK(commas.output.find("input shape '3,64' is not sizes (numbers or symbols) separated by 'x'") != std::string::npos);
+  auto range = test::run_ptc("inspect --input-shape s0x64 --symbol s0=a..b " + test::fixture("mlp.pt"));
+  CHECK(range.exit_code == 1);
+  CHECK(range.output.find("symbol range 's0=a..b' must look like s0=1..1024") != std::string::npos);
   std::string out = test::temp_dir() + "/broken_ts.pt";
   test::rewrite_zip(test::fixture("mlp.pt2"), out, [](const std::string&, const std::string&) { return std::optional<std::string>(); },
                     {{"archive/code/__torch__.py", "garbage"}, {"archive/data.pkl", "x"}});

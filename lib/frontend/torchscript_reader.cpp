@@ -83,6 +83,7 @@ class Reader {
   std::map<std::string, at::Tensor> originals_;
   std::optional<sym::Expr> int_expr(const jit::Value* v) const;
   void track_int(const jit::Node* n);
+  Value* int_scalar_constant(const jit::Value* v, int64_t x);
   void infer_unknown_types(Node& node);
   void propagate_static_shapes(jit::Graph& graph);
   int n_tensor_constants_ = 0;
@@ -101,7 +102,11 @@ void Reader::read_input_specs(const std::string& extra_json, size_t n_inputs) {
     size_t eq = r.find('='), dots = r.find("..");
     if (eq == std::string::npos || dots == std::string::npos || dots < eq)
       fail("symbol range '", r, "' must look like s0=1..1024");
-    g_->symbols[r.substr(0, eq)] = sym::Range{std::stoll(r.substr(eq + 1, dots - eq - 1)), std::stoll(r.substr(dots + 2))};
+    try {
+      g_->symbols[r.substr(0, eq)] = sym::Range{std::stoll(r.substr(eq + 1, dots - eq - 1)), std::stoll(r.substr(dots + 2))};
+    } catch (const std::exception&) {
+      fail("symbol range '", r, "' must look like s0=1..1024");
+    }
   }
   if (!opts_.input_shapes.empty()) {
     if (opts_.input_shapes.size() != n_inputs)
@@ -118,7 +123,11 @@ void Reader::read_input_specs(const std::string& extra_json, size_t n_inputs) {
       }
       std::stringstream ss(shape);
       std::string d;
-      while (std::getline(ss, d, 'x')) s.sizes.push_back(parse_dim(d, g_->symbols));
+      try {
+        while (std::getline(ss, d, 'x')) s.sizes.push_back(parse_dim(d, g_->symbols));
+      } catch (const std::exception&) {
+        fail("input shape '", opts_.input_shapes[i], "' is not sizes (numbers or symbols) separated by 'x', e.g. 1x3x224x224 or s0x128");
+      }
       specs_.push_back(std::move(s));
     }
   } else if (!extra_json.empty()) {
@@ -322,8 +331,29 @@ void Reader::track_int(const jit::Node* n) {
   }
   if (r) {
     exprs_[n->output()] = *r;
-    if (n->output()->type()->kind() == c10::TypeKind::IntType) values_.at(n->output())->type = Type::sym_int(*r);
+    if (n->output()->type()->kind() == c10::TypeKind::IntType) {
+      values_.at(n->output())->type = Type::sym_int(*r);
+    } else if (n->output()->type()->kind() == c10::TypeKind::TensorType && r->as_const()) {
+      // A trace keeps size arithmetic as 0-dim int64 tensors (NumToTensor, then aten ops on it).
+      // Where the size is static, later tensor math on it (swin_t's head-size scale,
+      // (C // heads) ** -0.5) reads a constant instead of the node, which has no lowering.
+      values_[n->output()] = int_scalar_constant(n->output(), *r->as_const());
+    }
   }
+}
+
+Value* Reader::int_scalar_constant(const jit::Value* v, int64_t x) {
+  std::string target = "constant_" + std::to_string(n_tensor_constants_++);
+  while (g_->weights.count(target)) target += "_";
+  auto bytes = std::make_shared<std::string>(reinterpret_cast<const char*>(&x), sizeof x);
+  TensorData td;
+  td.type = Type::tensor(DType::Int64, {});
+  td.storage = reinterpret_cast<const std::byte*>(bytes->data());
+  td.storage_bytes = bytes->size();
+  td.owner = bytes;
+  Type vt = td.type;
+  g_->weights[target] = std::move(td);
+  return g_->add_input(fresh_name(v) + "_const", vt, GraphInput::Role::Constant, target);
 }
 
 Arg Reader::convert(const jit::Value* v, const SchemaArg* sa) {
