@@ -9,7 +9,7 @@ On the GPU machine (python3 with torch):
 
     python3 scripts/cuda_attention_check.py --check out/attn [--bench]
 
-Cases: head sizes 32..256, sequence lengths that are not multiples of the 32-row tiles, Tq != Tk,
+Cases: head sizes 4..256, sequence lengths that are not multiples of the 32-row tiles, Tq != Tk,
 causal, bool (keep) and float (added) masks with broadcasting, rows with every key masked (NaN
 as torch's math path gives), q/k/v as strided views (heads split out of [B, T, H*D]), rank 3.
 The reference is torch's math SDPA in float64; max |ptc - ref| must be within 1e-4 (+ 1e-4 rel).
@@ -62,6 +62,10 @@ CASES = {
     "bert_b8": (8, 12, 128, 128, 64, 64, False, "float", True),
     "vit_s_b8": (8, 6, 197, 197, 64, 64, False, None, True),
     "gpt2_b4": (4, 12, 128, 128, 64, 64, True, None, True),
+    # Small heads (the half kernel's 16- and 32-wide variants): a diffusion UNet's 4 channels per
+    # head, split out of [B, T, C]; 16 under a causal mask.
+    "unet_d4": (2, 8, 256, 256, 4, 4, False, None, True),
+    "d16_causal": (1, 2, 70, 70, 16, 8, True, None, False),
     # Grouped-query attention (enable_gqa): k and v with H / GROUPS[case] heads.
     "gqa_d64": (2, 8, 70, 70, 64, 64, True, None, False),
     "gqa_d128": (1, 8, 33, 90, 128, 128, False, "float", False),

@@ -90,6 +90,8 @@ def ptc_times(run):
     total = sum(e.self_device_time_total for e in events) / steps / 1e3
     gemm = sum(e.self_device_time_total for e in events
                if GEMM_KERNEL.search(e.key) and not e.key.startswith("ptc_gen::") and "attention" not in e.key) / steps / 1e3
+    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:6]:  # where the rest goes
+        print(f"  ptc {e.self_device_time_total / steps / 1e3:8.3f} ms  {e.count / steps:4.0f}x  {e.key[:100]}")
     return gemm, total
 
 

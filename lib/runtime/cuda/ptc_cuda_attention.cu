@@ -253,25 +253,47 @@ const char* attention_tiled_launch(const Attention& a, cudaStream_t stream) {
 // staging the same key tiles for half the rows) measured slower on the H200 (BERT-base b8 43.7
 // against 35.8 us, ViT-S b8 54.1 against 40.2, GPT-2 b4 35.2 against 27.5).
 // Next: cp.async double buffering of the key / value tiles (the staging is not overlapped).
+__device__ __forceinline__ float exp2_approx(float x) {  // 2^x, -inf -> 0 (ex2.approx: 2 ulp, as flash kernels use)
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+constexpr float kLog2e = 1.4426950408889634f;
+
 // One key tile's online-softmax step on a warp's scores in the mma C layout (lane (g, t): rows
-// g and g + 8, keys 2t and 2t + 1 of each 8-key group): the scores are masked (masked_score),
-// the running max m and sum l of the lane's two rows move on, the tile's probabilities replace
-// the scores in s, and corr is the factor by which the earlier output of each row is rescaled.
+// g and g + 8, keys 2t and 2t + 1 of each 8-key group). The softmax runs in base 2: scores are
+// scaled by scale * log2(e), and exp2 of (score - running max) is one ex2.approx. `full` says the
+// tile needs no masking (no mask, no causal diagonal in it, all kHBK keys in range); otherwise
+// each score goes through masked_score. The running max m and sum l of the lane's two rows move
+// on, the tile's probabilities replace the scores in s, and corr is the factor by which the
+// earlier output of each row is rescaled. Rows past Tq (computed on zero queries, never stored)
+// take the fast path too; the masked one treats them as masked (their mask row is not read).
 template <int NT>
 __device__ __forceinline__ void online_softmax_tile(const Attention& a, float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&corr)[2],
-                                                    int64_t b, int64_t h, const int64_t (&row)[2], int64_t j0, int nk, int t) {
+                                                    int64_t b, int64_t h, const int64_t (&row)[2], int64_t j0, int nk, int t, bool full) {
   const float ninf = -INFINITY;
   float best[2] = {ninf, ninf};
+  if (full) {
+    const float sl2 = a.scale * kLog2e;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t i = row[e / 2];
-      const int c = nt * 8 + 2 * t + (e & 1);
-      const float v = masked_score(a, s[nt][e], b, h, i, j0 + c, c >= nk || i >= a.Tq);
-      s[nt][e] = v;
-      best[e / 2] = maxnan_f(best[e / 2], v);
-    }
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] *= sl2;
+        best[e / 2] = maxnan_f(best[e / 2], s[nt][e]);
+      }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = row[e / 2];
+        const int c = nt * 8 + 2 * t + (e & 1);
+        const float v = masked_score(a, s[nt][e], b, h, i, j0 + c, c >= nk || i >= a.Tq) * kLog2e;
+        s[nt][e] = v;
+        best[e / 2] = maxnan_f(best[e / 2], v);
+      }
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     best[r] = maxnan_f(best[r], __shfl_xor_sync(0xffffffffu, best[r], 1));
@@ -281,16 +303,21 @@ __device__ __forceinline__ void online_softmax_tile(const Attention& a, float (&
     float sum = 0.f;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      s[nt][2 * r] = expf(s[nt][2 * r] - base);
-      s[nt][2 * r + 1] = expf(s[nt][2 * r + 1] - base);
+      s[nt][2 * r] = exp2_approx(s[nt][2 * r] - base);
+      s[nt][2 * r + 1] = exp2_approx(s[nt][2 * r + 1] - base);
       sum += s[nt][2 * r] + s[nt][2 * r + 1];
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    corr[r] = m[r] == ninf ? 0.f : expf(m[r] - mnew);
+    corr[r] = m[r] == ninf ? 0.f : exp2_approx(m[r] - mnew);
     l[r] = l[r] * corr[r] + sum;
     m[r] = mnew;
   }
+}
+
+// Whether the key tile [j0, j0 + nk) of a warp's 16 rows from r0 needs no mask (online_softmax_tile).
+__device__ __forceinline__ bool tile_unmasked(const Attention& a, int64_t r0, int64_t j0, int nk, int tile) {
+  return a.mask_kind == kMaskNone && nk == tile && (!a.causal || j0 + tile - 1 <= r0);
 }
 
 constexpr int kMBK = 64;
@@ -363,7 +390,7 @@ __global__ void __launch_bounds__(32 * WARPS) attention_mma_kernel(Attention a, 
       for (int ks = 0; ks < KD; ++ks) mma_tf32(s[nt], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kr[8 * ks], kr[8 * ks + 4]);
     }
     float corr[2];
-    online_softmax_tile(a, s, m, l, corr, b, h, row, j0, nk, t);
+    online_softmax_tile(a, s, m, l, corr, b, h, row, j0, nk, t, tile_unmasked(a, i0 + warp * 16, j0, nk, kMBK));
 #pragma unroll
     for (int nv = 0; nv < KV; ++nv) {
       o[nv][0] *= corr[0], o[nv][1] *= corr[0];
@@ -424,7 +451,10 @@ bool tf32_mma_available() {
 // FlashAttention-2's structure with mma.sync m16n8k16 (half inputs, float32 accumulation): one
 // block of WARPS warps per (b, h, 16 WARPS query rows), each warp owning 16 rows. Q, and each tile
 // of 64 keys of K and V, are staged in shared memory as they lie in memory (rows padded by 8
-// elements: the 32-bit fragment loads of Q and K and the ldmatrix loads of V hit distinct banks).
+// elements: the 32-bit fragment loads of Q and the ldmatrix loads of K and V hit distinct banks).
+// A warp skips the math of a tile where none of its rows is inside Tq (the last query block's
+// spare warps) or, under a causal mask, where the tile starts after its last row; the key loop
+// stops at the last 16 keys in range.
 // The key and value tiles are double-buffered with cp.async (16-byte copies, zero-filled past
 // the end) where the rows allow 16-byte loads, so the next tile's copy overlaps this tile's math.
 // Head sizes up to 128 keep the warp's Q fragments in registers for the whole key loop; larger
@@ -485,6 +515,18 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
 }
+// Four 8 x 8 matrices of 16-bit elements: lanes 8m..8m + 7 give the row addresses of matrix m,
+// and r[m] holds the lane's pair (row lane / 4, columns 2 (lane % 4)..) of it.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+#else
+  r[0] = r[1] = r[2] = r[3] = 0;
+#endif
+}
 // Four 8 x 8 matrices of 16-bit elements, transposed: lanes 8m..8m + 7 give the row addresses of
 // matrix m, and r[m] holds the lane's pair of its transpose.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
@@ -541,6 +583,7 @@ __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a,
   const int nq = blk.nq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
+  const bool active = warp * 16 < nq;
   const T *qbase = blk.q, *kbase = blk.k, *vbase = blk.v;
   const int64_t kend = a.causal ? std::min<int64_t>(a.Tk, i0 + nq) : a.Tk;  // causal: later keys add nothing
   const int64_t ntiles = (kend + kHBK - 1) / kHBK;
@@ -580,46 +623,56 @@ __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a,
     cp_async_commit();
     cp_async_wait<1>();  // this tile's copies are done
     __syncthreads();
-    const T* kt = sk + cur * kHBK * LDK;
-    const T* vt = sv + cur * kHBK * LDV;
-    float s[NT][4];
+    // A warp computes only where it has rows inside Tq and, under a causal mask, keys at or
+    // before its last row; the others still stage and meet the barriers.
+    if (active && (!a.causal || j0 <= i0 + warp * 16 + 15)) {
+      const T* kt = sk + cur * kHBK * LDK;
+      const T* vt = sv + cur * kHBK * LDV;
+      float s[NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+      for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+      // ldmatrix row addresses for K: lane -> key 8 (lane >> 4) + (lane & 7), columns 8 ((lane >> 3) & 1)..;
+      // r[0], r[1] are the B fragments (columns 2t.. and 2t + 8..) of keys 16 np + g, r[2], r[3] of 16 np + 8 + g.
+      const T* kl = kt + ((lane >> 4) * 8 + (lane & 7)) * LDK + ((lane >> 3) & 1) * 8;
 #pragma unroll
-    for (int ks = 0; ks < KD; ++ks) {
-      uint32_t f[4];
-      if (kQInRegisters) {
+      for (int ks = 0; ks < KD; ++ks) {
+        uint32_t f[4];
+        if (kQInRegisters) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) f[e] = qf[kQInRegisters ? ks : 0][e];
-      } else {
-        q_fragment(ks, f);
+          for (int e = 0; e < 4; ++e) f[e] = qf[kQInRegisters ? ks : 0][e];
+        } else {
+          q_fragment(ks, f);
+        }
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          if (16 * np >= nk) break;  // keys past the tile's end: masked below
+          uint32_t r[4];
+          ldmatrix_x4(r, kl + 16 * np * LDK + 16 * ks);
+          H::mma(s[2 * np], f, r[0], r[1]);
+          H::mma(s[2 * np + 1], f, r[2], r[3]);
+        }
       }
+      float corr[2];
+      online_softmax_tile(a, s, m, l, corr, b, h, row, j0, nk, t, tile_unmasked(a, i0 + warp * 16, j0, nk, kHBK));
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {  // B (16 x 8): key nt 8 + g, head-size columns 2t.. and 2t + 8..
-        const T* kr = kt + (nt * 8 + g) * LDK + 16 * ks + 2 * t;
-        H::mma(s[nt], f, *reinterpret_cast<const uint32_t*>(kr), *reinterpret_cast<const uint32_t*>(kr + 8));
+      for (int nv = 0; nv < 2 * KV; ++nv) {
+        o[nv][0] *= corr[0], o[nv][1] *= corr[0];
+        o[nv][2] *= corr[1], o[nv][3] *= corr[1];
       }
-    }
-    float corr[2];
-    online_softmax_tile(a, s, m, l, corr, b, h, row, j0, nk, t);
+      // ldmatrix row addresses for V: lane -> key (lane & 7) + 8 ((lane >> 3) & 1), columns 8 (lane >> 4)..
+      const T* vl = vt + ((lane & 7) + ((lane >> 3) & 1) * 8) * LDV + (lane >> 4) * 8;
 #pragma unroll
-    for (int nv = 0; nv < 2 * KV; ++nv) {
-      o[nv][0] *= corr[0], o[nv][1] *= corr[0];
-      o[nv][2] *= corr[1], o[nv][3] *= corr[1];
-    }
-    // ldmatrix row addresses: lane -> key (lane & 7) + 8 ((lane >> 3) & 1), columns 8 (lane >> 4)..
-    const T* vl = vt + ((lane & 7) + ((lane >> 3) & 1) * 8) * LDV + (lane >> 4) * 8;
+      for (int kk = 0; kk < kHBK / 16; ++kk) {
+        if (16 * kk >= nk) break;  // zero probabilities and zero rows of V
+        const uint32_t p[4] = {H::pack(s[2 * kk][0], s[2 * kk][1]), H::pack(s[2 * kk][2], s[2 * kk][3]),
+                               H::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), H::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-    for (int kk = 0; kk < kHBK / 16; ++kk) {
-      if (16 * kk >= nk) break;  // zero probabilities and zero rows of V
-      const uint32_t p[4] = {H::pack(s[2 * kk][0], s[2 * kk][1]), H::pack(s[2 * kk][2], s[2 * kk][3]),
-                             H::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), H::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int nv = 0; nv < KV; ++nv) {  // 16 columns of V: B fragments of its two 8-column blocks
-        uint32_t r[4];
-        ldmatrix_x4_trans(r, vl + 16 * kk * LDV + 16 * nv);
-        H::mma(o[2 * nv], p, r[0], r[1]);
-        H::mma(o[2 * nv + 1], p, r[2], r[3]);
+        for (int nv = 0; nv < KV; ++nv) {  // 16 columns of V: B fragments of its two 8-column blocks
+          uint32_t r[4];
+          ldmatrix_x4_trans(r, vl + 16 * kk * LDV + 16 * nv);
+          H::mma(o[2 * nv], p, r[0], r[1]);
+          H::mma(o[2 * nv + 1], p, r[2], r[3]);
+        }
       }
     }
     __syncthreads();  // this tile's buffers are consumed
@@ -671,6 +724,10 @@ const char* attention_half_launch(const Attention& a, cudaStream_t stream) {
 template <typename T>
 const char* attention_half(const Attention& a, cudaStream_t stream) {
   const int64_t head = std::max(a.D, a.Dv);
+  // Small heads (a diffusion UNet's: 4 to 32 channels per head) would spend most of a 64-wide
+  // kernel's math on zero padding.
+  if (head <= 16) return attention_half_launch<T, 1, 1, 4>(a, stream);
+  if (head <= 32) return attention_half_launch<T, 2, 2, 4>(a, stream);
   if (head <= 64) return attention_half_launch<T, 4, 4, 4>(a, stream);
   if (head <= 128) return attention_half_launch<T, 8, 8, 4>(a, stream);
   return attention_half_launch<T, 16, 16, 4>(a, stream);
