@@ -2,10 +2,11 @@
 """Traced TorchScript modules whose size arithmetic feeds both sizes and tensor math.
 
 torch.jit.trace records `B, H, W, C = x.shape` as 0-dim tensors (prim::NumToTensor) and the
-arithmetic on them as aten ops on tensors: padding amounts computed with % and rsub (swin_t's
-window padding) and a scale computed from a size ((C // heads) ** -0.5, swin_t's attention). Each
+arithmetic on them as aten ops on tensors: padding amounts computed with %, rsub and a floor
+division (swin_t's window padding), a scale computed from a size ((C // heads) ** -0.5, swin_t's
+attention), and a true division of sizes, which stays float32. Each
 module is traced at two shapes, compiled with `ptc compile --input-shape`, and run against eager
-(max abs error within 1e-5).
+(dtypes equal, max abs error within 1e-5).
 
     .venv/bin/python test/torchscript_trace_test.py [--ptc-binary build/ptc]
 
@@ -34,9 +35,11 @@ class WindowPad(torch.nn.Module):
 
     def forward(self, x):  # [B, H, W, C]
         B, H, W, C = x.shape
-        x = F.pad(x, (0, 0, 0, (7 - W % 7) % 7, 0, (7 - H % 7) % 7))
-        q = self.fc(x) * (C // 3) ** -0.5
-        return q.reshape(B, -1, C).softmax(-1)
+        extra = torch.div(W, 4, rounding_mode="floor") % 2  # traced as div(rounding_mode="floor")
+        x = F.pad(x, (0, 0, 0, (7 - W % 7) % 7 + extra, 0, (7 - H % 7) % 7))
+        q = self.fc(x) * (C // 3) ** -0.5 * (C / 8)
+        # A true division of sizes is a float32 0-dim tensor, even where it is exact.
+        return q.reshape(B, -1, C).softmax(-1), C / 4
 
 
 def main():
@@ -52,8 +55,9 @@ def main():
             tag = "_".join(map(str, shape))  # a library path per shape (dlopen keeps one open per path)
             pt, so = f"{work}/m_{tag}.pt", f"{work}/m_{tag}.so"
             with torch.no_grad():
-                torch.jit.trace(model, (x,)).save(pt)
-                want = model(x)
+                traced = torch.jit.trace(model, (x,))
+                traced.save(pt)
+                want = traced(x)  # (eager returns C / 4 as a Python float; the trace, as a tensor)
             r = subprocess.run([args.ptc_binary, "compile", pt, "-o", so, "-q", "--input-shape", "x".join(map(str, shape))],
                                capture_output=True, text=True)
             if r.returncode != 0:
@@ -61,9 +65,10 @@ def main():
                 failed += 1
                 continue
             with ptc.Model(so) as m:
-                (got,) = m(x)
-            err = (got - want).abs().max().item()
-            ok = got.shape == want.shape and err <= 1e-5
+                got = m(x)
+            ok = len(got) == len(want) and all(g.shape == w.shape and g.dtype == w.dtype for g, w in zip(got, want))
+            err = max((g - w).abs().max().item() for g, w in zip(got, want)) if ok else float("nan")
+            ok = ok and err <= 1e-5
             print(f"{'ok  ' if ok else 'FAIL'} {shape}: max abs error {err:.2e}")
             failed += not ok
     print(f"{2 - failed} passed, {failed} failed")

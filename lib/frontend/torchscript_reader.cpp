@@ -84,6 +84,7 @@ class Reader {
   std::optional<sym::Expr> int_expr(const jit::Value* v) const;
   void track_int(const jit::Node* n);
   Value* int_scalar_constant(const jit::Value* v, int64_t x);
+  bool div_rounds_down(const jit::Node* n) const;
   void infer_unknown_types(Node& node);
   void propagate_static_shapes(jit::Graph& graph);
   int n_tensor_constants_ = 0;
@@ -294,6 +295,13 @@ std::optional<sym::Expr> Reader::int_expr(const jit::Value* v) const {
   return std::nullopt;
 }
 
+// aten::div with rounding_mode "floor" (what `//` on tensors traces as): an integer result.
+bool Reader::div_rounds_down(const jit::Node* n) const {
+  if (n->inputs().size() < 3) return false;
+  auto it = constants_.find(n->input(2));
+  return it != constants_.end() && it->second.isString() && it->second.toStringRef() == "floor";
+}
+
 // Follows size arithmetic (aten::size, NumToTensor/Int, + - * // %, rsub) symbolically, so that view and
 // reshape sizes computed from dynamic dimensions become expressions over the input symbols.
 void Reader::track_int(const jit::Node* n) {
@@ -314,11 +322,15 @@ void Reader::track_int(const jit::Node* n) {
   } else if (n->inputs().size() >= 2 && in(0) && in(1)) {
     sym::Expr a = *in(0), b = *in(1);
     try {
-      if (k == "aten::add") r = a + b;
-      else if (k == "aten::sub") r = a - b;
+      // add / sub with an alpha other than 1 (Tensor overloads) are not size arithmetic to follow.
+      const bool unit_alpha = n->inputs().size() < 3 || (in(2) && in(2)->as_const() == 1);
+      if (k == "aten::add" && unit_alpha) r = a + b;
+      else if (k == "aten::sub" && unit_alpha) r = a - b;
       else if (k == "aten::mul") r = a * b;
       else if (k == "aten::floor_divide" || k == "aten::floordiv" || k == "aten::div") {
-        if (k != "aten::div" || (b.as_const() && a == sym::floordiv(a, b) * b)) r = sym::floordiv(a, b);
+        // `//` on a trace's size tensors is div(rounding_mode="floor"); a true division is
+        // followed only where it is exact.
+        if (k != "aten::div" || div_rounds_down(n) || (b.as_const() && a == sym::floordiv(a, b) * b)) r = sym::floordiv(a, b);
       }
       else if (k == "aten::remainder") r = sym::mod(a, b);
       else if (k == "aten::rsub") {  // other - alpha * self
@@ -333,8 +345,11 @@ void Reader::track_int(const jit::Node* n) {
     exprs_[n->output()] = *r;
     if (n->output()->type()->kind() == c10::TypeKind::IntType) {
       values_.at(n->output())->type = Type::sym_int(*r);
-    } else if (n->output()->type()->kind() == c10::TypeKind::TensorType && r->as_const()) {
-      // A trace keeps size arithmetic as 0-dim int64 tensors (NumToTensor, then aten ops on it).
+    } else if (auto tt = n->output()->type()->cast<c10::TensorType>();
+               tt && r->as_const() && (k != "aten::div" || div_rounds_down(n)) &&
+               (!tt->scalarType() || *tt->scalarType() == c10::ScalarType::Long)) {
+      // A trace keeps size arithmetic as 0-dim int64 tensors (NumToTensor, then aten ops on it;
+      // a true division's result is float and keeps its node; a saved trace's types carry no dtype).
       // Where the size is static, later tensor math on it (swin_t's head-size scale,
       // (C // heads) ** -0.5) reads a constant instead of the node, which has no lowering.
       values_[n->output()] = int_scalar_constant(n->output(), *r->as_const());
@@ -353,7 +368,9 @@ Value* Reader::int_scalar_constant(const jit::Value* v, int64_t x) {
   td.owner = bytes;
   Type vt = td.type;
   g_->weights[target] = std::move(td);
-  return g_->add_input(fresh_name(v) + "_const", vt, GraphInput::Role::Constant, target);
+  std::string name = fresh_name(v) + "_const";
+  while (g_->find_value(name)) name += "_";
+  return g_->add_input(name, vt, GraphInput::Role::Constant, target);
 }
 
 Arg Reader::convert(const jit::Value* v, const SchemaArg* sa) {

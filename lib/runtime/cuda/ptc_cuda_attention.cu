@@ -239,6 +239,13 @@ const char* attention_tiled_launch(const Attention& a, cudaStream_t stream) {
   return e == cudaSuccess ? nullptr : cuda_error("the attention kernel", e);
 }
 
+__device__ __forceinline__ float exp2_approx(float x) {  // 2^x, -inf -> 0 (ex2.approx: 2 ulp, as flash kernels use)
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+constexpr float kLog2e = 1.4426950408889634f;
+
 // ---- attention on TF32 tensor cores (Attention::tf32) -------------------------------------------
 // FlashAttention-2's structure with mma.sync m16n8k8 (TF32 in, fp32 accumulate): one block of
 // WARPS warps per (b, h, 16 WARPS query rows); each warp owns 16 rows, holds their Q fragments in registers
@@ -253,12 +260,6 @@ const char* attention_tiled_launch(const Attention& a, cudaStream_t stream) {
 // staging the same key tiles for half the rows) measured slower on the H200 (BERT-base b8 43.7
 // against 35.8 us, ViT-S b8 54.1 against 40.2, GPT-2 b4 35.2 against 27.5).
 // Next: cp.async double buffering of the key / value tiles (the staging is not overlapped).
-__device__ __forceinline__ float exp2_approx(float x) {  // 2^x, -inf -> 0 (ex2.approx: 2 ulp, as flash kernels use)
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-constexpr float kLog2e = 1.4426950408889634f;
 
 // One key tile's online-softmax step on a warp's scores in the mma C layout (lane (g, t): rows
 // g and g + 8, keys 2t and 2t + 1 of each 8-key group). The softmax runs in base 2: scores are
