@@ -5,8 +5,8 @@ torch.jit.trace records `B, H, W, C = x.shape` as 0-dim tensors (prim::NumToTens
 arithmetic on them as aten ops on tensors: padding amounts computed with %, rsub and a floor
 division (swin_t's window padding), a scale computed from a size ((C // heads) ** -0.5, swin_t's
 attention), and a true division of sizes, which stays float32. Each
-module is traced at two shapes, compiled with `ptc compile --input-shape`, and run against eager
-(dtypes equal, max abs error within 1e-5).
+module is traced at two shapes, inspected (no unknown op may be listed), compiled with
+`ptc compile --input-shape`, and run against the trace (dtypes equal, max abs error within 1e-5).
 
     .venv/bin/python test/torchscript_trace_test.py [--ptc-binary build/ptc]
 
@@ -58,7 +58,14 @@ def main():
                 traced = torch.jit.trace(model, (x,))
                 traced.save(pt)
                 want = traced(x)  # (eager returns C / 4 as a Python float; the trace, as a tensor)
-            r = subprocess.run([args.ptc_binary, "compile", pt, "-o", so, "-q", "--input-shape", "x".join(map(str, shape))],
+            dims = "x".join(map(str, shape))
+            # inspect lists no unknown op: the size nodes left dead by the constants do not count.
+            ins = subprocess.run([args.ptc_binary, "inspect", pt, "--input-shape", dims], capture_output=True, text=True)
+            if "unknown ops: none" not in ins.stdout:
+                print(f"FAIL {shape}: ptc inspect lists unknown ops:\n{ins.stdout}{ins.stderr}")
+                failed += 1
+                continue
+            r = subprocess.run([args.ptc_binary, "compile", pt, "-o", so, "-q", "--input-shape", dims],
                                capture_output=True, text=True)
             if r.returncode != 0:
                 print(f"FAIL {shape}: {r.stderr.strip()}")

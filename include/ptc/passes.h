@@ -96,6 +96,9 @@ std::optional<OpKind> functional_twin(OpKind k);
 // Post: verify_graph is empty; no in-place op with a functional twin is left; nodes keep names
 //       and sources; applying it again changes nothing.
 std::unique_ptr<Graph> functionalize(const Graph& g, bool keep_detach = false);
+// An operator outside the op table whose name says it updates its input in place (aten's trailing
+// underscore: fill_, zero_); functionalize refuses it rather than let dead-code elimination drop it.
+bool unknown_inplace(const Node& n);
 
 // ---- common-subexpression elimination (lib/passes/cse.cpp) -------------------------------------
 //

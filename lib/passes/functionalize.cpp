@@ -118,7 +118,9 @@ struct Tracker {
 
 // An operator ptc does not know whose name says it updates its input in place (aten's trailing
 // underscore: fill_, zero_, add_; not dunders like __and__). Dead-code elimination would drop it
-// as unused, silently losing the update, so it is refused instead.
+// as unused, silently losing the update, so it is refused instead. (ptc inspect lists it too.)
+}  // namespace
+
 bool unknown_inplace(const Node& n) {
   if (n.op()) return false;
   std::string t = n.target;
@@ -135,6 +137,8 @@ bool unknown_inplace(const Node& n) {
   const std::string& name = parts[i + 1];  // after the namespace (aten)
   return name.size() > 1 && name.back() == '_' && name.compare(0, 2, "__") != 0;
 }
+
+namespace {
 
 [[noreturn]] void refuse(const Node& n, const std::string& what) {
   std::string where = "node '" + n.name + "' (" + n.op_name() + ")";
