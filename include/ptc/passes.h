@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <unordered_set>
 #include <vector>
 
 #include "ptc/graph.h"
@@ -66,6 +67,8 @@ std::vector<Type> infer_node_types(const Node& n);
 // Post: the kept nodes are g's, in g's order, with the same names, arguments, value names, types
 //       and sources; verify_graph is empty; applying it again changes nothing.
 std::unique_ptr<Graph> dead_code_elimination(const Graph& g);
+// The nodes dead_code_elimination keeps: those from which a graph output is reachable.
+std::unordered_set<const Node*> live_nodes(const Graph& g);
 
 // Drops the parameter, buffer and constant inputs that no node reads and no graph output is
 // (buffers the program updates stay: they are state), and the Graph::weights entries no

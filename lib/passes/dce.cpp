@@ -9,7 +9,7 @@
 
 namespace ptc {
 
-std::unique_ptr<Graph> dead_code_elimination(const Graph& g) {
+std::unordered_set<const Node*> live_nodes(const Graph& g) {
   std::unordered_set<const Value*> live(g.outputs.begin(), g.outputs.end());
   std::unordered_set<const Node*> keep;
   for (auto it = g.nodes().rbegin(); it != g.nodes().rend(); ++it) {
@@ -20,6 +20,11 @@ std::unique_ptr<Graph> dead_code_elimination(const Graph& g) {
     keep.insert(n);
     for (const Value* v : n->inputs()) live.insert(v);
   }
+  return keep;
+}
+
+std::unique_ptr<Graph> dead_code_elimination(const Graph& g) {
+  const std::unordered_set<const Node*> keep = live_nodes(g);
   rewrite::GraphRewriter rw(g);
   for (const auto& n : g.nodes())
     if (keep.count(n.get())) rw.copy_node(*n);

@@ -88,15 +88,7 @@ Summary summarize(const Graph& g) {
   // Nodes no output depends on are dropped before anything is lowered: an unknown op among them
   // (a trace's size bookkeeping, prim::NumToTensor, once its values became constants) does not
   // stop a compile, unless it updates its input in place (functionalize refuses those).
-  std::unordered_set<const Value*> live(g.outputs.begin(), g.outputs.end());
-  std::unordered_set<const Node*> needed;
-  for (auto it = g.nodes().rbegin(); it != g.nodes().rend(); ++it) {
-    bool used = false;
-    for (const Value* o : (*it)->outputs) used = used || live.count(o);
-    if (!used) continue;
-    needed.insert(it->get());
-    for (const Value* v : (*it)->inputs()) live.insert(v);
-  }
+  const std::unordered_set<const Node*> needed = live_nodes(g);
   for (const auto& n : g.nodes()) {
     std::string op = n->op_name();
     s.histogram[op]++;
