@@ -769,3 +769,51 @@ TEST_CASE("loop::substitute moves load indices and index values, and shares what
   // nothing to replace: the expression itself
   CHECK(loop::substitute(body, {{loop::loop_var(2, sym::Expr(4)), sym::Expr(0)}}) == body);
 }
+
+TEST_CASE("an attention mask that provably keeps every key (arange >= 0, a BERT export's) is dropped, one that may not is kept", "[lower]") {
+  // mask = (arange(T) >= c)[None, None, :, None].expand(n, 1, T, T), read by two attentions, as
+  // transformers' BERT builds it: with c = 0 it keeps every position, and the lowered program
+  // has two attentions without a mask and no stored mask; with c = 1 row 0 keeps no key.
+  std::mt19937 rng(7);
+  for (int64_t c : {0, 1}) {
+    INFO("mask arange >= " << c);
+    auto build = [&](bool with_mask) {
+      test::GraphBuilder b;
+      sym::Expr n = b.sym("n", 1, 4), T(12);
+      const int64_t H = 2, D = 8;
+      Value* q = b.input("q", DType::Float32, {n, sym::Expr(H), T, sym::Expr(D)});
+      Value* k = b.input("k", DType::Float32, {n, sym::Expr(H), T, sym::Expr(D)});
+      Value* v = b.input("v", DType::Float32, {n, sym::Expr(H), T, sym::Expr(D)});
+      std::map<std::string, Arg> args{{"query", q}, {"key", k}, {"value", v}};
+      if (with_mask) {
+        Value* r = b.op(OpKind::ArangeDefault, "arange", {{"end", T}});
+        Value* u = b.op(OpKind::Unsqueeze, "u0", {{"self", r}, {"dim", int64_t(0)}});
+        u = b.op(OpKind::Unsqueeze, "u1", {{"self", u}, {"dim", int64_t(1)}});
+        u = b.op(OpKind::Unsqueeze, "u3", {{"self", u}, {"dim", int64_t(3)}});
+        Value* ge = b.op(OpKind::GeScalar, "ge", {{"self", u}, {"other", c}});
+        args["attn_mask"] = Arg{b.op(OpKind::Expand, "mask", {{"self", ge}, {"size", std::vector<sym::Expr>{n, sym::Expr(-1), T, T}}})};
+      }
+      Value* y = b.op(OpKind::ScaledDotProductAttention, "y", args);
+      args["query"] = y;
+      b.g->outputs.push_back(b.op(OpKind::ScaledDotProductAttention, "y2", args));
+      REQUIRE(verify_graph(*b.g).empty());
+      return b;
+    };
+    test::GraphBuilder masked = build(true), plain = build(false);
+    LowerOptions opts;
+    opts.fused_attention = true;
+    loop::Program got = lower_to_loops(*masked.g, opts), want = lower_to_loops(*plain.g, opts);
+    REQUIRE(count_externs(got, loop::ExternKind::Attention) == 2);
+    int with_mask = 0;
+    for (const auto& comp : got.comps)
+      if (comp.extern_kind == loop::ExternKind::Attention) with_mask += comp.as<loop::AttentionAttrs>().mask_kind != 0;
+    if (c == 0) {
+      CHECK(with_mask == 0);
+      CHECK(got.comps.size() == want.comps.size());
+      same_outputs(want, got, *masked.g, rng);
+    } else {
+      CHECK(with_mask == 2);
+      CHECK(got.comps.size() == want.comps.size() + 1);  // the stored mask
+    }
+  }
+}

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 #include <algorithm>
 #include <set>
 #include <sstream>
@@ -95,6 +96,34 @@ bool is_comparison(Op op) {
   return op == Op::Eq || op == Op::Ne || op == Op::Lt || op == Op::Le || op == Op::Gt || op == Op::Ge;
 }
 
+// An index value or an integer constant as a symbolic expression.
+std::optional<sym::Expr> as_index(const ExprRef& e) {
+  if (e->op == Op::IndexVal) return e->index;
+  if (e->op == Op::Const && e->value == std::floor(e->value) && std::fabs(e->value) < 9007199254740992.0)
+    return sym::Expr(static_cast<int64_t>(e->value));
+  return std::nullopt;
+}
+
+// The outcome of comparison `op` of a and b where it is the same for every value of their
+// variables in range (an arange compared with 0: the all-true attention mask of a BERT export).
+std::optional<bool> decided(Op op, const ExprRef& a, const ExprRef& b) {
+  auto x = as_index(a), y = as_index(b);
+  if (!x || !y) return std::nullopt;
+  try {
+    switch (op) {
+      case Op::Eq: if (sym::prove_eq(*x, *y)) return true; if (sym::prove_ne(*x, *y)) return false; break;
+      case Op::Ne: if (sym::prove_ne(*x, *y)) return true; if (sym::prove_eq(*x, *y)) return false; break;
+      case Op::Lt: if (sym::prove_lt(*x, *y)) return true; if (sym::prove_ge(*x, *y)) return false; break;
+      case Op::Le: if (sym::prove_le(*x, *y)) return true; if (sym::prove_gt(*x, *y)) return false; break;
+      case Op::Gt: if (sym::prove_gt(*x, *y)) return true; if (sym::prove_le(*x, *y)) return false; break;
+      case Op::Ge: if (sym::prove_ge(*x, *y)) return true; if (sym::prove_lt(*x, *y)) return false; break;
+      default: break;
+    }
+  } catch (const std::exception&) {  // (a symbolic division by zero: undecided)
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ExprRef load(int buffer, DType dt, sym::Expr index) {
@@ -142,6 +171,16 @@ ExprRef binary(Op op, ExprRef a, ExprRef b) {
   if (op == Op::Sub && is_const(b, 0)) return a;
   if ((op == Op::Mul || op == Op::Div) && is_const(b, 1)) return a;
   if (op == Op::Mul && is_const(a, 1)) return b;
+  if (is_comparison(op))
+    if (auto d = decided(op, a, b)) return constant(*d ? 1 : 0, DType::Bool);
+  if ((op == Op::And || op == Op::Or) && a->dtype == DType::Bool && b->dtype == DType::Bool) {
+    // true and x = x, false and x = false; false or x = x, true or x = true
+    for (const ExprRef* c : {&a, &b})
+      if ((*c)->op == Op::Const) {
+        const ExprRef& other = c == &a ? b : a;
+        return ((*c)->value != 0) == (op == Op::And) ? other : constant(op == Op::And ? 0 : 1, DType::Bool);
+      }
+  }
   DType dt = is_comparison(op) || op == Op::And || op == Op::Or ? DType::Bool : a->dtype;
   return make(Expr{op, dt, {std::move(a), std::move(b)}, -1, sym::Expr(), 0, {}});
 }

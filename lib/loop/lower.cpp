@@ -113,6 +113,13 @@ Index loop_vars(const Index& sizes) {
 
 }  // namespace
 
+std::optional<double> uniform_value(const TensorRef& t) {
+  if (t.view) return std::nullopt;
+  ExprRef e = t.at(loop_vars(t.sizes));
+  if (e->op == Op::Const) return e->value;
+  return std::nullopt;
+}
+
 bool Lowering::reads_nhwc(const TensorRef& t) const {
   if (nhwc_buffers.empty()) return false;
   if (t.view) return nhwc_buffers.count(t.view->buffer) > 0;
@@ -445,7 +452,8 @@ Program Lowering::run() {
     for (size_t i = 0; i < outs.size(); ++i) {
       const Value* v = n->outputs[i];
       TensorRef t = std::move(outs[i]);
-      if (uses_[v] > 1 && !t.view) t = realize_shared(*n, i, t);
+      // (a value that is one constant everywhere costs nothing to recompute: an all-true mask)
+      if (uses_[v] > 1 && !t.view && !uniform_value(t)) t = realize_shared(*n, i, t);
       env_[v] = std::move(t);
     }
   }

@@ -309,6 +309,10 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
                     bool bool_mask_keeps, bool causal, double scale, DType compute, bool masked_rows_zero, bool need_probs,
                     int64_t kv_group) {
   const size_t r = q.rank();
+  if (mask) {  // a mask that keeps every position (HF BERT's, from an arange >= 0) is no mask
+    const std::optional<double> u = uniform_value(*mask);
+    if (u && (mask->dtype == DType::Bool ? (*u != 0) == bool_mask_keeps : *u == 0)) mask.reset();
+  }
   const bool fuse = L.options.fused_attention && !need_probs && fusable(L.options, q, k, v, compute, kv_group);
   if (kv_group > 1 && !fuse)
     return attention(L, q, expand_heads(L, k, q.sizes[1], kv_group), expand_heads(L, v, q.sizes[1], kv_group), mask, bool_mask_keeps,

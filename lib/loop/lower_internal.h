@@ -123,6 +123,10 @@ class Lowering {
 // Per-op lowerings (lower_ops.cpp): the tensors a node's outputs lower to, in order.
 std::vector<TensorRef> lower_node(Lowering& L, const Node& n);
 
+// The value of every element of `t` where it is computed (no view) as one constant: an arange
+// compared with 0, a full(); else nullopt.
+std::optional<double> uniform_value(const TensorRef& t);
+
 // Broadcast result shape of two shapes; nullopt when they cannot broadcast.
 std::optional<Index> broadcast_shapes(const Index& a, const Index& b);
 int64_t normalize_dim(Lowering& L, int64_t dim, size_t rank);
