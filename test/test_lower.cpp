@@ -817,3 +817,51 @@ TEST_CASE("an attention mask that provably keeps every key (arange >= 0, a BERT 
     }
   }
 }
+
+TEST_CASE("a causal mask computed from aranges of positions (transformers' GPT-2 export) becomes the attention's causal flag", "[lower]") {
+  // pos = arange(T).expand(n, T); keep = pos[b, j] <= pos[b, i] and seg[b, i] == seg[b, j], with
+  // seg = cumsum(pos != pos) (all zeros), b, i, j aranges: the mask is j <= i, which lowers to a
+  // causal attention that reads no mask and matches is_causal=True; no cumsum is computed.
+  std::mt19937 rng(9);
+  const int64_t H = 2, D = 8;
+  const sym::Expr T(12);
+  auto build = [&](bool mask_from_positions) {
+    test::GraphBuilder b;
+    sym::Expr n = b.sym("n", 1, 4);
+    auto e = [](int64_t v) { return sym::Expr(v); };
+    Value* q = b.input("q", DType::Float32, {n, e(H), T, e(D)});
+    Value* k = b.input("k", DType::Float32, {n, e(H), T, e(D)});
+    Value* v = b.input("v", DType::Float32, {n, e(H), T, e(D)});
+    std::map<std::string, Arg> args{{"query", q}, {"key", k}, {"value", v}};
+    if (mask_from_positions) {
+      auto unsq = [&](Value* x, std::vector<int64_t> dims, const std::string& name) {
+        for (int64_t d : dims) x = b.op(OpKind::Unsqueeze, name + std::to_string(d), {{"self", x}, {"dim", d}});
+        return x;
+      };
+      Value* pos = b.op(OpKind::Expand, "pos", {{"self", unsq(b.op(OpKind::ArangeDefault, "p", {{"end", T}}), {0}, "pu")},
+                                               {"size", std::vector<sym::Expr>{n, T}}});
+      Value* bi = unsq(b.op(OpKind::ArangeDefault, "bi", {{"end", n}}), {1, 2, 3}, "bu");
+      Value* qi = unsq(b.op(OpKind::ArangeDefault, "qi", {{"end", T}}), {0, 1, 3}, "qu");
+      Value* kj = unsq(b.op(OpKind::ArangeDefault, "kj", {{"end", T}}), {0, 1, 2}, "ku");
+      auto index = [&](Value* x, Value* at, const std::string& name) {
+        return b.op(OpKind::IndexTensor, name, {{"self", x}, {"indices", std::vector<Value*>{bi, at}}});
+      };
+      Value* causal = b.op(OpKind::LeTensor, "le", {{"self", index(pos, kj, "pk")}, {"other", index(pos, qi, "pq")}});
+      Value* seg = b.op(OpKind::Cumsum, "seg", {{"self", b.op(OpKind::NeTensor, "ne", {{"self", pos}, {"other", pos}})}, {"dim", int64_t(-1)}});
+      Value* same = b.op(OpKind::EqTensor, "eq", {{"self", index(seg, qi, "sq")}, {"other", index(seg, kj, "sk")}});
+      args["attn_mask"] = Arg{b.op(OpKind::UnderscoreAndTensor, "keep", {{"self", causal}, {"other", same}})};
+    } else {
+      args["is_causal"] = true;
+    }
+    b.g->outputs.push_back(b.op(OpKind::ScaledDotProductAttention, "y", args));
+    REQUIRE(verify_graph(*b.g).empty());
+    return b;
+  };
+  test::GraphBuilder masked = build(true), causal = build(false);
+  loop::Program got = lower_to_loops(*masked.g), want = lower_to_loops(*causal.g);
+  REQUIRE(got.comps.size() == 1);
+  REQUIRE(got.comps[0].extern_kind == loop::ExternKind::Attention);
+  CHECK(got.comps[0].as<loop::AttentionAttrs>().causal);
+  CHECK(got.comps[0].as<loop::AttentionAttrs>().mask_kind == 0);
+  same_outputs(want, got, *masked.g, rng);
+}

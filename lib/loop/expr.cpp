@@ -124,6 +124,18 @@ std::optional<bool> decided(Op op, const ExprRef& a, const ExprRef& b) {
   return std::nullopt;
 }
 
+bool integer_dtype(DType t) { return t == DType::Int64 || t == DType::Int32 || t == DType::Int16 || t == DType::Int8 || t == DType::UInt8; }
+
+// Whether a and b are the same value by construction: one node, equal constants, or equal index
+// values of one dtype.
+bool same_value(const ExprRef& a, const ExprRef& b) {
+  if (a.get() == b.get()) return true;
+  if (a->op != b->op || a->dtype != b->dtype) return false;
+  if (a->op == Op::Const) return a->value == b->value;
+  if (a->op == Op::IndexVal) return a->index == b->index;
+  return false;
+}
+
 }  // namespace
 
 ExprRef load(int buffer, DType dt, sym::Expr index) {
@@ -173,6 +185,10 @@ ExprRef binary(Op op, ExprRef a, ExprRef b) {
   if (op == Op::Mul && is_const(a, 1)) return b;
   if (is_comparison(op))
     if (auto d = decided(op, a, b)) return constant(*d ? 1 : 0, DType::Bool);
+  // Integer arithmetic of index values stays an index value (a diff of an arange is one number).
+  if ((op == Op::Add || op == Op::Sub || op == Op::Mul) && a->dtype == b->dtype && integer_dtype(a->dtype))
+    if (auto x = as_index(a), y = as_index(b); x && y)
+      return index_value(op == Op::Add ? *x + *y : op == Op::Sub ? *x - *y : *x * *y, a->dtype);
   if ((op == Op::And || op == Op::Or) && a->dtype == DType::Bool && b->dtype == DType::Bool) {
     // true and x = x, false and x = false; false or x = x, true or x = true
     for (const ExprRef* c : {&a, &b})
@@ -187,6 +203,12 @@ ExprRef binary(Op op, ExprRef a, ExprRef b) {
 
 ExprRef check_index(ExprRef i, sym::Expr n) {
   if (i->dtype != DType::Int64) i = cast(i, DType::Int64);
+  if (auto x = as_index(i)) {  // always inside: no check
+    try {
+      if (sym::prove_ge(*x, sym::Expr(0)) && sym::prove_lt(*x, n)) return i;
+    } catch (const std::exception&) {
+    }
+  }
   return make(Expr{Op::CheckIndex, DType::Int64, {std::move(i), index_value(n)}, -1, sym::Expr(), 0, {}});
 }
 
@@ -198,6 +220,7 @@ ExprRef rand_uniform(ExprRef key, ExprRef counter, uint32_t stream) {
 
 ExprRef where(ExprRef c, ExprRef a, ExprRef b) {
   if (c->op == Op::Const) return c->value != 0 ? a : b;
+  if (same_value(a, b)) return a;
   DType dt = a->dtype;
   return make(Expr{Op::Where, dt, {std::move(c), std::move(a), std::move(b)}, -1, sym::Expr(), 0, {}});
 }
@@ -214,6 +237,7 @@ std::vector<std::string> origins_of(const ExprRef& e) {
 
 ExprRef select(ExprRef c, ExprRef a, ExprRef b) {
   if (c->op == Op::Const) return c->value != 0 ? a : b;
+  if (same_value(a, b)) return a;
   DType dt = a->dtype;
   return make(Expr{Op::Select, dt, {std::move(c), std::move(a), std::move(b)}, -1, sym::Expr(), 0, {}});
 }

@@ -105,13 +105,32 @@ bool is_reshaped_whole_buffer(const Program& p, const View& v) {
   return nv == nb;
 }
 
+
+}  // namespace
+
 Index loop_vars(const Index& sizes) {
   Index idx;
   for (size_t d = 0; d < sizes.size(); ++d) idx.push_back(loop_var(static_cast<int>(d), sizes[d]));
   return idx;
 }
 
-}  // namespace
+bool recomputable(const TensorRef& t) {
+  if (t.view) return false;
+  int budget = 24;  // nodes
+  std::function<bool(const ExprRef&)> ok = [&](const ExprRef& e) {
+    if (--budget < 0) return false;
+    switch (e->op) {
+      case Op::Const: case Op::IndexVal: case Op::Cast: case Op::Add: case Op::Sub: case Op::Mul:
+      case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
+      case Op::And: case Op::Or: case Op::Not: case Op::Select: case Op::Where:
+        for (const ExprRef& a : e->args)
+          if (!ok(a)) return false;
+        return true;
+      default: return false;
+    }
+  };
+  return ok(t.at(loop_vars(t.sizes)));
+}
 
 std::optional<double> uniform_value(const TensorRef& t) {
   if (t.view) return std::nullopt;
@@ -452,8 +471,18 @@ Program Lowering::run() {
     for (size_t i = 0; i < outs.size(); ++i) {
       const Value* v = n->outputs[i];
       TensorRef t = std::move(outs[i]);
-      // (a value that is one constant everywhere costs nothing to recompute: an all-true mask)
-      if (uses_[v] > 1 && !t.view && !uniform_value(t)) t = realize_shared(*n, i, t);
+      // A value computed from its indices alone costs little to recompute, and its users see its
+      // expression (an arange of positions, an all-true mask). One that a library operation reads
+      // is stored once all the same, its expression kept beside (stored_from: the attention
+      // lowering reads a mask's).
+      if (uses_[v] > 1 && !t.view) {
+        const bool cheap = recomputable(t);
+        if (!cheap || (read_by_library_.count(v) && !uniform_value(t))) {
+          TensorRef stored = realize_shared(*n, i, t);
+          if (cheap) stored.stored_from = std::make_shared<const TensorRef>(t);
+          t = std::move(stored);
+        }
+      }
       env_[v] = std::move(t);
     }
   }

@@ -309,9 +309,30 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
                     bool bool_mask_keeps, bool causal, double scale, DType compute, bool masked_rows_zero, bool need_probs,
                     int64_t kv_group) {
   const size_t r = q.rank();
+  // A mask computed from its indices alone is examined through its expression (stored_from where
+  // it was stored for its several users; see Lowering::run).
+  auto expression = [&]() -> TensorRef { return mask->stored_from ? *mask->stored_from : *mask; };
   if (mask) {  // a mask that keeps every position (HF BERT's, from an arange >= 0) is no mask
-    const std::optional<double> u = uniform_value(*mask);
+    const std::optional<double> u = uniform_value(expression());
     if (u && (mask->dtype == DType::Bool ? (*u != 0) == bool_mask_keeps : *u == 0)) mask.reset();
+  }
+  if (mask && mask->dtype == DType::Bool && bool_mask_keeps && r >= 2) {
+    // A bool mask computed as key <= query from the indices alone (transformers' causal mask over
+    // aranges of positions) is the causal flag: no mask read, and tiles past the diagonal skipped.
+    Index ms(q.sizes.begin(), q.sizes.end() - 1);
+    ms.push_back(k.sizes[r - 2]);
+    const TensorRef mb = L.broadcast_to(expression(), ms);
+    if (!mb.view) {
+      const Index vars = loop_vars(ms);
+      const ExprRef e = mb.at(vars);
+      auto is_var = [](const ExprRef& x, const sym::Expr& v) { return x->op == Op::IndexVal && x->index == v; };
+      const sym::Expr &key = vars[r - 1], &query = vars[r - 2];
+      if ((e->op == Op::Le && is_var(e->args[0], key) && is_var(e->args[1], query)) ||
+          (e->op == Op::Ge && is_var(e->args[0], query) && is_var(e->args[1], key))) {
+        causal = true;
+        mask.reset();
+      }
+    }
   }
   const bool fuse = L.options.fused_attention && !need_probs && fusable(L.options, q, k, v, compute, kv_group);
   if (kv_group > 1 && !fuse)

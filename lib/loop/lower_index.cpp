@@ -32,6 +32,31 @@ ExprRef pick(const View& v, DType dt, const Index& at, size_t dim, ExprRef idx) 
   return load_at(v.buffer, dt, base, off, last_index(v));
 }
 
+// Where every index tensor's element is an index value provably inside its dim of x (an
+// arange: transformers' masks index positions by aranges), those positions as expressions of
+// the broadcast index's loop variables (loop_vars(bshape)); else nullopt.
+std::optional<std::vector<sym::Expr>> index_positions(const std::vector<TensorRef>& bidx, const TensorRef& x, size_t first,
+                                                      const Index& bshape) {
+  const Index bvars = loop_vars(bshape);
+  std::vector<sym::Expr> out;
+  for (size_t k = 0; k < bidx.size(); ++k) {
+    const sym::Expr& size = x.sizes[first + k];
+    ExprRef p = wrap_index(bidx[k].at(bvars), size);
+    if (p->op != Op::IndexVal && p->op != Op::Const) return std::nullopt;
+    const sym::Expr at = p->op == Op::IndexVal ? p->index : sym::Expr(static_cast<int64_t>(p->value));
+    // Inside [0, size): a loop variable of a broadcast dim of the same size, or by its range.
+    bool inside = false;
+    for (size_t d = 0; d < bvars.size() && !inside; ++d) inside = at == bvars[d] && bshape[d] == size;
+    try {
+      inside = inside || (sym::prove_ge(at, sym::Expr(0)) && sym::prove_lt(at, size));
+    } catch (const std::exception&) {
+    }
+    if (!inside) return std::nullopt;
+    out.push_back(at);
+  }
+  return out;
+}
+
 }  // namespace
 
 // A stable sort by ranks: rank[i] = how many elements go before element i (smaller, or equal and
@@ -379,9 +404,21 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
       }
       std::vector<TensorRef> bidx;
       for (const auto& t : idx) bidx.push_back(L.broadcast_to(t, bshape));
-      View xv = L.as_view(x, n.name);
       DType dt = x.dtype;
       const size_t nb = bshape.size();
+      if (auto at = index_positions(bidx, x, first, bshape)) {  // positions computed from indices: x composed, no gather
+        const Index bvars = loop_vars(bshape);
+        return one(L.pointwise(dt, a.out_sizes(), [=](const Index& o) {
+          std::map<sym::Expr, sym::Expr> repl;
+          for (size_t d = 0; d < nb; ++d) repl[bvars[d]] = o[first + d];
+          Index xi;
+          for (size_t d = 0; d < first; ++d) xi.push_back(o[d]);
+          for (size_t k = 0; k < count; ++k) xi.push_back(sym::substitute((*at)[k], repl));
+          for (size_t d = first + count; d < x.rank(); ++d) xi.push_back(o[d - count + nb]);
+          return x.at(xi);
+        }));
+      }
+      View xv = L.as_view(x, n.name);
       return one(L.pointwise(dt, a.out_sizes(), [=](const Index& o) {
         // o = [x dims before the block] + [broadcast dims] + [x dims after the block]
         Index bi(o.begin() + static_cast<long>(first), o.begin() + static_cast<long>(first + nb));
@@ -409,6 +446,9 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
         at[d] = idx.back();
         return select(binary(Op::Le, index_value(idx.back()), index_value(idx[d])), cast(x.at(at), dt), constant(0, dt));
       });
+      // Every term zero (a cumsum of `diff(positions) != 1` over an arange, in transformers'
+      // masks): zeros, no reduction.
+      if (auto u = uniform_value(terms); u && *u == 0) return one(L.pointwise(dt, x.sizes, [dt](const Index&) { return constant(0, dt); }));
       return one(L.reduce(terms, {static_cast<int64_t>(x.rank())}, false, ReduceOp::Sum, dt, n.name));
     }
     default: return std::nullopt;

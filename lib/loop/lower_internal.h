@@ -39,6 +39,9 @@ struct TensorRef {
   // a weight gradient reads transposed, recomputed in the backward).
   std::shared_ptr<const TensorRef> permuted_from;
   std::vector<int64_t> perm;
+  // Set for a stored value that is computed from its indices alone (recomputable): that
+  // computation, which a library operation's lowering may read instead of the buffer.
+  std::shared_ptr<const TensorRef> stored_from;
   ExprRef at(const Index& idx) const { return fn(idx); }
   size_t rank() const { return sizes.size(); }
 };
@@ -123,6 +126,11 @@ class Lowering {
 // Per-op lowerings (lower_ops.cpp): the tensors a node's outputs lower to, in order.
 std::vector<TensorRef> lower_node(Lowering& L, const Node& n);
 
+// The loop variables x0, x1, ... of a domain of these sizes.
+Index loop_vars(const Index& sizes);
+// Whether `t` is computed from its indices alone, in a few operations (no load): an arange, a
+// comparison of aranges. Such a value is recomputed by each user rather than stored.
+bool recomputable(const TensorRef& t);
 // The value of every element of `t` where it is computed (no view) as one constant: an arange
 // compared with 0, a full(); else nullopt.
 std::optional<double> uniform_value(const TensorRef& t);
