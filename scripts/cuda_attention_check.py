@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # the ptc package
 
-# name: (B, H, Tq, Tk, D, Dv, causal, mask: None | "bool" | "float" | "bool_allmasked", split_heads)
+# name: (B, H, Tq, Tk, D, Dv, causal, mask: None | "bool" | "float" | "bool_allmasked" | "causal_bool", split_heads)
 CASES = {
     "d64": (2, 4, 37, 37, 64, 64, False, None, False),
     "causal_d64": (2, 3, 100, 100, 64, 64, True, None, False),
@@ -62,6 +62,12 @@ CASES = {
     "bert_b8": (8, 12, 128, 128, 64, 64, False, "float", True),
     "vit_s_b8": (8, 6, 197, 197, 64, 64, False, None, True),
     "gpt2_b4": (4, 12, 128, 128, 64, 64, True, None, True),
+    # Long sequences, where attention is a large part of the run: BERT-base 16x512, GPT-2 8x1024.
+    "bert_b16_t512": (16, 12, 512, 512, 64, 64, False, None, True),
+    "gpt2_b8_t1024": (8, 12, 1024, 1024, 64, 64, True, None, True),
+    # A causal mask given as a bool tensor (a transformers export's), which the half kernel reads
+    # per tile: whole tiles it drops are skipped.
+    "gpt2_b8_t1024_bool": (8, 12, 1024, 1024, 64, 64, False, "causal_bool", True),
     # Small heads (the half kernel's 16- and 32-wide variants): a diffusion UNet's 4 channels per
     # head, split out of [B, T, C]; 16 under a causal mask.
     "unet_d4": (2, 8, 256, 256, 4, 4, False, None, True),
@@ -114,6 +120,8 @@ def inputs(case, seed=0, half=None):
         m = torch.rand(B, 1, Tq, Tk, generator=g) > 0.3
         m[:, :, 3] = False  # row 3: every key masked
         args.append(m)
+    elif mask == "causal_bool":
+        args.append(torch.ones(Tq, Tk, dtype=torch.bool).tril().expand(B, 1, Tq, Tk).contiguous())
     elif mask == "float":
         args.append(torch.randn(Tq, Tk, generator=g))
     if half:  # every floating input in the half dtype (torch wants a float mask in q's dtype)
@@ -208,6 +216,10 @@ def check(out, bench, tf32=False, half=None, autocast=None):
             else:
                 row["eager_ms"] = t(lambda: module(*args))
             torch.backends.cuda.matmul.allow_tf32 = False
+            B, H, Tq, Tk, D, Dv = spec[:6]
+            flop = 2 * B * H * Tq * Tk * (D + Dv) / (2 if spec[6] or spec[7] == "causal_bool" else 1)  # a causal mask halves the work
+            row["ptc_tflops"] = flop / row["ptc_ms"] / 1e9
+            row["eager_tflops"] = flop / row["eager_ms"] / 1e9
         rows.append(row)
         print(json.dumps(row), flush=True)
         m.close()

@@ -269,9 +269,13 @@ constexpr float kLog2e = 1.4426950408889634f;
 // on, the tile's probabilities replace the scores in s, and corr is the factor by which the
 // earlier output of each row is rescaled. Rows past Tq (computed on zero queries, never stored)
 // take the fast path too; the masked one treats them as masked (their mask row is not read).
+// `keep` (the half kernel under a bool mask, mask_bits): bit 4 nt + e says score s[nt][e] is
+// kept by the mask; the mask is then not read here.
 template <int NT>
 __device__ __forceinline__ void online_softmax_tile(const Attention& a, float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&corr)[2],
-                                                    int64_t b, int64_t h, const int64_t (&row)[2], int64_t j0, int nk, int t, bool full) {
+                                                    int64_t b, int64_t h, const int64_t (&row)[2], int64_t j0, int nk, int t, bool full,
+                                                    bool use_keep = false, uint32_t keep = 0) {
+  static_assert(NT * 4 <= 32, "one keep bit per score of the lane");
   const float ninf = -INFINITY;
   float best[2] = {ninf, ninf};
   if (full) {
@@ -290,7 +294,8 @@ __device__ __forceinline__ void online_softmax_tile(const Attention& a, float (&
       for (int e = 0; e < 4; ++e) {
         const int64_t i = row[e / 2];
         const int c = nt * 8 + 2 * t + (e & 1);
-        const float v = masked_score(a, s[nt][e], b, h, i, j0 + c, c >= nk || i >= a.Tq) * kLog2e;
+        const float v = use_keep ? (((keep >> (4 * nt + e)) & 1u) && !(a.causal && j0 + c > i) ? s[nt][e] * a.scale * kLog2e : ninf)
+                                 : masked_score(a, s[nt][e], b, h, i, j0 + c, c >= nk || i >= a.Tq) * kLog2e;
         s[nt][e] = v;
         best[e / 2] = maxnan_f(best[e / 2], v);
       }
@@ -314,6 +319,40 @@ __device__ __forceinline__ void online_softmax_tile(const Attention& a, float (&
     l[r] = l[r] * corr[r] + sum;
     m[r] = mnew;
   }
+}
+
+// A bool mask (kMaskKeep / kMaskDrop) over the lane's 2 x 4 NT scores of a key tile in the mma
+// C layout (rows row[0], row[1]; keys j0 + 8 nt + 2t and + 1): bit 4 nt + 2 r + e is set where the
+// score is kept: its key is inside the tile's nk and its row inside Tq, and the mask keeps it. Two
+// bytes at a time where the mask's keys are contiguous and the tile is whole.
+template <int NT>
+__device__ __forceinline__ uint32_t mask_bits(const Attention& a, int64_t b, int64_t h, const int64_t (&row)[2], int64_t j0, int nk, int t) {
+  const unsigned char* base = static_cast<const unsigned char*>(a.mask) + b * a.ms[0] + h * a.ms[1] + j0 * a.ms[3];
+  const bool want = a.mask_kind == kMaskKeep;
+  uint32_t bits = 0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= a.Tq) continue;
+    const unsigned char* p = base + row[r] * a.ms[2];
+    if (a.ms[3] == 1 && nk == 8 * NT && (reinterpret_cast<uintptr_t>(p) & 1) == 0) {
+      const uint16_t* p2 = reinterpret_cast<const uint16_t*>(p);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint16_t u = p2[nt * 4 + t];
+        bits |= static_cast<uint32_t>(((u & 0xffu) != 0) == want) << (4 * nt + 2 * r);
+        bits |= static_cast<uint32_t>(((u >> 8) != 0) == want) << (4 * nt + 2 * r + 1);
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = nt * 8 + 2 * t + e;
+          if (c < nk && (p[c * a.ms[3]] != 0) == want) bits |= 1u << (4 * nt + 2 * r + e);
+        }
+    }
+  }
+  return bits;
 }
 
 // Whether the key tile [j0, j0 + nk) of a warp's 16 rows from r0 needs no mask (online_softmax_tile).
@@ -626,7 +665,20 @@ __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a,
     __syncthreads();
     // A warp computes only where it has rows inside Tq and, under a causal mask, keys at or
     // before its last row; the others still stage and meet the barriers.
-    if (active && (!a.causal || j0 <= i0 + warp * 16 + 15)) {
+    bool compute = active && (!a.causal || j0 <= i0 + warp * 16 + 15);
+    bool full = tile_unmasked(a, i0 + warp * 16, j0, nk, kHBK);
+    const bool bool_mask = a.mask_kind == kMaskKeep || a.mask_kind == kMaskDrop;
+    uint32_t keep = 0;
+    if (compute && bool_mask) {
+      // A warp's tile that the mask drops whole is skipped (a causal mask given as a bool
+      // tensor); one it keeps whole takes the unmasked path. Rows past Tq count as either.
+      keep = mask_bits<NT>(a, b, h, row, j0, nk, t);
+      const uint32_t past = (row[0] >= a.Tq ? 0x33333333u : 0u) | (row[1] >= a.Tq ? 0xccccccccu : 0u);
+      constexpr uint32_t all = NT * 4 == 32 ? 0xffffffffu : (1u << (NT * 4)) - 1;
+      compute = !__all_sync(0xffffffffu, keep == 0);
+      full = nk == kHBK && (!a.causal || j0 + kHBK - 1 <= i0 + warp * 16) && __all_sync(0xffffffffu, ((keep | past) & all) == all);
+    }
+    if (compute) {
       const T* kt = sk + cur * kHBK * LDK;
       const T* vt = sv + cur * kHBK * LDV;
       float s[NT][4];
@@ -654,7 +706,7 @@ __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a,
         }
       }
       float corr[2];
-      online_softmax_tile(a, s, m, l, corr, b, h, row, j0, nk, t, tile_unmasked(a, i0 + warp * 16, j0, nk, kHBK));
+      online_softmax_tile(a, s, m, l, corr, b, h, row, j0, nk, t, full, bool_mask, keep);
 #pragma unroll
       for (int nv = 0; nv < 2 * KV; ++nv) {
         o[nv][0] *= corr[0], o[nv][1] *= corr[0];
