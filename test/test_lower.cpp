@@ -865,3 +865,32 @@ TEST_CASE("a causal mask computed from aranges of positions (transformers' GPT-2
   CHECK(got.comps[0].as<loop::AttentionAttrs>().mask_kind == 0);
   same_outputs(want, got, *masked.g, rng);
 }
+
+TEST_CASE("k and v with repeated heads (transformers' repeat_kv) lower to grouped-query attention without the copies", "[lower]") {
+  // k, v: [n, 2, T, D] -> [:, :, None].expand(n, 2, 4, T, D).reshape(n, 8, T, D), as Llama's
+  // repeat_kv writes grouped-query attention; k also goes through a pointwise op after the repeat.
+  std::mt19937 rng(13);
+  test::GraphBuilder b;
+  sym::Expr n = b.sym("n", 1, 4);
+  auto e = [](int64_t v) { return sym::Expr(v); };
+  const int64_t T = 9, D = 8;
+  Value* q = b.input("q", DType::Float32, {n, e(8), e(T), e(D)});
+  auto repeat = [&](Value* x, const std::string& name) {
+    Value* u = b.op(OpKind::Unsqueeze, name + "_u", {{"self", x}, {"dim", int64_t(2)}});
+    Value* ex = b.op(OpKind::Expand, name + "_e", {{"self", u}, {"size", std::vector<sym::Expr>{n, e(2), e(4), e(T), e(D)}}});
+    return b.op(OpKind::Reshape, name + "_r", {{"self", ex}, {"shape", std::vector<sym::Expr>{n, e(8), e(T), e(D)}}});
+  };
+  Value* k = b.op(OpKind::MulScalar, "k_scaled", {{"self", repeat(b.input("k", DType::Float32, {n, e(2), e(T), e(D)}), "k")}, {"other", 0.5}});
+  Value* v = repeat(b.input("v", DType::Float32, {n, e(2), e(T), e(D)}), "v");
+  b.g->outputs.push_back(b.op(OpKind::ScaledDotProductAttention, "y", {{"query", q}, {"key", k}, {"value", v}, {"is_causal", true}}));
+  REQUIRE(verify_graph(*b.g).empty());
+  LowerOptions fused, unfused;
+  unfused.fused_attention = false;
+  loop::Program got = lower_to_loops(*b.g, fused), want = lower_to_loops(*b.g, unfused);
+  REQUIRE(count_externs(got, loop::ExternKind::Attention) == 1);
+  for (const auto& c : got.comps) {
+    if (c.extern_kind == loop::ExternKind::Attention) CHECK(c.as<loop::AttentionAttrs>().kv_group == 4);
+    else CHECK(c.domain[1] == e(2));  // k and v stored with their 2 heads, not 8
+  }
+  same_outputs(want, got, *b.g, rng);
+}

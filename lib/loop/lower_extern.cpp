@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <utility>
 
 #include "lower_internal.h"
@@ -305,10 +306,46 @@ TensorRef expand_heads(Lowering& L, const TensorRef& t, const sym::Expr& heads, 
   });
 }
 
+// The largest g such that computed [B, H, T, D] tensor t is the heads of a [B, H / g, T, D]
+// tensor each repeated g times (transformers' repeat_kv: expand and reshape, the rotary
+// embedding applied before or after): its element at head h is its element at head
+// (h / g) g. 1 where there is none (or t is a view).
+int64_t repeated_heads(Lowering& L, const TensorRef& t) {
+  auto heads = t.sizes[1].as_const();
+  if (t.view || t.rank() != 4 || !heads) return 1;
+  const Index vars = loop_vars(t.sizes);
+  const std::string at = print_expr(L.prog_, t.at(vars));
+  for (int64_t g = *heads; g > 1; --g) {
+    if (*heads % g) continue;
+    Index grouped = vars;
+    grouped[1] = sym::floordiv(vars[1], sym::Expr(g)) * sym::Expr(g);
+    if (print_expr(L.prog_, t.at(grouped)) == at) return g;
+  }
+  return 1;
+}
+
+// Heads 0, g, 2g, ... of t: the tensor whose heads t repeats g times.
+TensorRef distinct_heads(Lowering& L, const TensorRef& t, int64_t g) {
+  Index sizes = t.sizes;
+  sizes[1] = sym::floordiv(sizes[1], sym::Expr(g));
+  return L.pointwise(t.dtype, sizes, [t, g](const Index& i) { return t.at({i[0], i[1] * sym::Expr(g), i[2], i[3]}); });
+}
+
 Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const TensorRef& v, std::optional<TensorRef> mask,
                     bool bool_mask_keeps, bool causal, double scale, DType compute, bool masked_rows_zero, bool need_probs,
                     int64_t kv_group) {
   const size_t r = q.rank();
+  if (kv_group == 1 && r == 4 && L.options.fused_attention && !need_probs) {
+    // k and v with their heads repeated (grouped-query attention written as repeat_kv) are read
+    // as grouped-query attention: the repeated copies are not stored.
+    const int64_t gk = repeated_heads(L, k), gv = gk > 1 ? repeated_heads(L, v) : 1;
+    const int64_t g = std::gcd(gk, gv);
+    if (g > 1) {
+      TensorRef k1 = distinct_heads(L, k, g), v1 = distinct_heads(L, v, g);
+      if (fusable(L.options, q, k1, v1, compute, g))
+        return attention(L, q, k1, v1, mask, bool_mask_keeps, causal, scale, compute, masked_rows_zero, need_probs, g);
+    }
+  }
   // A mask computed from its indices alone is examined through its expression (stored_from where
   // it was stored for its several users; see Lowering::run).
   auto expression = [&]() -> TensorRef { return mask->stored_from ? *mask->stored_from : *mask; };
