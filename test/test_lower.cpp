@@ -894,3 +894,53 @@ TEST_CASE("k and v with repeated heads (transformers' repeat_kv) lower to groupe
   }
   same_outputs(want, got, *b.g, rng);
 }
+
+TEST_CASE("a cumsum along a long dim lowers in blocks (sub-quadratic) and matches the running sum", "[lower]") {
+  // x: [2, L] with L a symbol up to 500 (blocks of 23): lengths shorter than a block, a multiple
+  // of it, and ragged; float32 and int64.
+  for (DType dt : {DType::Float32, DType::Int64}) {
+    test::GraphBuilder b;
+    sym::Expr len = b.sym("L", 1, 500);
+    Value* x = b.input("x", dt, {sym::Expr(2), len});
+    b.g->outputs.push_back(b.op(OpKind::Cumsum, "cs", {{"self", x}, {"dim", int64_t(1)}}));
+    REQUIRE(verify_graph(*b.g).empty());
+    loop::Program p = lower_to_loops(*b.g);
+    CHECK(p.comps.size() >= 3);  // block sums, sums before each block, sums within blocks
+    std::mt19937 rng(17);
+    for (int64_t L : {1, 5, 23, 46, 100, 500}) {
+      INFO("L " << L << (dt == DType::Int64 ? " int64" : " float32"));
+      std::vector<std::byte> in(static_cast<size_t>(2 * L) * 8);
+      std::vector<double> xs(static_cast<size_t>(2 * L));
+      for (size_t i = 0; i < xs.size(); ++i) {
+        xs[i] = static_cast<double>(static_cast<int>(rng() % 21) - 10);
+        if (dt == DType::Int64) {
+          const int64_t v = static_cast<int64_t>(xs[i]);
+          std::memcpy(in.data() + 8 * i, &v, 8);
+        } else {
+          const float v = static_cast<float>(xs[i]);
+          std::memcpy(in.data() + 4 * i, &v, 4);
+        }
+      }
+      if (dt == DType::Float32) in.resize(xs.size() * 4);
+      auto out = interpret(p, *b.g, {in}, {{"L", L}})[0];
+      for (int64_t r = 0; r < 2; ++r) {
+        double run = 0;
+        for (int64_t j = 0; j < L; ++j) {
+          run += xs[static_cast<size_t>(r * L + j)];
+          const size_t k = static_cast<size_t>(r * L + j);
+          double got;
+          if (dt == DType::Int64) {
+            int64_t v;
+            std::memcpy(&v, out.data() + 8 * k, 8);
+            got = static_cast<double>(v);
+          } else {
+            float v;
+            std::memcpy(&v, out.data() + 4 * k, 4);
+            got = v;
+          }
+          REQUIRE(got == run);  // small integers: exact in either dtype
+        }
+      }
+    }
+  }
+}

@@ -1,6 +1,8 @@
 // Data-dependent indexing (embedding, gather, index_select) through LoadAt — loads at a position
 // read from another tensor, clamped into the source buffer — plus as_strided (a view with
 // explicit strides) and diff.
+#include <cmath>
+
 #include "lower_internal.h"
 
 namespace ptc::loop {
@@ -55,6 +57,52 @@ std::optional<std::vector<sym::Expr>> index_positions(const std::vector<TensorRe
     out.push_back(at);
   }
   return out;
+}
+
+// Cumsums along dims of up to this many elements are one masked reduction (quadratic); longer
+// ones are blocked (blocked_cumsum).
+constexpr int64_t kDirectCumsum = 64;
+
+// cumsum of x along dim d in blocks of b ~ sqrt(n) elements (n: the dim's upper bound): the sum
+// of each block, the sum of the blocks before each block, and the sum within the block up to
+// each element; O(n sqrt(n)) work instead of the direct form's O(n^2).
+TensorRef blocked_cumsum(Lowering& L, const TensorRef& x, size_t d, DType dt, const std::string& origin) {
+  const sym::Expr n = x.sizes[d];
+  const int64_t b = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(sym::bounds(n).hi))));
+  const sym::Expr B(b), nb = sym::ceildiv(n, B);
+  const size_t last = x.rank();
+  Index per_block = x.sizes;
+  per_block[d] = nb;
+  Index blocks_by_pos = per_block;
+  blocks_by_pos.push_back(B);
+  TensorRef in_block = L.pointwise(dt, blocks_by_pos, [=](const Index& idx) {  // [.., k, .., e]: element k b + e
+    Index at(idx.begin(), idx.end() - 1);
+    at[d] = idx[d] * B + idx.back();
+    return where(binary(Op::Lt, index_value(at[d]), index_value(n)), cast(x.at(at), dt), constant(0, dt));
+  });
+  TensorRef sums = L.realize(L.reduce(in_block, {static_cast<int64_t>(last)}, false, ReduceOp::Sum, dt, origin), origin);
+  Index blocks_by_block = per_block;
+  blocks_by_block.push_back(nb);
+  TensorRef earlier = L.pointwise(dt, blocks_by_block, [=](const Index& idx) {  // [.., k, .., k']: block k' if before k
+    Index at(idx.begin(), idx.end() - 1);
+    at[d] = idx.back();
+    return select(binary(Op::Lt, index_value(idx.back()), index_value(idx[d])), sums.at(at), constant(0, dt));
+  });
+  TensorRef before = L.realize(L.reduce(earlier, {static_cast<int64_t>(last)}, false, ReduceOp::Sum, dt, origin), origin);
+  Index pos_by_offset = x.sizes;
+  pos_by_offset.push_back(B);
+  TensorRef within = L.pointwise(dt, pos_by_offset, [=](const Index& idx) {  // [.., i, .., e]: element (i // b) b + e if <= i
+    Index at(idx.begin(), idx.end() - 1);
+    const sym::Expr i = idx[d];
+    at[d] = sym::floordiv(i, B) * B + idx.back();
+    return where(binary(Op::Le, index_value(at[d]), index_value(i)), cast(x.at(at), dt), constant(0, dt));
+  });
+  TensorRef partial = L.reduce(within, {static_cast<int64_t>(last)}, false, ReduceOp::Sum, dt, origin);
+  return L.pointwise(dt, x.sizes, [=](const Index& idx) {
+    Index at = idx;
+    at[d] = sym::floordiv(idx[d], B);
+    return binary(Op::Add, before.at(at), partial.at(idx));
+  });
 }
 
 }  // namespace
@@ -449,7 +497,10 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
       // Every term zero (a cumsum of `diff(positions) != 1` over an arange, in transformers'
       // masks): zeros, no reduction.
       if (auto u = uniform_value(terms); u && *u == 0) return one(L.pointwise(dt, x.sizes, [dt](const Index&) { return constant(0, dt); }));
-      return one(L.reduce(terms, {static_cast<int64_t>(x.rank())}, false, ReduceOp::Sum, dt, n.name));
+      const sym::Range len = sym::bounds(x.sizes[d]);
+      if (!len.bounded_above() || len.hi <= kDirectCumsum)
+        return one(L.reduce(terms, {static_cast<int64_t>(x.rank())}, false, ReduceOp::Sum, dt, n.name));
+      return one(blocked_cumsum(L, x, d, dt, n.name));
     }
     default: return std::nullopt;
   }
