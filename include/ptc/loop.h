@@ -99,6 +99,10 @@ ExprRef select(ExprRef c, ExprRef a, ExprRef b);  // eager: for value masks (whe
 sym::Expr loop_var(int d, const sym::Expr& size);
 sym::Expr reduce_var(int d, const sym::Expr& size);
 bool is_loop_var(const sym::Expr& s);
+// The outcome of comparison `e` of two index values (or integer constants) where their
+// variables' ranges decide it, else nullopt. binary() folds such comparisons as it builds them;
+// this asks again after a substitution narrowed the ranges.
+std::optional<bool> decided_comparison(const ExprRef& e);
 
 struct Buffer {
   // State: a buffer the library holds between runs (a buffer the program updates: a KV cache),

@@ -138,6 +138,11 @@ bool same_value(const ExprRef& a, const ExprRef& b) {
 
 }  // namespace
 
+std::optional<bool> decided_comparison(const ExprRef& e) {
+  if (!is_comparison(e->op) || e->args.size() != 2) return std::nullopt;
+  return decided(e->op, e->args[0], e->args[1]);
+}
+
 ExprRef load(int buffer, DType dt, sym::Expr index) {
   index = sym::recombine_divmod(index);
   Expr e{Op::Load, dt, {}, buffer, index, 0, {}};

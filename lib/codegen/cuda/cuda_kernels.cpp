@@ -439,27 +439,7 @@ ExprRef in_row(const ExprRef& e, const std::map<const loop::Expr*, ExprRef>& mem
 }
 
 // Whether comparison `e` of two index values holds for every value of its variables in range.
-bool always_true(const ExprRef& e) {
-  auto as_index = [](const ExprRef& a) -> std::optional<sym::Expr> {
-    if (a->op == Op::IndexVal) return a->index;
-    if (a->op == Op::Const && a->value == std::floor(a->value)) return sym::Expr(static_cast<int64_t>(a->value));
-    return std::nullopt;
-  };
-  if (e->args.size() != 2) return false;
-  auto a = as_index(e->args[0]), b = as_index(e->args[1]);
-  if (!a || !b) return false;
-  try {
-    switch (e->op) {
-      case Op::Ge: return sym::prove_ge(*a, *b);
-      case Op::Gt: return sym::prove_gt(*a, *b);
-      case Op::Le: return sym::prove_le(*a, *b);
-      case Op::Lt: return sym::prove_lt(*a, *b);
-      default: return false;
-    }
-  } catch (const std::exception&) {
-    return false;
-  }
-}
+bool always_true(const ExprRef& e) { return loop::decided_comparison(e) == std::optional<bool>(true); }
 
 // A condition a vector load is read under: `cond`, or its negation.
 struct Condition {
