@@ -439,7 +439,49 @@ TEST_CASE("linear layers run on oneDNN's matmul or ptc's GEMM as PTC_CPU_ONEDNN_
   }
   const std::string report = test::temp_dir() + "/tfm_dyn.own.json";
   compile("tfm_dyn.pt2", " --no-library-gemm --report " + report, ".own");
-  for (const json& k : json::parse(test::read_file(report))["kernels"]) CHECK(k.value("library", "") != "oneDNN");
+  const json own = json::parse(test::read_file(report));  // (kept alive: the loop reads into it)
+  int own_gemms = 0;
+  for (const json& k : own["kernels"]) {
+    own_gemms += k["kind"] == "gemm";
+    CHECK(k.value("library", "") != "oneDNN");
+  }
+  CHECK(own_gemms > 0);
+}
+
+// --precision bf16 rounds a linear layer's result, and again after its activation, as autocast
+// does: epilogues oneDNN's post-ops cannot express. The product still runs on oneDNN's matmul and
+// the generated epilogue follows it on each row (MatmulArgs::ep); ptc's own GEMM with the same
+// epilogue (PTC_CPU_ONEDNN_MATMUL=0) agrees up to the order of the sums.
+TEST_CASE("bf16 precision: linear layers with autocast's roundings in their epilogues run on oneDNN and agree with ptc's GEMM", "[e2e][onednn]") {
+  if (!kSanitize.empty()) return;
+  for (const char* name : {"mlp_dyn", "tfm_dyn"}) {
+    INFO(name);
+    const std::string report = test::temp_dir() + "/" + name + ".bf16ep.json";
+    const std::string so = compile(std::string(name) + ".pt2", " --precision bf16 --report " + report, ".bf16ep");
+    int on_onednn = 0, gemms = 0;
+    const json r = json::parse(test::read_file(report));
+    for (const json& k : r["kernels"])
+      if (k["kind"] == "gemm") ++gemms, on_onednn += k.value("library", "") == "oneDNN";
+    CHECK(gemms > 0);
+    CHECK(on_onednn == gemms);
+    const std::string in = test::fixture(std::string("ref/") + name + ".case0.in0.npy"), dir = test::temp_dir() + "/bf16ep_" + name;
+    auto run = [&](const std::string& force) {
+      auto r = test::run_ptc_env("ONEDNN_VERBOSE=1 PTC_CPU_BF16=0 PTC_CPU_ONEDNN_MATMUL=" + force + " ",
+                                 "run " + so + " --inputs " + in + " --outputs " + dir + "/" + force);
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      CHECK((r.output.find("matmul") != std::string::npos) == (force == "1"));
+    };
+    run("1");
+    run("0");
+    NpyArray a = read_npy(dir + "/1/out0.npy"), b = read_npy(dir + "/0/out0.npy");
+    REQUIRE(a.data.size() == b.data.size());
+    const float* x = reinterpret_cast<const float*>(a.data.data());
+    const float* y = reinterpret_cast<const float*>(b.data.data());
+    double worst = 0;
+    for (size_t j = 0; j < a.data.size() / 4; ++j) worst = std::max(worst, std::fabs(double(x[j]) - y[j]) / (1e-2 + std::fabs(double(x[j]))));
+    CHECK(worst < 2e-2);  // a bf16 rounding that flips between the two sums' orders, at most
+  }
 }
 
 // oneDNN's call sites from several threads at once, at both recorded sizes: each site makes a

@@ -532,6 +532,40 @@ void emit_scatter(std::ostream& os, const loop::Program& p, const sched::Kernel&
   os << in << "}\n";
 }
 
+// A GEMM kernel's fused pointwise step as the lambda `epilogue` (ptc_rt::GemmEpilogue): the
+// body of `ep` on ncols finished values of C's row `row` of problem `bi`, from column col0, in
+// place (the GEMM's own result read as cp[j]). A GEMM of rank above 2 names its rows g.M.
+void emit_gemm_epilogue(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const Computation& c, const Computation& ep,
+                        const std::string& indent) {
+  const size_t r = c.domain.size();
+  // (A kernel that checks indices shares its one IndexCheck with the epilogue: by reference.)
+  os << indent << "  auto epilogue = [=" << (kernel_checks_indices(p, k) ? ", &ptc_ix" : "")
+     << "](float* __restrict cp, int64_t bi, int64_t row, int64_t col0, int64_t ncols) {\n";
+  os << indent << "    (void)bi;\n";
+  std::string in = indent + "    ";
+  // The epilogue's own loop variables: its domain enumerates the GEMM's rows in the same
+  // order, possibly with other leading dimensions ([B, S, N] over [B*S, N]).
+  size_t er = ep.domain.size();
+  for (size_t d = 0; d < er; ++d) os << in << "const int64_t n" << d << " = " << cpp_index(ep.domain[d]) << "; (void)n" << d << ";\n";
+  if (ep.domain == c.domain) {
+    if (r > 2) {
+      os << in << "int64_t rest = bi;\n";
+      for (size_t d = r - 2; d-- > 0;) os << in << "const int64_t x" << d << " = rest % n" << d << "; rest /= n" << d << ";\n";
+    }
+    os << in << "const int64_t x" << r - 2 << " = row;\n";
+  } else {
+    os << in << "int64_t rest = " << (r > 2 ? "bi * g.M + row" : "row") << ";\n";
+    for (size_t d = er - 1; d-- > 0;) os << in << "const int64_t x" << d << " = rest % n" << d << "; rest /= n" << d << ";\n";
+  }
+  os << in << "#pragma omp simd\n" << in << "for (int64_t j = 0; j < ncols; ++j) {\n";
+  os << in << "  const int64_t x" << er - 1 << " = col0 + j;\n";
+  ExprPrinter pr(os, in + "  ");
+  pr.override_load(c.out, "cp[j]");
+  std::string v = pr.print(ep.body);
+  os << in << "  cp[j] = " << v << ";\n" << in << "}\n";
+  os << indent << "  };\n";
+}
+
 void emit_gemm_own(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
   const Computation& c = p.comps[k.comps.front()];
   const loop::View& A = c.operands[0];
@@ -553,32 +587,7 @@ void emit_gemm_own(std::ostream& os, const loop::Program& p, const sched::Kernel
   std::string ep_name = "ptc_rt::GemmEpilogue{}";
   if (ep) {
     ep_name = "ptc_rt::epilogue_ref(epilogue)";
-    // (A kernel that checks indices shares its one IndexCheck with the epilogue: by reference.)
-    os << indent << "  auto epilogue = [=" << (kernel_checks_indices(p, k) ? ", &ptc_ix" : "")
-       << "](float* __restrict cp, int64_t bi, int64_t row, int64_t col0, int64_t ncols) {\n";
-    os << indent << "    (void)bi;\n";
-    std::string in = indent + "    ";
-    // The epilogue's own loop variables: its domain enumerates the GEMM's rows in the same
-    // order, possibly with other leading dimensions ([B, S, N] over [B*S, N]).
-    size_t er = ep->domain.size();
-    for (size_t d = 0; d < er; ++d) os << in << "const int64_t n" << d << " = " << cpp_index(ep->domain[d]) << "; (void)n" << d << ";\n";
-    if (ep->domain == c.domain) {
-      if (r > 2) {
-        os << in << "int64_t rest = bi;\n";
-        for (size_t d = r - 2; d-- > 0;) os << in << "const int64_t x" << d << " = rest % n" << d << "; rest /= n" << d << ";\n";
-      }
-      os << in << "const int64_t x" << r - 2 << " = row;\n";
-    } else {
-      os << in << "int64_t rest = " << (r > 2 ? "bi * g.M + row" : "row") << ";\n";
-      for (size_t d = er - 1; d-- > 0;) os << in << "const int64_t x" << d << " = rest % n" << d << "; rest /= n" << d << ";\n";
-    }
-    os << in << "#pragma omp simd\n" << in << "for (int64_t j = 0; j < ncols; ++j) {\n";
-    os << in << "  const int64_t x" << er - 1 << " = col0 + j;\n";
-    ExprPrinter pr(os, in + "  ");
-    pr.override_load(c.out, "cp[j]");
-    std::string v = pr.print(ep->body);
-    os << in << "  cp[j] = " << v << ";\n" << in << "}\n";
-    os << indent << "  };\n";
+    emit_gemm_epilogue(os, p, k, c, *ep, indent);
   }
   if (r == 2) {
     os << indent << "  ptc_rt::gemm_call(g, 1, ptc_rt::GemmOffsets{}, " << ep_name << ");\n";
@@ -618,9 +627,13 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
      << cpp_index(B.strides[1]) << ";\n";
   os << indent << "  a.weight_constant = true;\n";
   if (bf16_values) os << indent << "  a.bf16_values = true;\n";
-  if (ep) {
-    std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, *ep, kOneDnnGemmActs);
-    PTC_CHECK(m, "a oneDNN CPU GEMM's epilogue is no library epilogue");
+  std::optional<sched::LibraryEpilogue> m = ep ? sched::match_library_epilogue(p, c, *ep, kOneDnnGemmActs) : std::nullopt;
+  if (ep && !m) {
+    // Not bias / residual / activation alone: the whole step runs on the product's rows after it.
+    PTC_CHECK(!k.epilogue_keeps, "a oneDNN CPU GEMM whose general epilogue keeps the product");
+    emit_gemm_epilogue(os, p, k, c, *ep, indent);
+    os << indent << "  a.ep = ptc_rt::epilogue_ref(epilogue);\n";
+  } else if (ep) {
     if (m->bias >= 0) os << indent << "  a.bias = b" << m->bias << " + " << cpp_index(m->bias_offset) << ";\n";
     if (m->residual >= 0) os << indent << "  a.residual = b" << m->residual << " + " << cpp_index(m->residual_offset) << ";\n";
     using Act = sched::LibraryEpilogue::Act;
@@ -868,7 +881,9 @@ bool kernel_on_onednn(const loop::Program& p, const sched::Kernel& k) {
   const Computation& c = p.comps[k.comps.front()];
   if (k.kind == sched::Kernel::Kind::Gemm) {
     if (c.extern_kind != loop::ExternKind::Gemm || !c.as<loop::GemmAttrs>().library || c.domain.size() != 2) return false;
-    return k.epilogue < 0 || sched::match_library_epilogue(p, c, p.comps[k.epilogue], kOneDnnGemmActs).has_value();
+    // (An epilogue oneDNN's post-ops cannot run follows the product on its rows, in place: not
+    // where the kernel also keeps the product itself.)
+    return k.epilogue < 0 || !k.epilogue_keeps || sched::match_library_epilogue(p, c, p.comps[k.epilogue], kOneDnnGemmActs).has_value();
   }
   if (k.kind != sched::Kernel::Kind::Conv) return false;
   return c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc;

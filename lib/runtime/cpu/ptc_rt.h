@@ -148,6 +148,9 @@ struct MatmulArgs {
   // a and w hold bfloat16 values (--precision bf16): with a constant weight, the product may run
   // on bf16 operands with fp32 accumulation (matmul_bf16()), as ConvNhwcArgs::bf16_values.
   bool bf16_values = false;
+  // Optional, after the bias, residual and act: ep(y + m N, 0, m, 0, N) on each row m, in place
+  // (a fused pointwise step that oneDNN's post-ops cannot express, such as autocast's roundings).
+  GemmEpilogue ep;
 };
 // Whether a product of this size runs on oneDNN (else the generated code calls ptc's own GEMM):
 // not below 2^18 multiply-adds or at M < 3, where oneDNN's per-call cost (a stream, memory

@@ -299,6 +299,11 @@ const char* matmul_call(void* site_ptr, const MatmulArgs& a) {
         site.find(matmul_key(a), [&] { return bf16_or_f32(runs_bf16(a), [&](bool bf16) { return make_matmul(site, a, bf16); }); });
     dnnl::stream s(cpu_engine());
     execute(*e, s, source(*e, a.a, a.M, a.K, a.lda_m, a.lda_k), a.y, a.w, a.weight_constant, a.bias, a.residual);
+    if (a.ep.fn) {
+      const int64_t M = a.M, N = a.N;
+#pragma omp parallel for schedule(static) if (M * N > 16384)
+      for (int64_t m = 0; m < M; ++m) a.ep.fn(a.ep.obj, a.y + m * N, 0, m, 0, N);
+    }
   });
 }
 
