@@ -4,11 +4,13 @@
 // broadcast (stride 0) masks, strided q / k / v, rows whose keys are all masked (zeros, as
 // torch's scaled_dot_product_attention gives, or NaN, as its fused multi-head attention gives),
 // masks that keep a window of keys per row (the key range is narrowed to what a block keeps) and
-// grouped-query attention (kv_group).
+// grouped-query attention (kv_group). The same cases on AMX bf16 tiles (attention_amx), where
+// this CPU has AMX.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -26,11 +28,18 @@ struct Problem {
 };
 
 // max |got - ref| / max |ref|; NaN where the reference is NaN must be NaN.
-double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, bool masked_rows_zero = false) {
+// amx: q, k and v hold bf16 values, and the AMX kernel (attention_amx) computes.
+double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, bool masked_rows_zero = false, bool amx = false) {
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   auto fill = [&](std::vector<float>& v, size_t n) {
     v.resize(n);
-    for (auto& e : v) e = dist(rng);
+    for (auto& e : v) {
+      e = dist(rng);
+      if (amx) {
+        const uint32_t u = static_cast<uint32_t>(ptc_rt::amx::bf16_bits(e)) << 16;
+        std::memcpy(&e, &u, 4);
+      }
+    }
   };
   std::vector<float> q, k, v, o(static_cast<size_t>(p.B * p.H * p.Tq * p.Dv), -7.f), fmask;
   std::vector<uint8_t> bmask;
@@ -75,7 +84,10 @@ double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, boo
       for (int64_t j = 0; j < p.Tk; ++j) bmask[static_cast<size_t>(p.Tk + j)] = p.mask_kind == ptc_rt::kMaskKeep ? 0 : 1;
     a.mask = bmask.data();
   }
-  ptc_rt::attention(a);
+  if (amx)
+    ptc_rt::attention_amx(a);
+  else
+    ptc_rt::attention(a);
 
   double worst = 0, scale = 0;
   for (int64_t b = 0; b < p.B; ++b)
@@ -144,4 +156,36 @@ TEST_CASE("fused attention matches softmax(q k^T * scale + mask) v", "[attention
   CHECK(run({1, 2, 5, 40, 8, 8, ptc_rt::kMaskDrop, false, false}, rng, true) < 1e-5);
   CHECK(run({1, 2, 5, 300, 8, 8, ptc_rt::kMaskKeep, false, false}, rng, true, true) < 1e-5);
   CHECK(run({1, 2, 5, 40, 8, 8, ptc_rt::kMaskDrop, false, false}, rng, true, true) < 1e-5);
+}
+
+// --precision bf16 on AMX CPUs (AttentionArgs::bf16_values): the products on bf16 tiles, P rounded
+// to bf16 (a relative error of about 2^-9 per weight), against the same double reference.
+TEST_CASE("fused attention on AMX bf16 tiles matches softmax(q k^T * scale + mask) v", "[attention][amx]") {
+  if (!ptc_rt::amx::ready()) {
+    WARN("this CPU (or OS) offers no AMX: the AMX attention path is not exercised here");
+    return;
+  }
+  std::mt19937 rng(7);
+  const Problem cases[] = {
+      {2, 3, 16, 16, 16, 16, ptc_rt::kMaskNone, false, false},
+      {1, 2, 130, 300, 32, 24, ptc_rt::kMaskNone, false, false},   // several query and key blocks, Dv != D
+      {1, 12, 128, 128, 64, 64, ptc_rt::kMaskNone, false, false},  // BERT-base's heads
+      {1, 2, 197, 197, 80, 72, ptc_rt::kMaskNone, false, true},    // D and Dv not multiples of 32 / 64, strided
+      {2, 2, 100, 100, 16, 16, ptc_rt::kMaskNone, true, false},    // causal across blocks
+      {1, 1, 7, 600, 8, 8, ptc_rt::kMaskNone, true, false},        // causal, Tq < Tk
+      {2, 2, 33, 270, 16, 16, ptc_rt::kMaskKeep, false, false},
+      {2, 2, 33, 270, 16, 16, ptc_rt::kMaskDrop, false, true},
+      {1, 3, 70, 70, 16, 16, ptc_rt::kMaskAdd, true, true},
+      {1, 4, 1, 512, 16, 16, ptc_rt::kMaskKeep, false, false, 2, true},  // a decode step: GQA, one row, a window
+      {2, 6, 90, 600, 8, 8, ptc_rt::kMaskKeep, false, true, 3, true},
+      {1, 4, 65, 300, 8, 8, ptc_rt::kMaskNone, true, false, 4, false},   // GQA, causal
+  };
+  for (const Problem& p : cases) {
+    INFO("B H Tq Tk D Dv = " << p.B << " " << p.H << " " << p.Tq << " " << p.Tk << " " << p.D << " " << p.Dv << ", mask "
+                             << p.mask_kind << ", causal " << p.causal << ", strided " << p.strided << ", group " << p.group
+                             << ", window " << p.window);
+    CHECK(run(p, rng, false, p.window, true) < 1e-2);
+  }
+  CHECK(run({1, 2, 5, 300, 8, 8, ptc_rt::kMaskKeep, false, false}, rng, true, false, true) < 1e-2);
+  CHECK(run({1, 2, 5, 40, 8, 8, ptc_rt::kMaskDrop, false, false}, rng, true, true, true) < 1e-2);
 }

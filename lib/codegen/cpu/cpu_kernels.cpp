@@ -457,13 +457,15 @@ void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k
 }
 
 // Fused attention (ptc_attention.h): up to two leading dims become (B, H); a missing one has
-// size 1 and stride 0.
-void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent) {
+// size 1 and stride 0. bf16_values (--precision bf16): q, k and v hold bf16 values (autocast
+// rounded them), so AMX CPUs may compute on bf16 tiles (AttentionArgs::bf16_values).
+void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent, bool bf16_values) {
   const Computation& c = p.comps[k.comps.front()];
   if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU attention supports float32 only so far (", c.origin, ")");
   os << indent << "{\n" << indent << "  ptc_rt::AttentionArgs a{};\n";
   os << wrapper::attention_fields(c, indent + "  ", [](size_t, const loop::View& v) { return "b" + std::to_string(v.buffer); });
   os << indent << "  a.o = b" << c.out << ";\n";
+  if (bf16_values) os << indent << "  a.bf16_values = true;\n";
   os << indent << "  ptc_rt::attention_call(a);\n" << indent << "}\n";
 }
 
@@ -957,7 +959,7 @@ void emit_kernel(std::ostream& os, const loop::Program& p, const sched::Kernel& 
       break;
     case sched::Kernel::Kind::Gemm: emit_gemm(os, p, k, "    ", prepared, math.gemm == MathMode::BF16); break;
     case sched::Kernel::Kind::Conv: emit_conv(os, p, k, "    ", prepared, math.conv == MathMode::BF16); break;
-    case sched::Kernel::Kind::Attention: emit_attention(os, p, k, "    "); break;
+    case sched::Kernel::Kind::Attention: emit_attention(os, p, k, "    ", math.attention == MathMode::BF16); break;
     case sched::Kernel::Kind::Scatter: emit_scatter(os, p, k, "    "); break;
   }
   os << "  }\n";

@@ -16,10 +16,14 @@
 
 #include <algorithm>
 #include <cmath>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 #include <cstdint>
 #include <limits>
 #include <vector>
 
+#include "ptc_amx.h"
 #include "ptc_gemm.h"
 #include "ptc_rt.h"  // AttentionArgs
 #include "ptc_support.h"
@@ -28,6 +32,68 @@ namespace ptc_rt {
 namespace attention_detail {
 
 constexpr int64_t BQ = 64, BK = 256;
+
+// The row's maximum (NaN if it holds one, as maxnan), from `best`.
+inline float row_max(const float* row, int64_t n, float best) {
+  int64_t c = 0;
+#ifdef __AVX512F__
+  if (n >= 16) {
+    __m512 mv = _mm512_set1_ps(best);
+    __mmask16 nan = 0;
+    for (; c + 16 <= n; c += 16) {
+      const __m512 x = _mm512_loadu_ps(row + c);
+      nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      mv = _mm512_max_ps(mv, x);
+    }
+    if (nan) return std::numeric_limits<float>::quiet_NaN();
+    best = maxnan(_mm512_reduce_max_ps(mv), best);
+  }
+#endif
+  for (; c < n; ++c) best = maxnan(row[c], best);
+  return best;
+}
+
+// row[c] = exp(row[c] - m) (exp_f's formula and special cases), returning their sum.
+inline float exp_sum(float* row, int64_t n, float m) {
+  int64_t c = 0;
+  float sum = 0.f;
+#ifdef __AVX512F__
+  if (n >= 16) {
+    const __m512 mv = _mm512_set1_ps(m), lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.37626f);
+    __m512 acc = _mm512_setzero_ps();
+    for (; c + 16 <= n; c += 16) {
+      const __m512 x = _mm512_sub_ps(_mm512_loadu_ps(row + c), mv);
+      const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      const __m512 xc = _mm512_mask_mov_ps(_mm512_min_ps(_mm512_max_ps(x, lo), hi), nan, _mm512_setzero_ps());
+      const __m512 nf = _mm512_roundscale_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                                             _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+      const __m512 r = _mm512_fmadd_ps(nf, _mm512_set1_ps(2.12194440e-4f), _mm512_fnmadd_ps(nf, _mm512_set1_ps(0.693359375f), xc));
+      __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+      const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+      const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(nf), _mm512_set1_epi32(127)), 23);
+      __m512 v = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+      v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
+      v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283f), _CMP_GT_OQ),
+                             _mm512_set1_ps(std::numeric_limits<float>::infinity()));
+      v = _mm512_mask_mov_ps(v, nan, x);
+      _mm512_storeu_ps(row + c, v);
+      acc = _mm512_add_ps(acc, v);
+    }
+    sum = _mm512_reduce_add_ps(acc);
+  }
+#endif
+  for (; c < n; ++c) {
+    const float p = exp_f(row[c] - m);
+    row[c] = p;
+    sum += p;
+  }
+  return sum;
+}
 
 // Scores of one block: scale, mask, causal limit; returns the row maxima into mx.
 inline void mask_block(const AttentionArgs& a, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
@@ -52,9 +118,7 @@ inline void mask_block(const AttentionArgs& a, int64_t b, int64_t h, int64_t i0,
       }
     }
     for (int64_t c = std::max<int64_t>(jmax, 0); c < nk; ++c) row[c] = ninf;
-    float best = ninf;
-    for (int64_t c = 0; c < nk; ++c) best = maxnan(row[c], best);
-    mx[r] = best;
+    mx[r] = row_max(row, nk, ninf);
   }
 }
 
@@ -122,13 +186,7 @@ inline void attention(const AttentionArgs& a) {
                 std::fill(row, row + nk, 0.f);
                 continue;
               }
-              float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-              for (int64_t c = 0; c < nk; ++c) {
-                const float p = exp_f(row[c] - mnew);
-                row[c] = p;
-                sum += p;
-              }
+              const float sum = exp_sum(row, nk, mnew);
               const float corr = m[r] == ninf ? 0.f : exp_f(m[r] - mnew);
               if (corr != 1.f) {
                 float* orow = o + r * a.Dv;
@@ -156,6 +214,96 @@ inline void attention(const AttentionArgs& a) {
             for (int64_t d = 0; d < a.Dv; ++d) orow[d] = l[r] == 0.f ? empty : orow[d] * inv;
           }
         }
+  }
+}
+
+// The same on AMX bf16 tiles (ptc_amx.h), for q, k and v that hold bf16 values
+// (AttentionArgs::bf16_values, --precision bf16): S = Q K^T and O += P V on the tiles with fp32
+// accumulation, the scale, mask and online softmax in fp32 as above, and P rounded to bf16 for
+// its product with V, as torch's CPU flash attention does for bf16. Per thread: Q's block in bf16,
+// the key block's K^T and V packed into VNNI tiles, and the output block in fp32 (zero padding
+// makes every size a whole number of tiles).
+inline void attention_amx(const AttentionArgs& a) {
+  using namespace attention_detail;
+  auto up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  const int64_t nqb = (a.Tq + BQ - 1) / BQ, nkb = (a.Tk + BK - 1) / BK, D32 = up(a.D, 32), Dv64 = up(a.Dv, 64);
+  const int64_t Hk = a.H / a.kv_group, kblock = D32 * BK, vblock = BK * Dv64;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  // K^T and V of every (image, k / v head, key block) in tiles, once per call, in the calling
+  // thread's buffer (kept between calls: no page faults per call; another thread running the
+  // library has its own).
+  thread_local std::vector<uint16_t> packed;
+  const size_t kbytes = static_cast<size_t>(a.B * Hk * nkb * kblock), vbytes = static_cast<size_t>(a.B * Hk * nkb * vblock);
+  if (packed.size() < kbytes + vbytes) packed.resize(kbytes + vbytes);
+  uint16_t *kpack = packed.data(), *vpack = packed.data() + kbytes;
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int64_t b = 0; b < a.B; ++b)
+    for (int64_t hk = 0; hk < Hk; ++hk)
+      for (int64_t jb = 0; jb < nkb; ++jb) {
+        const int64_t j0 = jb * BK, nk = std::min(BK, a.Tk - j0), at = (b * Hk + hk) * nkb + jb;
+        const float* kb = a.k + b * a.ks[0] + hk * a.ks[1] + j0 * a.ks[2];
+        const float* vb = a.v + b * a.vs[0] + hk * a.vs[1] + j0 * a.vs[2];
+        amx::pack_b(kb, a.ks[3], a.ks[2], a.D, nk, D32, up(nk, 64), kpack + at * kblock);  // B[d, j] = k[j, d]
+        amx::pack_b(vb, a.vs[2], a.vs[3], nk, a.Dv, up(nk, 32), Dv64, vpack + at * vblock);
+      }
+#pragma omp parallel
+  {
+    amx::configure();
+    std::vector<uint16_t> q_buf(static_cast<size_t>(BQ * D32)), p_buf(static_cast<size_t>(BQ * BK));
+    std::vector<float> s_buf(static_cast<size_t>(BQ * BK)), o_buf(static_cast<size_t>(BQ * Dv64)), m_buf(BQ), l_buf(BQ), bm_buf(BQ);
+    uint16_t *qt = q_buf.data(), *pt = p_buf.data();
+    float *s = s_buf.data(), *ob = o_buf.data(), *m = m_buf.data(), *l = l_buf.data(), *bm = bm_buf.data();
+#pragma omp for collapse(3) schedule(dynamic, 1)
+    for (int64_t b = 0; b < a.B; ++b)
+      for (int64_t h = 0; h < a.H; ++h)
+        for (int64_t qb = 0; qb < nqb; ++qb) {
+          const int64_t i0 = qb * BQ, nq = std::min(BQ, a.Tq - i0), nq16 = up(nq, 16);
+          const float* q = a.q + b * a.qs[0] + h * a.qs[1] + i0 * a.qs[2];
+          float* o = a.o + ((b * a.H + h) * a.Tq + i0) * a.Dv;
+          for (int64_t r = 0; r < nq16; ++r)
+            for (int64_t d = 0; d < D32; ++d) qt[r * D32 + d] = r < nq && d < a.D ? amx::bits_of(q[r * a.qs[2] + d * a.qs[3]]) : 0;
+          std::fill(ob, ob + nq16 * Dv64, 0.f);
+          std::fill(m, m + nq, ninf);
+          std::fill(l, l + nq, 0.f);
+          int64_t kbeg = 0, kend = a.causal ? std::min(a.Tk, i0 + nq) : a.Tk;
+          if (a.mask_kind == kMaskKeep || a.mask_kind == kMaskDrop) kept_keys(a, b, h, i0, nq, &kbeg, &kend);
+          // Whole key blocks: the causal limit and the mask drop the keys outside [kbeg, kend).
+          for (int64_t jb = kbeg / BK; kbeg < kend && jb * BK < kend; ++jb) {
+            const int64_t j0 = jb * BK, nk = std::min(BK, a.Tk - j0), nk32 = up(nk, 32), nk64 = up(nk, 64);
+            const int64_t at = (b * Hk + h / a.kv_group) * nkb + jb;
+            amx::gemm_tiles(qt, D32, kpack + at * kblock, nq16, nk64, D32, s, BK, true);  // S = Q K^T
+            mask_block(a, b, h, i0, nq, j0, nk, s, bm);
+            for (int64_t r = 0; r < nq16; ++r) {
+              float* row = s + r * BK;
+              uint16_t* prow = pt + r * BK;
+              const float mnew = r < nq ? maxnan(bm[r], m[r]) : ninf;
+              if (mnew == ninf) {  // every key so far masked (or a padding row): nothing to add
+                std::fill(prow, prow + nk32, uint16_t{0});
+                continue;
+              }
+              const float sum = exp_sum(row, nk, mnew);
+              for (int64_t c = 0; c < nk; ++c) prow[c] = amx::bf16_bits(row[c]);
+              std::fill(prow + nk, prow + nk32, uint16_t{0});
+              const float corr = m[r] == ninf ? 0.f : exp_f(m[r] - mnew);
+              if (corr != 1.f) {
+                float* orow = ob + r * Dv64;
+#pragma omp simd
+                for (int64_t d = 0; d < a.Dv; ++d) orow[d] *= corr;
+              }
+              l[r] = l[r] * corr + sum;
+              m[r] = mnew;
+            }
+            amx::gemm_tiles(pt, BK, vpack + at * vblock, nq16, Dv64, nk32, ob, Dv64, false);  // O += P V
+          }
+          const float empty = a.Tk == 0 || a.masked_rows_zero ? 0.f : std::numeric_limits<float>::quiet_NaN();
+          for (int64_t r = 0; r < nq; ++r) {
+            const float inv = 1.f / l[r];
+            const float* orow = ob + r * Dv64;
+#pragma omp simd
+            for (int64_t d = 0; d < a.Dv; ++d) o[r * a.Dv + d] = l[r] == 0.f ? empty : orow[d] * inv;
+          }
+        }
+    amx::release();
   }
 }
 

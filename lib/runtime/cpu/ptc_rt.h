@@ -54,6 +54,9 @@ struct AttentionArgs {
   bool causal = false;
   bool masked_rows_zero = false;  // a row with every key masked: zeros (SDPA) or NaN (fused MHA)
   int64_t kv_group = 1;           // grouped-query attention: head h reads k / v head h / kv_group
+  // q, k and v hold bf16 values (--precision bf16): on AMX CPUs the products run on bf16 tiles,
+  // P rounded to bf16 as torch's CPU flash attention does (ptc_attention.h's attention_amx).
+  bool bf16_values = false;
 };
 void attention_call(const AttentionArgs& a);
 

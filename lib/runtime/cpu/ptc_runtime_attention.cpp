@@ -5,6 +5,11 @@
 
 namespace ptc_rt {
 
-void attention_call(const AttentionArgs& a) { attention(a); }
+void attention_call(const AttentionArgs& a) {
+  if (a.bf16_values && amx::ready())
+    attention_amx(a);
+  else
+    attention(a);
+}
 
 }  // namespace ptc_rt
