@@ -451,7 +451,8 @@ TEST_CASE("linear layers run on oneDNN's matmul or ptc's GEMM as PTC_CPU_ONEDNN_
 // --precision bf16 rounds a linear layer's result, and again after its activation, as autocast
 // does: epilogues oneDNN's post-ops cannot express. The product still runs on oneDNN's matmul and
 // the generated epilogue follows it on each row (MatmulArgs::ep); ptc's own GEMM with the same
-// epilogue (PTC_CPU_ONEDNN_MATMUL=0) agrees up to the order of the sums.
+// epilogue (PTC_CPU_ONEDNN_MATMUL=0) and, on AMX CPUs, ptc's AMX kernel (PTC_CPU_AMX=1) agree up
+// to the order of the sums.
 TEST_CASE("bf16 precision: linear layers with autocast's roundings in their epilogues run on oneDNN and agree with ptc's GEMM", "[e2e][onednn]") {
   if (!kSanitize.empty()) return;
   for (const char* name : {"mlp_dyn", "tfm_dyn"}) {
@@ -465,22 +466,32 @@ TEST_CASE("bf16 precision: linear layers with autocast's roundings in their epil
     CHECK(gemms > 0);
     CHECK(on_onednn == gemms);
     const std::string in = test::fixture(std::string("ref/") + name + ".case0.in0.npy"), dir = test::temp_dir() + "/bf16ep_" + name;
-    auto run = [&](const std::string& force) {
-      auto r = test::run_ptc_env("ONEDNN_VERBOSE=1 PTC_CPU_BF16=0 PTC_CPU_ONEDNN_MATMUL=" + force + " ",
-                                 "run " + so + " --inputs " + in + " --outputs " + dir + "/" + force);
+    auto run = [&](const std::string& force, const std::string& env = "PTC_CPU_BF16=0 ") {
+      auto r = test::run_ptc_env("ONEDNN_VERBOSE=1 " + env + "PTC_CPU_ONEDNN_MATMUL=" + force + " ",
+                                 "run " + so + " --inputs " + in + " --outputs " + dir + "/" + force + env.substr(0, 12));
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
-      CHECK((r.output.find("matmul") != std::string::npos) == (force == "1"));
+      return r.output;
     };
-    run("1");
-    run("0");
-    NpyArray a = read_npy(dir + "/1/out0.npy"), b = read_npy(dir + "/0/out0.npy");
-    REQUIRE(a.data.size() == b.data.size());
-    const float* x = reinterpret_cast<const float*>(a.data.data());
-    const float* y = reinterpret_cast<const float*>(b.data.data());
-    double worst = 0;
-    for (size_t j = 0; j < a.data.size() / 4; ++j) worst = std::max(worst, std::fabs(double(x[j]) - y[j]) / (1e-2 + std::fabs(double(x[j]))));
-    CHECK(worst < 2e-2);  // a bf16 rounding that flips between the two sums' orders, at most
+    CHECK(run("1").find("matmul") != std::string::npos);
+    CHECK(run("0").find("matmul") == std::string::npos);
+    // Every product on ptc's AMX kernel where the CPU has AMX (else oneDNN's bf16 or fp32 kernels):
+    // no oneDNN matmul runs then.
+    const std::string amx = run("1", "PTC_CPU_AMX=1");
+    const bool has_amx = test::read_file("/proc/cpuinfo").find("amx_bf16") != std::string::npos;
+    if (has_amx) CHECK(amx.find("matmul") == std::string::npos);
+    auto worst = [&](const std::string& p, const std::string& q) {
+      NpyArray a = read_npy(dir + "/" + p + "/out0.npy"), b = read_npy(dir + "/" + q + "/out0.npy");
+      REQUIRE(a.data.size() == b.data.size());
+      const float* x = reinterpret_cast<const float*>(a.data.data());
+      const float* y = reinterpret_cast<const float*>(b.data.data());
+      double w = 0, scale = 1e-6;
+      for (size_t j = 0; j < a.data.size() / 4; ++j) w = std::max(w, std::fabs(double(x[j]) - y[j])), scale = std::max(scale, std::fabs(double(x[j])));
+      return w / scale;
+    };
+    // bf16 roundings that flip between the sums' orders (and propagate), relative to the largest output
+    CHECK(worst("1PTC_CPU_BF16", "0PTC_CPU_BF16") < 2e-2);
+    CHECK(worst("1PTC_CPU_BF16", "1PTC_CPU_AMX=") < 2e-2);
   }
 }
 

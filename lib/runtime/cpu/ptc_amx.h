@@ -3,7 +3,9 @@
 // ready() says whether this process may run AMX-BF16 tile instructions: the CPU has AMX-TILE and
 // AMX-BF16, the OS saves tile state (XCR0 bits 17 and 18), and Linux granted this process the tile
 // data (arch_prctl ARCH_REQ_XCOMP_PERM). PTC_CPU_BF16=0 turns AMX off, as it turns off oneDNN's
-// bf16 kernels. The functions that use tiles carry their own target attribute, so a library built
+// bf16 kernels; PTC_CPU_AMX=0 turns off only ptc's own AMX kernels (oneDNN's stay), and
+// PTC_CPU_AMX=1 runs every bf16 product of a linear layer on them (forced(): by default only the
+// shapes where they beat oneDNN's). The functions that use tiles carry their own target attribute, so a library built
 // for any x86-64 level still runs, and takes the AMX path only where ready() holds.
 //
 // Tiles here are always 16 rows of 64 bytes: an A tile is 16 rows x 32 bf16 (row-major), a B tile
@@ -11,9 +13,11 @@
 // fp32. TDPBF16PS adds A B into C with fp32 accumulation of the exact bf16 products.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #if defined(__x86_64__) && !defined(__NVCC__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
 #define PTC_AMX 1
@@ -36,10 +40,20 @@ inline uint16_t bf16_bits(float f) {
 }
 
 #ifdef PTC_AMX
+// PTC_CPU_AMX: 1 or 0 where set, else -1.
+inline int forced() {
+  static const int f = [] {
+    const char* e = std::getenv("PTC_CPU_AMX");
+    return e && *e ? (std::strcmp(e, "0") != 0 ? 1 : 0) : -1;
+  }();
+  return f;
+}
 inline bool ready() {
   static const bool ok = [] {
-    const char* e = std::getenv("PTC_CPU_BF16");
-    if (e && std::strcmp(e, "0") == 0) return false;
+    for (const char* var : {"PTC_CPU_BF16", "PTC_CPU_AMX"}) {
+      const char* e = std::getenv(var);
+      if (e && std::strcmp(e, "0") == 0) return false;
+    }
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1u)) return false;  // OSXSAVE
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 22) & 1u) || !((d >> 24) & 1u)) return false;  // AMX-BF16, AMX-TILE
@@ -70,8 +84,10 @@ __attribute__((target("amx-tile"))) inline void release() { _tile_release(); }
 
 // C[16 x 64] (fp32, 4 tiles side by side; ldc in floats) = (zero ? 0 : C) + A[16 x 32 kt] B, with
 // A row-major bf16 (lda in elements) and B as kt x 4 VNNI tiles, tile (k, c) at b + (k 4 + c) 512.
+// (ak: the elements from one 32-deep A tile to the next; 32 for a row-major A, 512 for A packed
+// tile after tile with lda = 32.)
 __attribute__((target("amx-tile,amx-bf16"))) inline void row_block(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t kt, float* c,
-                                                                    int64_t ldc, bool zero) {
+                                                                    int64_t ldc, bool zero, int64_t ak = 32) {
   const int64_t sc = ldc * 4, sa = lda * 2;
   if (zero) {
     _tile_zero(0);
@@ -86,7 +102,7 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void row_block(const uint16_
   }
   for (int64_t k = 0; k < kt; ++k) {
     const uint16_t* bk = b + k * 4 * 512;
-    _tile_loadd(4, a + k * 32, sa);
+    _tile_loadd(4, a + k * ak, sa);
     _tile_loadd(5, bk, 64);
     _tile_loadd(6, bk + 512, 64);
     _tile_dpbf16ps(0, 4, 5);
@@ -101,11 +117,56 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void row_block(const uint16_
   _tile_stored(2, c + 32, sc);
   _tile_stored(3, c + 48, sc);
 }
+
+// C[32 x 32] (fp32, 2 x 2 tiles; ldc in floats) = A[32 x 32 kt] B: A packed tile after tile (the
+// tiles of rows 0-15 at a, of rows 16-31 at a + a_next, 512 elements from one k to the next), B's
+// two column tiles at b + k bk and b + k bk + 512.
+__attribute__((target("amx-tile,amx-bf16"))) inline void block_2x2(const uint16_t* a, int64_t a_next, const uint16_t* b, int64_t bk, int64_t kt,
+                                                                    float* c, int64_t ldc) {
+  const int64_t sc = ldc * 4;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t k = 0; k < kt; ++k) {
+    _tile_loadd(4, a + k * 512, 64);
+    _tile_loadd(6, b + k * bk, 64);
+    _tile_loadd(5, a + a_next + k * 512, 64);
+    _tile_loadd(7, b + k * bk + 512, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, sc);
+  _tile_stored(1, c + 16, sc);
+  _tile_stored(2, c + 16 * ldc, sc);
+  _tile_stored(3, c + 16 * ldc + 16, sc);
+}
+// The same for 16 rows: C[16 x 32] = A[16 x 32 kt] B.
+__attribute__((target("amx-tile,amx-bf16"))) inline void block_1x2(const uint16_t* a, const uint16_t* b, int64_t bk, int64_t kt, float* c,
+                                                                    int64_t ldc) {
+  const int64_t sc = ldc * 4;
+  _tile_zero(0);
+  _tile_zero(1);
+  for (int64_t k = 0; k < kt; ++k) {
+    _tile_loadd(4, a + k * 512, 64);
+    _tile_loadd(6, b + k * bk, 64);
+    _tile_loadd(7, b + k * bk + 512, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+  }
+  _tile_stored(0, c, sc);
+  _tile_stored(1, c + 16, sc);
+}
 #else
+inline int forced() { return -1; }
 inline bool ready() { return false; }
 inline void configure() {}
 inline void release() {}
-inline void row_block(const uint16_t*, int64_t, const uint16_t*, int64_t, float*, int64_t, bool) {}
+inline void row_block(const uint16_t*, int64_t, const uint16_t*, int64_t, float*, int64_t, bool, int64_t = 32) {}
+inline void block_2x2(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t) {}
+inline void block_1x2(const uint16_t*, const uint16_t*, int64_t, int64_t, float*, int64_t) {}
 #endif
 
 // C[M16 x N64] (+)= A[M16 x K32] B for A row-major bf16 [M16 rows, lda], B packed by pack_b
@@ -154,6 +215,81 @@ inline void pack_b(const float* x, int64_t sk, int64_t sn, int64_t K, int64_t N,
   }
   if (K % 2)
     for (int64_t n = 0; n < N; ++n) o[vnni_pair(kt, (K - 1) >> 1, n)] = bits_of(x[(K - 1) * sk + n * sn]);
+}
+
+// A constant [K, N] weight (element strides sk, sn; bf16 values) in gemm_tiles' layout.
+struct PackedWeight {
+  int64_t K = 0, N = 0, K32 = 0, N64 = 0;
+  std::vector<uint16_t> tiles;
+};
+inline PackedWeight pack_weight(const float* w, int64_t sk, int64_t sn, int64_t K, int64_t N) {
+  PackedWeight p;
+  p.K = K, p.N = N, p.K32 = (K + 31) / 32 * 32, p.N64 = (N + 63) / 64 * 64;
+  p.tiles.resize(static_cast<size_t>(p.K32 * p.N64));
+  pack_b(w, sk, sn, K, N, p.K32, p.N64, p.tiles.data());
+  return p;
+}
+
+// C[M, N] (row stride ldc) = A[M, K] B for A holding bf16 values (element strides lda_m, lda_k)
+// and B packed, then ep(C + m ldc + n0, m, n0, count) on each finished run of a row. Blocks of 16
+// rows x 64 columns, the threads splitting the columns; the blocks at the bottom and right edges
+// accumulate in a scratch panel.
+template <class Ep>
+void gemm(const float* A, int64_t lda_m, int64_t lda_k, int64_t M, const PackedWeight& B, float* C, int64_t ldc, Ep&& ep) {
+  const int64_t M16 = (M + 15) / 16 * 16, K32 = B.K32, K = B.K, N = B.N, kt = K32 / 32, groups = B.N64 / 64;
+  thread_local std::vector<uint16_t> a_buf;  // (the calling thread's: its workers only read it)
+  if (a_buf.size() < static_cast<size_t>(M16 * K32)) a_buf.resize(static_cast<size_t>(M16 * K32));
+  uint16_t* a16 = a_buf.data();
+  // A in bf16, tile after tile: the 16 x 32 tile (m / 16, k / 32) at (m / 16 kt + k / 32) 512.
+#pragma omp parallel for schedule(static) if (M * K > 65536)
+  for (int64_t m = 0; m < M16; ++m) {
+    uint16_t* row = a16 + (m / 16) * 16 * K32 + (m % 16) * 32;
+    if (m >= M) {
+      for (int64_t t = 0; t < kt; ++t) std::memset(row + t * 512, 0, 64);
+      continue;
+    }
+    const float* am = A + m * lda_m;
+    for (int64_t t = 0; t < kt; ++t) {
+      uint16_t* dst = row + t * 512;
+      const int64_t k0 = t * 32, n = std::min<int64_t>(32, K - k0);
+      if (lda_k == 1 && n == 32) {
+        uint32_t u[32];
+        std::memcpy(u, am + k0, sizeof u);
+#pragma omp simd
+        for (int64_t j = 0; j < 32; ++j) dst[j] = static_cast<uint16_t>(u[j] >> 16);
+      } else {
+        for (int64_t j = 0; j < 32; ++j) dst[j] = j < n ? static_cast<uint16_t>(bits_of(am[(k0 + j) * lda_k])) : 0;
+      }
+    }
+  }
+  // Per 64-column group (the threads split them), every 32-row block of A over the group's two
+  // pairs of column tiles; blocks past the bottom or right edge go through a scratch block.
+#pragma omp parallel
+  {
+    configure();
+    alignas(64) float scratch[32 * 32];
+#pragma omp for schedule(static)
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint16_t* bg = B.tiles.data() + g * kt * 4 * 512;
+      for (int64_t m0 = 0; m0 < M16; m0 += 32) {
+        const int64_t rows = std::min<int64_t>(32, M - m0), block = std::min<int64_t>(32, M16 - m0);
+        for (int64_t half = 0; half < 2; ++half) {
+          const int64_t n0 = g * 64 + half * 32, cols = std::min<int64_t>(32, N - n0);
+          if (cols <= 0) break;
+          const bool inside = rows == block && cols == 32;
+          float* c = inside ? C + m0 * ldc + n0 : scratch;
+          if (block == 32)
+            block_2x2(a16 + m0 * K32, 16 * K32, bg + half * 2 * 512, 4 * 512, kt, c, inside ? ldc : 32);
+          else
+            block_1x2(a16 + m0 * K32, bg + half * 2 * 512, 4 * 512, kt, c, inside ? ldc : 32);
+          if (!inside)
+            for (int64_t r = 0; r < rows; ++r) std::memcpy(C + (m0 + r) * ldc + n0, scratch + r * 32, static_cast<size_t>(cols) * 4);
+          for (int64_t r = 0; r < rows; ++r) ep(C + (m0 + r) * ldc + n0, m0 + r, n0, cols);
+        }
+      }
+    }
+    release();
+  }
 }
 
 }  // namespace amx
