@@ -170,6 +170,8 @@ std::string ExprPrinter::inline_text(const ExprRef& e) {
     case Op::IndexVal:
       return "static_cast<" + T + ">(" + cpp_index(e->index) + ")";
     case Op::Cast:  // to float16 / bfloat16: rounded to that dtype, kept as float
+      if (cdt != e->dtype && dialect_ != Dialect::Cuda)  // (one expression: a temporary half object keeps loops scalar)
+        return std::string(e->dtype == DType::BFloat16 ? "ptc_rt::round_bfloat16(" : "ptc_rt::round_half(") + "static_cast<float>(" + a(0) + "))";
       if (cdt != e->dtype) return "static_cast<float>(" + std::string(ctype(e->dtype)) + "(static_cast<float>(" + a(0) + ")))";
       return "static_cast<" + T + ">(" + a(0) + ")";
     case Op::Where:

@@ -83,16 +83,29 @@ PTC_HALF_HD inline float bfloat16_bits_to_float(uint16_t b) { return bits_float(
 #ifndef __CUDACC__
 // The element types of float16 / bfloat16 buffers in generated CPU code: two bytes, converted
 // to and from float implicitly (a load reads float, a store rounds).
+// A float rounded to float16 / bfloat16 and back (what a store and a load of it give), as one
+// expression: generated loops vectorize it (a temporary half object in them would not).
+inline float round_half(float f) { return half_bits_to_float(float_to_half_bits(f)); }
+inline float round_bfloat16(float f) { return bits_float(static_cast<uint32_t>(float_to_bfloat16_bits(f)) << 16); }
+
 struct half {
   uint16_t bits;
   half() = default;
   half(float f) : bits(float_to_half_bits(f)) {}  // NOLINT: implicit, so that stores round
+  half& operator=(float f) {  // a store: the bits in place, no temporary
+    bits = float_to_half_bits(f);
+    return *this;
+  }
   operator float() const { return half_bits_to_float(bits); }
 };
 struct bfloat16 {
   uint16_t bits;
   bfloat16() = default;
   bfloat16(float f) : bits(float_to_bfloat16_bits(f)) {}  // NOLINT: implicit, so that stores round
+  bfloat16& operator=(float f) {
+    bits = float_to_bfloat16_bits(f);
+    return *this;
+  }
   operator float() const { return bfloat16_bits_to_float(bits); }
 };
 static_assert(sizeof(half) == 2 && sizeof(bfloat16) == 2, "two-byte storage types");
