@@ -178,10 +178,10 @@ inline void gemm_tiles(const uint16_t* a, int64_t lda, const uint16_t* b, int64_
     for (int64_t m = 0; m < M16; m += 16) row_block(a + m * lda, lda, b + (n / 64) * kt * 4 * 512, kt, c + m * ldc + n, ldc, zero);
 }
 
-// The B operand of gemm_tiles for B[k, n] = at(k, n), k < K, n < N, zero beyond (up to K32 x
+// The B operand of gemm_tiles (and gemm) for B[k, n], k < K, n < N, zero beyond (up to K32 x
 // N64): per 64-column group, kt = K32 / 32 rows of 4 VNNI tiles. In 32-bit units a tile is 16 x
 // 16 pairs: (k, n) is the low half of pair (k / 2 % 16, n % 16) of tile ((n / 64 kt + k / 32) 4 +
-// n % 64 / 16). at() must return bf16 values (they are truncated, exactly).
+// n % 64 / 16). The floats must hold bf16 values (they are truncated, exactly).
 inline uint32_t bits_of(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -231,9 +231,10 @@ inline PackedWeight pack_weight(const float* w, int64_t sk, int64_t sn, int64_t 
 }
 
 // C[M, N] (row stride ldc) = A[M, K] B for A holding bf16 values (element strides lda_m, lda_k)
-// and B packed, then ep(C + m ldc + n0, m, n0, count) on each finished run of a row. Blocks of 16
-// rows x 64 columns, the threads splitting the columns; the blocks at the bottom and right edges
-// accumulate in a scratch panel.
+// and B packed, then ep(C + m ldc + n0, m, n0, count) on each finished run of a row. A is
+// converted into tile order first; then blocks of 32 x 32 (16 x 32 for a last block of 16 rows),
+// the threads splitting the 64-column groups; blocks past the bottom or right edge go through a
+// scratch block.
 template <class Ep>
 void gemm(const float* A, int64_t lda_m, int64_t lda_k, int64_t M, const PackedWeight& B, float* C, int64_t ldc, Ep&& ep) {
   const int64_t M16 = (M + 15) / 16 * 16, K32 = B.K32, K = B.K, N = B.N, kt = K32 / 32, groups = B.N64 / 64;
