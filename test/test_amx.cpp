@@ -14,12 +14,7 @@
 
 namespace {
 
-float bf16_value(float f) {
-  const uint32_t u = static_cast<uint32_t>(ptc_rt::amx::bf16_bits(f)) << 16;
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
-}
+float bf16_value(float f) { return ptc_rt::round_bfloat16(f); }
 
 }  // namespace
 

@@ -36,8 +36,7 @@ double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, boo
     for (auto& e : v) {
       e = dist(rng);
       if (amx) {
-        const uint32_t u = static_cast<uint32_t>(ptc_rt::amx::bf16_bits(e)) << 16;
-        std::memcpy(&e, &u, 4);
+        e = ptc_rt::round_bfloat16(e);
       }
     }
   };

@@ -19,6 +19,8 @@
 #include <cstring>
 #include <vector>
 
+#include "ptc_half.h"
+
 #if defined(__x86_64__) && !defined(__NVCC__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
 #define PTC_AMX 1
 #include <cpuid.h>
@@ -29,15 +31,6 @@
 
 namespace ptc_rt {
 namespace amx {
-
-// A float that holds a bf16 value (or any float: rounded to nearest even) as bf16 bits.
-inline uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
 
 #ifdef PTC_AMX
 // PTC_CPU_AMX: 1 or 0 where set, else -1.
@@ -84,10 +77,8 @@ __attribute__((target("amx-tile"))) inline void release() { _tile_release(); }
 
 // C[16 x 64] (fp32, 4 tiles side by side; ldc in floats) = (zero ? 0 : C) + A[16 x 32 kt] B, with
 // A row-major bf16 (lda in elements) and B as kt x 4 VNNI tiles, tile (k, c) at b + (k 4 + c) 512.
-// (ak: the elements from one 32-deep A tile to the next; 32 for a row-major A, 512 for A packed
-// tile after tile with lda = 32.)
 __attribute__((target("amx-tile,amx-bf16"))) inline void row_block(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t kt, float* c,
-                                                                    int64_t ldc, bool zero, int64_t ak = 32) {
+                                                                    int64_t ldc, bool zero) {
   const int64_t sc = ldc * 4, sa = lda * 2;
   if (zero) {
     _tile_zero(0);
@@ -102,7 +93,7 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void row_block(const uint16_
   }
   for (int64_t k = 0; k < kt; ++k) {
     const uint16_t* bk = b + k * 4 * 512;
-    _tile_loadd(4, a + k * ak, sa);
+    _tile_loadd(4, a + k * 32, sa);
     _tile_loadd(5, bk, 64);
     _tile_loadd(6, bk + 512, 64);
     _tile_dpbf16ps(0, 4, 5);
@@ -164,7 +155,7 @@ inline int forced() { return -1; }
 inline bool ready() { return false; }
 inline void configure() {}
 inline void release() {}
-inline void row_block(const uint16_t*, int64_t, const uint16_t*, int64_t, float*, int64_t, bool, int64_t = 32) {}
+inline void row_block(const uint16_t*, int64_t, const uint16_t*, int64_t, float*, int64_t, bool) {}
 inline void block_2x2(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t) {}
 inline void block_1x2(const uint16_t*, const uint16_t*, int64_t, int64_t, float*, int64_t) {}
 #endif

@@ -95,6 +95,36 @@ inline float exp_sum(float* row, int64_t n, float m) {
   return sum;
 }
 
+// The online softmax's step for one query row and key block: row (nk scores) becomes
+// exp(score - m_new), the row's running maximum m and sum l move on, and its partial output orow
+// (dv values) is rescaled by exp(m_old - m_new). False, with nothing changed, while every key so
+// far is masked (the caller adds nothing for the row).
+inline bool softmax_step(float* row, int64_t nk, float block_max, float* m, float* l, float* orow, int64_t dv) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const float mnew = maxnan(block_max, *m);
+  if (mnew == ninf) return false;
+  const float sum = exp_sum(row, nk, mnew);
+  const float corr = *m == ninf ? 0.f : exp_f(*m - mnew);
+  if (corr != 1.f) {
+#pragma omp simd
+    for (int64_t d = 0; d < dv; ++d) orow[d] *= corr;
+  }
+  *l = *l * corr + sum;
+  *m = mnew;
+  return true;
+}
+
+// o[r, :] = acc[r, :] / l[r] for nq rows (acc's rows lda apart, o's dv); a row with l = 0 (every
+// key masked, or no keys) is `empty`: zeros (SDPA's safe softmax) or NaN (a plain softmax).
+inline void normalize_rows(const float* acc, int64_t lda, int64_t nq, int64_t dv, const float* l, float empty, float* o) {
+  for (int64_t r = 0; r < nq; ++r) {
+    const float inv = 1.f / l[r];
+    const float* arow = acc + r * lda;
+#pragma omp simd
+    for (int64_t d = 0; d < dv; ++d) o[r * dv + d] = l[r] == 0.f ? empty : arow[d] * inv;
+  }
+}
+
 // Scores of one block: scale, mask, causal limit; returns the row maxima into mx.
 inline void mask_block(const AttentionArgs& a, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
                        float* s, float* mx) {
@@ -181,20 +211,7 @@ inline void attention(const AttentionArgs& a) {
             mask_block(a, b, h, i0, nq, j0, nk, s, bm);
             for (int64_t r = 0; r < nq; ++r) {
               float* row = s + r * BK;
-              const float mnew = maxnan(bm[r], m[r]);
-              if (mnew == ninf) {  // every key so far masked: nothing to add
-                std::fill(row, row + nk, 0.f);
-                continue;
-              }
-              const float sum = exp_sum(row, nk, mnew);
-              const float corr = m[r] == ninf ? 0.f : exp_f(m[r] - mnew);
-              if (corr != 1.f) {
-                float* orow = o + r * a.Dv;
-#pragma omp simd
-                for (int64_t d = 0; d < a.Dv; ++d) orow[d] *= corr;
-              }
-              l[r] = l[r] * corr + sum;
-              m[r] = mnew;
+              if (!softmax_step(row, nk, bm[r], m + r, l + r, o + r * a.Dv, a.Dv)) std::fill(row, row + nk, 0.f);
             }
             GemmArgs pv{};  // O += P V
             pv.M = nq; pv.N = a.Dv; pv.K = nk;
@@ -205,14 +222,7 @@ inline void attention(const AttentionArgs& a) {
             gemm(pv);
           }
           if (a.Tk == 0) continue;  // no keys at all: zeros, as torch's matmul of empty operands
-          for (int64_t r = 0; r < nq; ++r) {
-            const float inv = 1.f / l[r];
-            float* orow = o + r * a.Dv;
-            // l = 0: every key of the row masked: zeros (SDPA's safe softmax) or NaN (a plain softmax).
-            const float empty = a.masked_rows_zero ? 0.f : std::numeric_limits<float>::quiet_NaN();
-#pragma omp simd
-            for (int64_t d = 0; d < a.Dv; ++d) orow[d] = l[r] == 0.f ? empty : orow[d] * inv;
-          }
+          normalize_rows(o, a.Dv, nq, a.Dv, l, a.masked_rows_zero ? 0.f : std::numeric_limits<float>::quiet_NaN(), o);
         }
   }
 }
@@ -276,32 +286,14 @@ inline void attention_amx(const AttentionArgs& a) {
             for (int64_t r = 0; r < nq16; ++r) {
               float* row = s + r * BK;
               uint16_t* prow = pt + r * BK;
-              const float mnew = r < nq ? maxnan(bm[r], m[r]) : ninf;
-              if (mnew == ninf) {  // every key so far masked (or a padding row): nothing to add
-                std::fill(prow, prow + nk32, uint16_t{0});
-                continue;
-              }
-              const float sum = exp_sum(row, nk, mnew);
-              for (int64_t c = 0; c < nk; ++c) prow[c] = amx::bf16_bits(row[c]);
-              std::fill(prow + nk, prow + nk32, uint16_t{0});
-              const float corr = m[r] == ninf ? 0.f : exp_f(m[r] - mnew);
-              if (corr != 1.f) {
-                float* orow = ob + r * Dv64;
-#pragma omp simd
-                for (int64_t d = 0; d < a.Dv; ++d) orow[d] *= corr;
-              }
-              l[r] = l[r] * corr + sum;
-              m[r] = mnew;
+              int64_t kept = 0;  // P's bf16 values; zeros past them (and for padding rows)
+              if (r < nq && softmax_step(row, nk, bm[r], m + r, l + r, ob + r * Dv64, a.Dv))
+                for (; kept < nk; ++kept) prow[kept] = float_to_bfloat16_bits(row[kept]);
+              std::fill(prow + kept, prow + nk32, uint16_t{0});
             }
             amx::gemm_tiles(pt, BK, vpack + at * vblock, nq16, Dv64, nk32, ob, Dv64, false);  // O += P V
           }
-          const float empty = a.Tk == 0 || a.masked_rows_zero ? 0.f : std::numeric_limits<float>::quiet_NaN();
-          for (int64_t r = 0; r < nq; ++r) {
-            const float inv = 1.f / l[r];
-            const float* orow = ob + r * Dv64;
-#pragma omp simd
-            for (int64_t d = 0; d < a.Dv; ++d) o[r * a.Dv + d] = l[r] == 0.f ? empty : orow[d] * inv;
-          }
+          normalize_rows(ob, Dv64, nq, a.Dv, l, a.Tk == 0 || a.masked_rows_zero ? 0.f : std::numeric_limits<float>::quiet_NaN(), o);
         }
     amx::release();
   }
