@@ -81,13 +81,13 @@ PTC_HALF_HD inline uint16_t float_to_bfloat16_bits(float f) {
 PTC_HALF_HD inline float bfloat16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
 #ifndef __CUDACC__
-// The element types of float16 / bfloat16 buffers in generated CPU code: two bytes, converted
-// to and from float implicitly (a load reads float, a store rounds).
 // A float rounded to float16 / bfloat16 and back (what a store and a load of it give), as one
 // expression: generated loops vectorize it (a temporary half object in them would not).
 inline float round_half(float f) { return half_bits_to_float(float_to_half_bits(f)); }
 inline float round_bfloat16(float f) { return bits_float(static_cast<uint32_t>(float_to_bfloat16_bits(f)) << 16); }
 
+// The element types of float16 / bfloat16 buffers in generated CPU code: two bytes, converted
+// to and from float implicitly (a load reads float, a store rounds).
 struct half {
   uint16_t bits;
   half() = default;

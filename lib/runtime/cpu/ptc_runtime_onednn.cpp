@@ -310,20 +310,25 @@ void matmul_amx(Site& site, const MatmulArgs& a) {
   const std::shared_ptr<const amx::PackedWeight> w = site.packed(a);
   const int64_t N = a.N;
   amx::gemm(a.a, a.lda_m, a.lda_k, a.M, *w, a.y, N, [&](float* c, int64_t m, int64_t n0, int64_t count) {
-    if (a.bias || a.residual || a.act != kMatmulActNone)
-      for (int64_t j = 0; j < count; ++j) {
-        float x = c[j];
-        if (a.bias) x += a.bias[n0 + j];
-        if (a.residual) x += a.residual[m * N + n0 + j];
-        switch (a.act) {
-          case kMatmulActRelu: x = relu(x); break;
-          case kMatmulActGelu: x = 0.5f * x * (1.f + erf_f(x * 0.70710678f)); break;
-          case kMatmulActGeluTanh: x = 0.5f * x * (1.f + tanh_f(0.7978845608f * (x + 0.044715f * x * x * x))); break;
-          case kMatmulActSilu: x = x * sigmoid_f(x); break;
-          default: break;
-        }
-        c[j] = x;
-      }
+    if (a.bias)
+      for (int64_t j = 0; j < count; ++j) c[j] += a.bias[n0 + j];
+    if (a.residual)
+      for (int64_t j = 0; j < count; ++j) c[j] += a.residual[m * N + n0 + j];
+    switch (a.act) {
+      case kMatmulActRelu:
+        for (int64_t j = 0; j < count; ++j) c[j] = relu(c[j]);
+        break;
+      case kMatmulActGelu:
+        for (int64_t j = 0; j < count; ++j) c[j] = 0.5f * c[j] * (1.f + erf_f(c[j] * 0.70710678f));
+        break;
+      case kMatmulActGeluTanh:
+        for (int64_t j = 0; j < count; ++j) c[j] = 0.5f * c[j] * (1.f + tanh_f(0.7978845608f * (c[j] + 0.044715f * c[j] * c[j] * c[j])));
+        break;
+      case kMatmulActSilu:
+        for (int64_t j = 0; j < count; ++j) c[j] = c[j] * sigmoid_f(c[j]);
+        break;
+      default: break;
+    }
     if (a.ep.fn) a.ep.fn(a.ep.obj, c, 0, m, n0, count);
   });
 }
