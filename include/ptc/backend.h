@@ -47,10 +47,11 @@ class Backend {
   // Whether this backend computes in `p` (Precision::FP32 always).
   virtual bool supports(Precision p) const = 0;
   // The library operations this backend computes natively in float16 / bfloat16 for these
-  // options (the precision policy's passes give the others float32 operands: passes.h,
-  // library_ops_f32).
-  virtual HalfLibraryOps half_native(const CompileOptions& opts) const {
-    (void)opts;
+  // options and layout (channels_last: the library's decision, channels_last_pays or the flag;
+  // false for training libraries). The precision policy's passes give the others float32
+  // operands: passes.h, library_ops_f32.
+  virtual HalfLibraryOps half_native(const CompileOptions& opts, bool channels_last) const {
+    (void)opts, (void)channels_last;
     return {};
   }
   // pad_linear_weights' row multiple: library GEMMs that want aligned rows (0: no padding).

@@ -178,6 +178,7 @@ bool library_f32_arg(const Node& n, size_t arg);
 // float32 accumulation); the others get float32 operands from library_ops_f32.
 struct HalfLibraryOps {
   bool gemm = false, conv = false, attention = false;
+  bool float16 = true;  // false: bfloat16 only (the CPU's oneDNN convolutions)
   bool native(LibraryClass c) const {
     return (c == LibraryClass::Gemm && gemm) || (c == LibraryClass::Conv && conv) || (c == LibraryClass::Attention && attention);
   }

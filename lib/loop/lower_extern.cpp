@@ -71,13 +71,16 @@ bool cudnn_types(const Lowering& L, std::initializer_list<DType> dts) {
     if (d != first) return false;
   return true;
 }
-// (channels_last) A forward convolution in NHWC: cuDNN's types (CUDA), or float32 (the CPU's
-// oneDNN path).
+// (channels_last) A forward convolution in NHWC: cuDNN's types (CUDA), or float32 or bfloat16
+// throughout (the CPU's oneDNN path; bfloat16 where library_ops_f32 left the convolution so:
+// Backend::half_native).
 bool nhwc_conv_types(const Lowering& L, std::initializer_list<DType> dts) {
   if (!L.options.channels_last) return false;
   if (L.options.cudnn_conv) return cudnn_types(L, dts);
+  const DType first = *dts.begin();
+  if (first != DType::Float32 && first != DType::BFloat16) return false;
   for (DType d : dts)
-    if (d != DType::Float32) return false;
+    if (d != first) return false;
   return true;
 }
 View dense_view(Lowering& L, const TensorRef& t) {
@@ -544,7 +547,9 @@ Lowered lower_extern(Lowering& L, const Node& n, const Args& a) {
           return nhwc_gemm(View{xv.buffer, {m, x.sizes[1]}, {x.sizes[1], sym::Expr(1)}, xv.offset},
                            View{wv.buffer, {w.sizes[1], w.sizes[0]}, {wv.strides[1], wv.strides[0]}, wv.offset});
         }
-        if (patchify && w.view && w.view->channels_last() && w.view->strides[0] == w.sizes[1] * (*kh * *kw)) {
+        // (On the CPU only in float32: its library GEMMs take float32 tensors.)
+        if (patchify && (L.options.cudnn_conv || dt == DType::Float32) && w.view && w.view->channels_last() &&
+            w.view->strides[0] == w.sizes[1] * (*kh * *kw)) {
           // A patchify convolution (stride = kernel, no padding: ViT's patch embedding) is a GEMM
           // over its non-overlapping patches: cols [N OH OW, KH KW C], gathered once with the
           // channel fastest, times the KRSC weight read as [KH KW C, O].

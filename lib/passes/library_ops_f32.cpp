@@ -54,7 +54,7 @@ bool native_half(const Node& n, const HalfLibraryOps& native) {
   }
   for (const Value* v : n.outputs)
     if (!same(v)) return false;
-  return true;
+  return !(half == DType::Float16 && !native.float16);
 }
 
 // The nodes library_ops_f32 converts.

@@ -63,7 +63,7 @@ GraphPassOptions graph_pass_options(const CompileState& st) {
   o.channels_last_weights = st.channels_last;
   o.depthwise_channels_fastest = st.backend.depthwise_weights_channels_fastest();
   o.autocast = autocast_dtype(st.opts.precision);
-  o.half_native = st.backend.half_native(st.opts);
+  o.half_native = st.backend.half_native(st.opts, st.channels_last);
   o.linear_rows_multiple = st.backend.linear_rows_multiple();
   return o;
 }
@@ -104,7 +104,7 @@ void differentiate(CompileState& st) {
     po.save_all = st.opts.save_all;
     st.train = partition_joint_graph(j, po);
     // Library operations of half-precision tensors the backend has no kernel for compute in fp32.
-    const HalfLibraryOps native = st.backend.half_native(st.opts);
+    const HalfLibraryOps native = st.backend.half_native(st.opts, /*channels_last=*/false);
     auto widen = [native](const Graph& x) { return library_ops_f32(x, native); };
     st.train.forward = run_training_graph_passes(*run_pass_list(*st.train.forward, {{"library_ops_f32", widen}}));
     st.train.backward = run_training_graph_passes(*run_pass_list(*st.train.backward, {{"library_ops_f32", widen}}));

@@ -53,8 +53,17 @@ class CpuBackend final : public Backend {
     return convs >= 2 && ptc::channels_last_pays(g, /*exact=*/false);
   }
   // bf16 / fp16: autocast's rounding of the library operations' operands and results, computed
-  // by the float32 kernels (library_ops_f32).
+  // by the float32 kernels (library_ops_f32), except as half_native says.
   bool supports(Precision p) const override { return p == Precision::FP32 || p == Precision::BF16 || p == Precision::FP16; }
+  // Channels-last convolutions stay in bfloat16 (oneDNN's bf16 primitives where the CPU has AMX,
+  // else widened per call: ConvNhwcArgs::bf16_io), so the activations between them are stored in
+  // bf16 and their epilogues (bias, residual, ReLU / ReLU6) fuse into the primitive.
+  HalfLibraryOps half_native(const CompileOptions&, bool channels_last) const override {
+    HalfLibraryOps h;
+    h.conv = channels_last && kHaveOneDnn;
+    h.float16 = false;
+    return h;
+  }
 
   LowerOptions lower_options(bool channels_last, const CompileOptions& opts) const override {
     PTC_CHECK(!channels_last || kHaveOneDnn, "the CPU backend's channels-last convolutions need oneDNN");

@@ -46,7 +46,7 @@ class CudaBackend final : public Backend {
   // cuBLASLt's and cuDNN's half-precision tensor-core kernels, and ptc's half attention
   // (ptc_cuda_attention.cu: mma.sync m16n8k16, compute capability 8.0 or newer; for older
   // targets attention computes in float32).
-  HalfLibraryOps half_native(const CompileOptions& o) const override {
+  HalfLibraryOps half_native(const CompileOptions& o, bool) const override {
     HalfLibraryOps h;
     h.gemm = h.conv = true;
     const std::string& arch = o.build.cuda_arch;

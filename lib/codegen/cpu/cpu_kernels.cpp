@@ -806,15 +806,19 @@ void emit_conv_nhwc(std::ostream& os, const loop::Program& p, const sched::Kerne
                     const std::string& prepared, bool bf16_values) {
   const Computation& c = p.comps[k.comps.front()];
   const loop::View &X = c.operands[0], &W = c.operands[1];
-  if (p.buffers[c.out].dtype != DType::Float32 || p.buffers[X.buffer].dtype != DType::Float32 || p.buffers[W.buffer].dtype != DType::Float32)
-    user_error("the CPU's channels-last convolution supports float32 only so far (", c.origin, ")");
-  PTC_CHECK(!prepared.empty(), "a channels-last CPU convolution without its call site");
   const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
+  // float32 throughout, or bfloat16 throughout (ConvNhwcArgs::bf16_io)
+  const DType dt = p.buffers[c.out].dtype;
+  if ((dt != DType::Float32 && dt != DType::BFloat16) || p.buffers[X.buffer].dtype != dt || p.buffers[W.buffer].dtype != dt ||
+      (ep && p.buffers[ep->out].dtype != dt))
+    user_error("the CPU's channels-last convolution supports float32 or bfloat16 throughout only (", c.origin, ")");
+  PTC_CHECK(!prepared.empty(), "a channels-last CPU convolution without its call site");
   os << indent << "{\n" << indent << "  ptc_rt::ConvNhwcArgs a{};\n";
   emit_conv_input(os, X, indent);
   emit_conv_weight_args(os, c, indent);
   if (p.buffers[W.buffer].kind == loop::Buffer::Kind::Weight) os << indent << "  a.weight_constant = true;\n";
   if (bf16_values) os << indent << "  a.bf16_values = true;\n";
+  if (dt == DType::BFloat16) os << indent << "  a.bf16_io = true;\n";
   if (ep) {
     std::optional<sched::LibraryEpilogue> m = sched::match_library_epilogue(p, c, *ep);
     PTC_CHECK(m, "a channels-last CPU convolution's epilogue is no library epilogue");

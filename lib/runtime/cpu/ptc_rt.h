@@ -107,15 +107,16 @@ inline void prepared_free(void* p) { std::free(p); }
 // A forward convolution over NHWC activations on oneDNN (ptc_runtime_onednn.cpp; the CPU's
 // channels-last layout). x [N, C, H, W] and w [O, C/groups, KH, KW] with element strides (x
 // NHWC: C fastest; w KRSC or KCRS), y [N, OH, OW, O] contiguous; then y = act(y + bias[o] +
-// residual) with the bias [O] and the residual (laid out as y) each optional.
+// residual) with the bias [O] and the residual (laid out as y) each optional. The tensors are
+// float32, or with bf16_io all bfloat16 (ptc_rt::bfloat16).
 enum { kConvActNone = 0, kConvActRelu = 1, kConvActRelu6 = 2 };
 struct ConvNhwcArgs {
-  const float* x; int64_t xs[4];
-  const float* w; int64_t ws[4];
-  const float* bias = nullptr;
-  const float* residual = nullptr;
+  const void* x; int64_t xs[4];
+  const void* w; int64_t ws[4];
+  const void* bias = nullptr;
+  const void* residual = nullptr;
   int act = kConvActNone;
-  float* y;
+  void* y;
   int64_t N, C, H, W, O, KH, KW, OH, OW;
   int64_t sh, sw, ph, pw, dh, dw, groups;
   bool weight_constant = false;  // w is a model weight: its copy in oneDNN's layout is kept
@@ -123,6 +124,10 @@ struct ConvNhwcArgs {
   // run on bf16 operands with fp32 accumulation, the same arithmetic. It does where the CPU has
   // AMX (or PTC_CPU_BF16=1 asks for it; PTC_CPU_BF16=0 never): conv2d_nhwc_bf16().
   bool bf16_values = false;
+  // Every tensor is stored in bfloat16 (--precision bf16 where the backend keeps convolutions in
+  // bf16). The accumulator is float32 and y rounds once, after the epilogue. Where
+  // conv2d_nhwc_bf16() is false the call converts to float32 and runs the float32 primitive.
+  bool bf16_io = false;
 };
 // Whether bf16_values convolutions (where the CPU has AMX) and products (AVX512-BF16 or AMX) run
 // in bf16 in this process (decided once; PTC_CPU_BF16=1 / 0 forces both).

@@ -19,7 +19,8 @@
 // finds AVX512-BF16 or AMX (matmul_bf16; BERT-base 1x128 on a Zen 4 with AVX512-BF16: 1.37x
 // faster than fp32), else fp32; PTC_CPU_BF16=1 / 0 forces either for both (docs/benchmarks.md).
 // The source is converted per call (exact: a bf16 value is the upper half of its float), the
-// weights once.
+// weights once. A convolution whose tensors are stored in bf16 (ConvNhwcArgs::bf16_io) runs on
+// them as they are where convolutions run in bf16, else widened per call (conv2d_nhwc_widened).
 //
 // Threads: oneDNN runs on the same OpenMP runtime as the generated kernels. Several threads may
 // run one site at once: the cache is guarded by a mutex, entries are shared and never change
@@ -71,6 +72,10 @@ struct Site {
   // The constant weight in AMX tiles (products on ptc's AMX kernel), made on first use.
   std::shared_ptr<const amx::PackedWeight> amx_weight;
   const float* amx_of = nullptr;
+  // A bf16_io convolution run in float32 (conv2d_nhwc_bf16() false): its constant weight widened
+  // once, dense KRSC.
+  std::vector<float> w32;
+  const void* w32_of = nullptr;
 
   std::shared_ptr<const amx::PackedWeight> packed(const MatmulArgs& a) {
     std::lock_guard<std::mutex> lock(mu);
@@ -111,7 +116,7 @@ dnnl::primitive_attr epilogue_attr(Entry& e, bool residual, dnnl::algorithm act,
 // Takes the primitive from `pd` and the weights' layout it asks for; a constant weight is
 // reordered into it now, or shares the site's copy in that layout.
 template <class PrimitiveDesc, class Primitive>
-void finish(Entry& e, const PrimitiveDesc& pd, Site& site, bool weight_constant, const float* w) {
+void finish(Entry& e, const PrimitiveDesc& pd, Site& site, bool weight_constant, const void* w) {
   e.wts = pd.weights_desc();
   e.scratch = pd.scratchpad_desc();
   e.prim = Primitive(pd);
@@ -121,7 +126,7 @@ void finish(Entry& e, const PrimitiveDesc& pd, Site& site, bool weight_constant,
     if (m.get_desc() == e.wts) e.weights = m;
   if (e.weights) return;
   e.weights = memory(e.wts, cpu_engine());
-  memory user(e.user_wts, cpu_engine(), const_cast<float*>(w));
+  memory user(e.user_wts, cpu_engine(), const_cast<void*>(w));
   dnnl::stream s(cpu_engine());
   dnnl::reorder(user, e.weights).execute(s, user, e.weights);
   s.wait();
@@ -129,27 +134,27 @@ void finish(Entry& e, const PrimitiveDesc& pd, Site& site, bool weight_constant,
 }
 
 // Runs entry `e` on `src` into y, with the call's weight, bias and residual.
-void execute(const Entry& e, dnnl::stream& s, const memory& src, float* y, const float* w, bool weight_constant, const float* bias,
-             const float* residual) {
+void execute(const Entry& e, dnnl::stream& s, const memory& src, void* y, const void* w, bool weight_constant, const void* bias,
+             const void* residual) {
   dnnl::engine& eng = cpu_engine();
   static thread_local std::vector<unsigned char> scratch_bytes;
   if (scratch_bytes.size() < e.scratch.get_size()) scratch_bytes.resize(e.scratch.get_size());
   memory wts;
   if (!e.reorder_weights) {
-    wts = memory(e.wts, eng, const_cast<float*>(w));
+    wts = memory(e.wts, eng, const_cast<void*>(w));
   } else if (weight_constant) {
     wts = e.weights;
   } else {
     wts = memory(e.wts, eng);
-    memory user(e.user_wts, eng, const_cast<float*>(w));
+    memory user(e.user_wts, eng, const_cast<void*>(w));
     dnnl::reorder(user, wts).execute(s, user, wts);
   }
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
                                        {DNNL_ARG_WEIGHTS, wts},
                                        {DNNL_ARG_DST, memory(e.dst, eng, y)},
                                        {DNNL_ARG_SCRATCHPAD, memory(e.scratch, eng, scratch_bytes.data())}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, eng, const_cast<float*>(bias)));
-  if (residual) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(e.residual, eng, const_cast<float*>(residual)));
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, eng, const_cast<void*>(bias)));
+  if (residual) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(e.residual, eng, const_cast<void*>(residual)));
   e.prim.execute(s, args);
   s.wait();
 }
@@ -208,32 +213,35 @@ memory::dims dims4(int64_t a, int64_t b, int64_t c, int64_t d) { return {a, b, c
 // bf16 operands for a call: the caller says its operands hold bf16 values, the process runs such
 // convolutions in bf16 (conv2d_nhwc_bf16), and the source is densely NHWC (converted per call).
 bool runs_bf16(const ConvNhwcArgs& a) {
-  return a.bf16_values && conv2d_nhwc_bf16() && a.xs[1] == 1 && a.xs[3] == a.C && a.xs[2] == a.W * a.C && a.xs[0] == a.H * a.W * a.C;
+  return a.bf16_values && !a.bf16_io && conv2d_nhwc_bf16() && a.xs[1] == 1 && a.xs[3] == a.C && a.xs[2] == a.W * a.C &&
+         a.xs[0] == a.H * a.W * a.C;
 }
 
 std::vector<int64_t> conv_key(const ConvNhwcArgs& a) {
   return {a.N, a.H, a.W, a.xs[0], a.xs[1], a.xs[2], a.xs[3], a.ws[0], a.ws[1], a.ws[2], a.ws[3], a.bias != nullptr, a.residual != nullptr,
-          a.act, runs_bf16(a)};
+          a.act, runs_bf16(a), a.bf16_io};
 }
 
 std::shared_ptr<const Entry> make_conv(Site& site, const ConvNhwcArgs& a, bool bf16) {
   auto e = std::make_shared<Entry>();
   e->key = conv_key(a);
-  e->bf16 = bf16;
-  const memory::data_type in_t = e->bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  e->bf16 = bf16 && !a.bf16_io;  // (bf16_io: no conversion, the tensors are bf16 already)
+  const memory::data_type f32 = memory::data_type::f32, bf16_t = memory::data_type::bf16;
+  const memory::data_type in_t = bf16 ? bf16_t : f32;   // what the primitive computes on
+  const memory::data_type io_t = a.bf16_io ? bf16_t : f32;  // what the caller's tensors hold
   const int64_t Cg = a.C / a.groups, Og = a.O / a.groups;
   e->src = e->bf16 ? memory::desc(dims4(a.N, a.C, a.H, a.W), in_t, tag::nhwc)
                    : memory::desc(dims4(a.N, a.C, a.H, a.W), in_t, memory::dims{a.xs[0], a.xs[1], a.xs[2], a.xs[3]});
-  e->dst = memory::desc(dims4(a.N, a.O, a.OH, a.OW), memory::data_type::f32, tag::nhwc);
+  e->dst = memory::desc(dims4(a.N, a.O, a.OH, a.OW), io_t, tag::nhwc);
   if (a.groups == 1) {
-    e->user_wts = memory::desc(dims4(a.O, a.C, a.KH, a.KW), memory::data_type::f32, memory::dims{a.ws[0], a.ws[1], a.ws[2], a.ws[3]});
+    e->user_wts = memory::desc(dims4(a.O, a.C, a.KH, a.KW), io_t, memory::dims{a.ws[0], a.ws[1], a.ws[2], a.ws[3]});
     e->wts = memory::desc(dims4(a.O, a.C, a.KH, a.KW), in_t, tag::any);
   } else {
     const memory::dims gd{a.groups, Og, Cg, a.KH, a.KW};
-    e->user_wts = memory::desc(gd, memory::data_type::f32, memory::dims{Og * a.ws[0], a.ws[0], a.ws[1], a.ws[2], a.ws[3]});
+    e->user_wts = memory::desc(gd, io_t, memory::dims{Og * a.ws[0], a.ws[0], a.ws[1], a.ws[2], a.ws[3]});
     e->wts = memory::desc(gd, in_t, tag::any);
   }
-  if (a.bias) e->bias = memory::desc({a.O}, memory::data_type::f32, tag::a);
+  if (a.bias) e->bias = memory::desc({a.O}, io_t, tag::a);
   // oneDNN's right padding: what makes the output size come out as OH x OW
   const int64_t pr_h = (a.OH - 1) * a.sh + (a.KH - 1) * a.dh + 1 - a.H - a.ph;
   const int64_t pr_w = (a.OW - 1) * a.sw + (a.KW - 1) * a.dw + 1 - a.W - a.pw;
@@ -396,16 +404,112 @@ bool matmul_bf16() {
 void* conv2d_nhwc_prepare() { return new (std::nothrow) Site; }
 void conv2d_nhwc_release(void* site) { delete static_cast<Site*>(site); }
 
+namespace {
+
+// Thread-local float32 scratch of at least n elements, one per `slot`.
+float* scratch_f32(int slot, int64_t n) {
+  static thread_local std::vector<float> bufs[5];
+  std::vector<float>& v = bufs[slot];
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+const uint16_t* bf16_bits(const void* p) { return static_cast<const uint16_t*>(p); }
+
+// A bf16_io convolution where this process runs convolutions in float32 (conv2d_nhwc_bf16()
+// false: no AMX, or PTC_CPU_BF16=0): the operands widened (exact), the float32 primitive with its
+// epilogue, the result rounded once into y. The same arithmetic as the bf16 primitive.
+const char* conv2d_nhwc_widened(Site& site, const ConvNhwcArgs& a);
+
+}  // namespace
+
 const char* conv2d_nhwc_call(void* site_ptr, const ConvNhwcArgs& a) {
   if (!site_ptr) return "convolution (oneDNN): the call site was not prepared (out of memory when the model was opened)";
+  Site& site = *static_cast<Site*>(site_ptr);
+  if (a.bf16_io && !conv2d_nhwc_bf16()) return conv2d_nhwc_widened(site, a);
   return guarded("convolution", [&] {
-    Site& site = *static_cast<Site*>(site_ptr);
-    std::shared_ptr<const Entry> e =
-        site.find(conv_key(a), [&] { return bf16_or_f32(runs_bf16(a), [&](bool bf16) { return make_conv(site, a, bf16); }); });
+    std::shared_ptr<const Entry> e = site.find(conv_key(a), [&] {
+      if (a.bf16_io) return make_conv(site, a, true);
+      return bf16_or_f32(runs_bf16(a), [&](bool bf16) { return make_conv(site, a, bf16); });
+    });
     dnnl::stream s(cpu_engine());
-    // (a bf16 entry's source is densely NHWC: [N H W, C])
-    execute(*e, s, source(*e, a.x, a.N * a.H * a.W, a.C, a.C, 1), a.y, a.w, a.weight_constant, a.bias, a.residual);
+    // (a bf16 entry's source is densely NHWC: [N H W, C]; a bf16_io one reads x as it is)
+    const memory src = a.bf16_io ? memory(e->src, cpu_engine(), const_cast<void*>(a.x))
+                                 : source(*e, static_cast<const float*>(a.x), a.N * a.H * a.W, a.C, a.C, 1);
+    execute(*e, s, src, a.y, a.w, a.weight_constant, a.bias, a.residual);
   });
 }
+
+namespace {
+
+const char* conv2d_nhwc_widened(Site& site, const ConvNhwcArgs& a) {
+  const int64_t Cg = a.C / a.groups, taps = a.KH * a.KW, per_o = taps * Cg;
+  ConvNhwcArgs f = a;
+  f.bf16_io = false;
+  // x: dense NHWC
+  float* x = scratch_f32(0, a.N * a.H * a.W * a.C);
+  const uint16_t* xb = bf16_bits(a.x);
+#pragma omp parallel for collapse(2) schedule(static) if (a.N * a.H * a.W * a.C > 65536)
+  for (int64_t n = 0; n < a.N; ++n)
+    for (int64_t h = 0; h < a.H; ++h)
+      for (int64_t w = 0; w < a.W; ++w) {
+        const uint16_t* src = xb + n * a.xs[0] + h * a.xs[2] + w * a.xs[3];
+        float* dst = x + ((n * a.H + h) * a.W + w) * a.C;
+        for (int64_t c = 0; c < a.C; ++c) dst[c] = bfloat16_bits_to_float(src[c * a.xs[1]]);
+      }
+  f.x = x;
+  const int64_t xs[4] = {a.H * a.W * a.C, 1, a.W * a.C, a.C};
+  std::memcpy(f.xs, xs, sizeof xs);
+  // w: dense KRSC ([O][KH][KW][C/groups]); a constant one once per site
+  auto widen_w = [&](float* dst) {
+    const uint16_t* wb = bf16_bits(a.w);
+    for (int64_t o = 0; o < a.O; ++o)
+      for (int64_t kh = 0; kh < a.KH; ++kh)
+        for (int64_t kw = 0; kw < a.KW; ++kw)
+          for (int64_t c = 0; c < Cg; ++c)
+            dst[o * per_o + (kh * a.KW + kw) * Cg + c] = bfloat16_bits_to_float(wb[o * a.ws[0] + c * a.ws[1] + kh * a.ws[2] + kw * a.ws[3]]);
+  };
+  if (a.weight_constant) {
+    std::lock_guard<std::mutex> lock(site.mu);
+    if (site.w32_of != a.w || site.w32.size() != static_cast<size_t>(a.O * per_o)) {
+      try {
+        site.w32.assign(static_cast<size_t>(a.O * per_o), 0.f);
+      } catch (const std::bad_alloc&) {
+        return "convolution (oneDNN): out of memory";
+      }
+      widen_w(site.w32.data());
+      site.w32_of = a.w;
+    }
+    f.w = site.w32.data();
+  } else {
+    float* w = scratch_f32(1, a.O * per_o);
+    widen_w(w);
+    f.w = w;
+  }
+  const int64_t ws[4] = {per_o, 1, a.KW * Cg, Cg};
+  std::memcpy(f.ws, ws, sizeof ws);
+  const int64_t ny = a.N * a.OH * a.OW * a.O;
+  if (a.bias) {
+    float* b = scratch_f32(2, a.O);
+    for (int64_t o = 0; o < a.O; ++o) b[o] = bfloat16_bits_to_float(bf16_bits(a.bias)[o]);
+    f.bias = b;
+  }
+  if (a.residual) {  // laid out as y
+    float* r = scratch_f32(4, ny);
+    const uint16_t* rb = bf16_bits(a.residual);
+#pragma omp parallel for schedule(static) if (ny > 65536)
+    for (int64_t i = 0; i < ny; ++i) r[i] = bfloat16_bits_to_float(rb[i]);
+    f.residual = r;
+  }
+  float* y = scratch_f32(3, ny);
+  f.y = y;
+  if (const char* e = conv2d_nhwc_call(&site, f)) return e;
+  uint16_t* yb = static_cast<uint16_t*>(a.y);
+#pragma omp parallel for schedule(static) if (ny > 65536)
+  for (int64_t i = 0; i < ny; ++i) yb[i] = float_to_bfloat16_bits(y[i]);
+  return nullptr;
+}
+
+}  // namespace
 
 }  // namespace ptc_rt
