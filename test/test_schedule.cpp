@@ -224,6 +224,40 @@ TEST_CASE("library GEMM epilogues: cuBLASLt's bias + residual + ReLU join the GE
   }
 }
 
+TEST_CASE("a GEMM whose only reader comes later is deferred to run with it as its epilogue, unless a computation between writes its operand",
+          "[schedule]") {
+  // gemm1 -> y1; gemm2 -> y2; t = y2 + bias (gemm2's epilogue); out = relu(y1 + bias + t): the
+  // downsample block's shape. gemm1 runs after gemm2's kernel, with the sum as its epilogue.
+  auto build = [](bool overwrite_operand) {
+    GemmCase t;
+    const int y2 = t.b.buffer("y2", Buffer::Kind::Temp, t.dom), t2 = t.b.buffer("t2", Buffer::Kind::Temp, t.dom);
+    Computation g = t.b.p.comps[0];
+    g.out = y2;
+    t.b.p.comps.push_back(g);
+    t.b.pointwise(t2, t.dom, binary(Op::Add, load(y2, DType::Float32, Builder::flat(t.dom)), t.bias_n()));
+    if (overwrite_operand)  // an in-place update of gemm1's input between the two
+      t.b.pointwise(t.a, {S(), 8}, f32(0));
+    ExprRef body = unary(Op::Relu, binary(Op::Add, binary(Op::Add, t.gemm(), t.bias_n()), load(t2, DType::Float32, Builder::flat(t.dom))));
+    return std::make_pair(t, body);
+  };
+  {
+    auto [t, body] = build(false);
+    sched::Schedule s = t.run(body, sched::Epilogues::Library);
+    REQUIRE(s.kernels.size() == 2);
+    CHECK(s.kernels[0].comps == std::vector<int>{1, 2});  // gemm2 and its bias
+    CHECK(s.kernels[1].comps == std::vector<int>{0, 3});  // gemm1, deferred, and the sum
+    CHECK(s.kernels[1].epilogue == 3);
+    CHECK(s.elided[t.y]);
+  }
+  {
+    auto [t, body] = build(true);
+    sched::Schedule s = t.run(body, sched::Epilogues::Library);
+    REQUIRE(s.kernels.size() >= 3);
+    CHECK(s.kernels[0].comps == std::vector<int>{0});  // in its place, with no epilogue
+    CHECK(s.kernels[0].epilogue == -1);
+  }
+}
+
 TEST_CASE("library GEMM epilogues: GELU (erf and tanh forms) and SiLU join a GEMM whose library runs them", "[schedule]") {
   using Act = sched::LibraryEpilogue::Act;
   const sched::LibraryActs all = sched::LibraryEpilogue::act_bit(Act::Gelu) | sched::LibraryEpilogue::act_bit(Act::GeluTanh) |

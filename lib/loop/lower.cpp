@@ -4,6 +4,7 @@
 
 #include "lower_internal.h"
 #include "ptc/lower.h"
+#include "ptc/dtype.h"
 #include "ptc/passes.h"  // library_class
 
 namespace ptc::loop {
@@ -231,18 +232,65 @@ TensorRef stored_if_costly(Lowering& L, const TensorRef& x, const std::string& o
   return costly ? L.realize_narrow(x, origin, keep_layout) : x;
 }
 
+namespace {
+
+// Whether constant c is a value of half dtype `half` (0 and 6 are, for ReLU and ReLU6).
+bool half_value(double c, DType half) {
+  std::byte b[2];
+  write_element(b, half, c);
+  return read_element(b, half) == c;
+}
+
+// The half dtype whose values float32 expression e takes on every element, if any: a widened
+// half value, or what only selects among such values and half constants (ReLU, clamps, max /
+// min, a choice, a negation). autocast leaves these ops unrounded because they create no new
+// values, and neither does storing their result in the half dtype.
+std::optional<DType> half_valued(const ExprRef& e, int depth = 0) {
+  if (depth > 8 || e->dtype != DType::Float32) return std::nullopt;
+  switch (e->op) {
+    case Op::Cast:
+      if (dtype_is_half(e->args[0]->dtype)) return e->args[0]->dtype;
+      return std::nullopt;
+    case Op::Relu:
+    case Op::Neg: return half_valued(e->args[0], depth + 1);
+    case Op::Max:
+    case Op::Min:
+    case Op::Where:
+    case Op::Select: {
+      const size_t first = e->op == Op::Where || e->op == Op::Select ? 1 : 0;
+      std::optional<DType> h;
+      for (size_t i = first; i < e->args.size(); ++i) {
+        if (e->args[i]->op == Op::Const) continue;
+        const std::optional<DType> a = half_valued(e->args[i], depth + 1);
+        if (!a || (h && *h != *a)) return std::nullopt;
+        h = a;
+      }
+      if (!h) return std::nullopt;
+      for (size_t i = first; i < e->args.size(); ++i)
+        if (e->args[i]->op == Op::Const && !half_value(e->args[i]->value, *h)) return std::nullopt;
+      return h;
+    }
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
+
 TensorRef Lowering::realize_narrow(const TensorRef& t, const std::string& origin, bool keep_layout) {
   if (t.view || t.dtype != DType::Float32) return realize(t, origin, keep_layout);
   const ExprRef e = t.at(loop_vars(t.sizes));
-  if (e->op != Op::Cast || !dtype_is_half(e->args[0]->dtype)) return realize(t, origin, keep_layout);
-  const DType half = e->args[0]->dtype;
+  const std::optional<DType> narrow_dt = half_valued(e);
+  if (!narrow_dt) return realize(t, origin, keep_layout);
+  const DType half = *narrow_dt;
   TensorRef wide = t;
   TensorRef narrow = pointwise(half, t.sizes, [wide, half](const Index& i) {
     ExprRef v = wide.at(i);
     return v->op == Op::Cast && v->args[0]->dtype == half ? v->args[0] : cast(v, half);
   });
   TensorRef stored = realize(narrow, origin, keep_layout);
-  return map1(*this, stored, DType::Float32, [](ExprRef v) { return cast(v, DType::Float32); });
+  TensorRef widened = map1(*this, stored, DType::Float32, [](ExprRef v) { return cast(v, DType::Float32); });
+  widened.widened_from = std::make_shared<const TensorRef>(stored);
+  return widened;
 }
 
 // A value with several users is stored once: in half precision where it is a widened half value
@@ -250,6 +298,33 @@ TensorRef Lowering::realize_narrow(const TensorRef& t, const std::string& origin
 TensorRef Lowering::realize_shared(const Node& n, size_t output, const TensorRef& t) {
   if (read_by_library_.count(n.outputs[output])) return realize(t, n.name);
   return realize_narrow(t, n.name);
+}
+
+TensorRef Lowering::split_library_sum(const TensorRef& a, const TensorRef& b, const std::string& origin) {
+  auto externs = [&](const TensorRef& t) {
+    std::set<int> found;
+    if (t.view) return found;
+    std::set<const Expr*> seen;
+    std::function<void(const ExprRef&)> walk = [&](const ExprRef& e) {
+      if (!seen.insert(e.get()).second) return;
+      if (e->op == Op::Load) found.insert(e->buffer);
+      for (const auto& x : e->args) walk(x);
+    };
+    walk(t.at(loop_vars(t.sizes)));
+    std::set<int> ext;
+    for (const Computation& c : prog_.comps)
+      if (c.kind == Computation::Kind::Extern && found.count(c.out) &&
+          (c.extern_kind == ExternKind::Gemm || c.extern_kind == ExternKind::Convolution))
+        ext.insert(c.out);
+    return ext;
+  };
+  const std::set<int> ea = externs(a);
+  if (ea.empty()) return b;
+  const std::set<int> eb = externs(b);
+  if (eb.empty()) return b;
+  for (int x : eb)
+    if (ea.count(x)) return b;
+  return realize_narrow(b, origin);
 }
 
 View Lowering::as_view(const TensorRef& t, const std::string& origin) {

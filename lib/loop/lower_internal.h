@@ -42,6 +42,9 @@ struct TensorRef {
   // Set for a stored value that is computed from its indices alone (recomputable): that
   // computation, which a library operation's lowering may read instead of the buffer.
   std::shared_ptr<const TensorRef> stored_from;
+  // Set for the float32 widening of half values stored by realize_narrow: that stored view, which
+  // a conversion back to its dtype returns as it is (no copy).
+  std::shared_ptr<const TensorRef> widened_from;
   ExprRef at(const Index& idx) const { return fn(idx); }
   size_t rank() const { return sizes.size(); }
 };
@@ -60,12 +63,18 @@ class Lowering {
   // already is such a view of a whole NHWC buffer).
   TensorRef realize(const TensorRef& t, const std::string& origin, bool keep_layout = true);
   // realize() of a float32 tensor that widens a float16 / bfloat16 one (autocast's rounded
-  // results, a half-precision convolution's result read in float32): stores the half values
-  // (the same values in half the bytes) and returns their widening, which is no view.
+  // results, a half-precision convolution's result read in float32), or only selects among such
+  // values and half constants (a ReLU or clamp of one): stores the half values (the same values
+  // in half the bytes) and returns their widening, which is no view.
   TensorRef realize_narrow(const TensorRef& t, const std::string& origin, bool keep_layout = true);
   // realize() for output `output` of node `n`, which several users read: realize_narrow unless a
   // library operation is among them.
   TensorRef realize_shared(const Node& n, size_t output, const TensorRef& t);
+  // The second operand of a sum whose operands both compute on the results of different GEMM /
+  // convolution externs (a ResNet downsample block: conv(x) + bias + downsample(x) + bias): b
+  // stored (realize_narrow), so that its extern fuses b's bias and the other one takes b as its
+  // residual; else b as it is.
+  TensorRef split_library_sum(const TensorRef& a, const TensorRef& b, const std::string& origin);
   // (channels_last) Whether `t` reads a buffer stored NHWC (nhwc_buffers), and such a buffer
   // as the [N, C, H, W] view of its [N, H, W, C] storage.
   bool reads_nhwc(const TensorRef& t) const;

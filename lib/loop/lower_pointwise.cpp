@@ -229,6 +229,7 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
     TensorRef x = a.tensor("self");
     const char* other_name = n.arg("other") ? "other" : "exponent";
     TensorRef y = bin.scalar_other ? scalar_tensor(L, a.scalar(other_name, dt)) : a.tensor(other_name);
+    if (bin.op == Op::Add && !bin.scalar_other) y = L.split_library_sum(x, y, n.name);
     ExprRef alpha = n.arg("alpha") ? a.scalar("alpha", dt) : nullptr;
     Op op = bin.op;
     bool rev = bin.reverse;
@@ -322,7 +323,9 @@ Lowered lower_pointwise(Lowering& L, const Node& n, const Args& a) {
     }
     case OpKind::UnderscoreToCopy: case OpKind::ToDtype: case OpKind::ToDtypeLayout: case OpKind::ToDevice: case OpKind::TypeAs: {
       DType dt = a.out_dtype();
-      return out(map1(L, a.tensor("self"), dt, [dt](ExprRef x) { return cast(x, dt); }));
+      const TensorRef x = a.tensor("self");
+      if (x.widened_from && x.widened_from->dtype == dt) return out(*x.widened_from);  // the stored half values themselves
+      return out(map1(L, x, dt, [dt](ExprRef v) { return cast(v, dt); }));
     }
     case OpKind::Copy: case OpKind::CopyInplace:
     case OpKind::FillTensor: case OpKind::FillTensorInplace: {  // src (fill: the 0-d value) broadcast to self's sizes, in self's dtype

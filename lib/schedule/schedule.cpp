@@ -263,16 +263,53 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
     while (j < p.comps.size() && taken[j]) ++j;
     return j;
   };
+  // A GEMM / convolution whose epilogue candidate (its result's only reader) is not the next
+  // computation is deferred to run just before it, when nothing in between writes what it reads:
+  // deferred[r] = the extern whose epilogue comp r is (a ResNet downsample block: conv(x), the
+  // downsample conv and its bias, then the sum the first conv takes as its epilogue). Until
+  // then r is reserved: no other kernel takes it, and what reads r's result waits for it.
+  std::map<size_t, size_t> deferred;
+  std::vector<bool> reserved(p.comps.size(), false);
+  auto defer = [&](size_t i, const Computation& c, Epilogues mode) {
+    if (readers[c.out] != 1) return false;
+    const std::vector<int> in = reads_of(c);
+    for (size_t r = next_free(i + 1), seen = 0; r < p.comps.size() && seen < kFuseWindow; r = next_free(r + 1), ++seen) {
+      if (reserved[r]) return false;
+      const Computation& d = p.comps[r];
+      const std::vector<int> dr = reads_of(d);
+      if (std::find(dr.begin(), dr.end(), c.out) != dr.end()) {
+        if (seen == 0 || !fits_epilogue(p, c, d, readers, mode, opts.library_gemm_acts)) return false;
+        deferred[r] = i;
+        reserved[r] = true;
+        return true;
+      }
+      if (std::find(in.begin(), in.end(), d.out) != in.end()) return false;  // (an in-place update of an operand)
+    }
+    return false;
+  };
   size_t i = next_free(0);
   while (i < p.comps.size()) {
-    const Computation& c = p.comps[i];
+    // (a reserved epilogue: its deferred extern runs here, with it)
+    const size_t ci = reserved[i] ? deferred.at(i) : i;
+    const Computation& c = p.comps[ci];
     Kernel k;
     auto take = [&](size_t j) {
       taken[j] = true;
       k.comps.push_back(static_cast<int>(j));
       add_origin(k, p.comps[j]);
     };
-    take(i);
+    if (c.kind == Computation::Kind::Extern && !reserved[i]) {
+      const bool nhwc_conv = c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc;
+      const Epilogues mode = nhwc_conv && opts.extern_epilogues != Epilogues::None ? opts.nhwc_conv_epilogues : opts.extern_epilogues;
+      const size_t j = next_free(i + 1);
+      const bool library = c.extern_kind == loop::ExternKind::Gemm || c.extern_kind == loop::ExternKind::Convolution;
+      if (library && !(j < p.comps.size() && !reserved[j] && fits_epilogue(p, c, p.comps[j], readers, mode, opts.library_gemm_acts)) &&
+          defer(i, c, mode)) {
+        i = next_free(i + 1);
+        continue;
+      }
+    }
+    take(ci);
     if (c.kind == Computation::Kind::Extern) {
       k.kind = c.extern_kind == loop::ExternKind::Gemm          ? Kernel::Kind::Gemm
                : c.extern_kind == loop::ExternKind::Convolution ||
@@ -281,13 +318,14 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
                    ? Kernel::Kind::Conv
                : c.extern_kind == loop::ExternKind::Scatter  ? Kernel::Kind::Scatter
                                                                 : Kernel::Kind::Attention;
-      size_t j = next_free(i + 1);
+      const size_t j = ci != i ? i : next_free(i + 1);
       const bool epilogue_kind = c.extern_kind == loop::ExternKind::Gemm || c.extern_kind == loop::ExternKind::Convolution ||
                                  ((c.extern_kind == loop::ExternKind::ConvInputGrad || c.extern_kind == loop::ExternKind::MaxPoolGrad) &&
                                   opts.extern_epilogues == Epilogues::Any);
       const bool nhwc_conv = c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc;
       const Epilogues mode = nhwc_conv && opts.extern_epilogues != Epilogues::None ? opts.nhwc_conv_epilogues : opts.extern_epilogues;
-      if (epilogue_kind && j < p.comps.size() && fits_epilogue(p, c, p.comps[j], readers, mode, opts.library_gemm_acts)) {
+      if (epilogue_kind && j < p.comps.size() && (ci != i || !reserved[j]) &&
+          fits_epilogue(p, c, p.comps[j], readers, mode, opts.library_gemm_acts)) {
         k.epilogue = static_cast<int>(j);
         take(j);
         if (readers[c.out] == 1)
@@ -299,7 +337,7 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
       k.kind = Kernel::Kind::RowGroup;
       k.outer = c.domain;
       std::set<int> produced{c.out};
-      for (size_t j = next_free(i + 1); j < p.comps.size() && fits_row_group(p, p.comps[j], k.outer, produced, domain_of);
+      for (size_t j = next_free(i + 1); j < p.comps.size() && !reserved[j] && fits_row_group(p, p.comps[j], k.outer, produced, domain_of);
            j = next_free(j + 1)) {
         take(j);
         produced.insert(p.comps[j].out);
@@ -312,7 +350,7 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
       size_t scanned = 0;
       for (size_t j = next_free(i + 1); j < p.comps.size() && scanned < kFuseWindow; j = next_free(j + 1), ++scanned) {
         const Computation& d = p.comps[j];
-        if (fits_horizontal(c, d, produced, skipped_out)) {
+        if (!reserved[j] && fits_horizontal(c, d, produced, skipped_out)) {
           take(j);
           produced.insert(d.out);
         } else {
@@ -322,7 +360,10 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
     }
     k.name = "k" + std::to_string(s.kernels.size());
     s.kernels.push_back(std::move(k));
-    i = next_free(i + 1);
+    if (ci != i && !taken[i])
+      reserved[i] = false;  // (its extern did not take it after all: it runs on its own next)
+    else
+      i = next_free(i + 1);
   }
   plan_in_place(p, s, domain_of);
   return s;
