@@ -224,6 +224,11 @@ TEST_CASE("sym: floordiv and mod simplification", "[sym]") {
   CHECK(mod(x, q) == x);
   CHECK(floordiv(s, t).kind() == Kind::FloorDiv);  // t may be zero: kept as is
   CHECK(mod(s, t).kind() == Kind::Mod);
+  // A constant multiple of a positive symbol: (8 s + x) // (8 p) == s // p, x in [0, 7].
+  CHECK(floordiv(8 * s + x, 8 * p) == floordiv(s, p));
+  CHECK(mod(floordiv(8 * s + x, 8 * p), Expr(5)) == mod(floordiv(s, p), Expr(5)));
+  CHECK(floordiv(8 * s + t, 8 * p).kind() == Kind::FloorDiv);  // t unbounded: kept
+  CHECK(floordiv(8 * s + t, 8 * p) != floordiv(s, p));
 }
 
 TEST_CASE("sym: bounds", "[sym]") {

@@ -274,12 +274,24 @@ std::optional<DType> half_valued(const ExprRef& e, int depth = 0) {
   }
 }
 
+std::optional<DType> half_valued(const TensorRef& t) {
+  if (t.view || t.dtype != DType::Float32) return std::nullopt;
+  return half_valued(t.at(loop_vars(t.sizes)), 0);
+}
+
+// The float32 widening of stored half values, which a conversion back returns as they are.
+TensorRef widened(Lowering& L, const TensorRef& stored) {
+  TensorRef w = map1(L, stored, DType::Float32, [](ExprRef v) { return cast(v, DType::Float32); });
+  w.widened_from = std::make_shared<const TensorRef>(stored);
+  return w;
+}
+
 }  // namespace
 
 TensorRef Lowering::realize_narrow(const TensorRef& t, const std::string& origin, bool keep_layout) {
+  if (t.widened_from) return t;  // stored in half precision already
   if (t.view || t.dtype != DType::Float32) return realize(t, origin, keep_layout);
-  const ExprRef e = t.at(loop_vars(t.sizes));
-  const std::optional<DType> narrow_dt = half_valued(e);
+  const std::optional<DType> narrow_dt = half_valued(t);
   if (!narrow_dt) return realize(t, origin, keep_layout);
   const DType half = *narrow_dt;
   TensorRef wide = t;
@@ -287,10 +299,7 @@ TensorRef Lowering::realize_narrow(const TensorRef& t, const std::string& origin
     ExprRef v = wide.at(i);
     return v->op == Op::Cast && v->args[0]->dtype == half ? v->args[0] : cast(v, half);
   });
-  TensorRef stored = realize(narrow, origin, keep_layout);
-  TensorRef widened = map1(*this, stored, DType::Float32, [](ExprRef v) { return cast(v, DType::Float32); });
-  widened.widened_from = std::make_shared<const TensorRef>(stored);
-  return widened;
+  return widened(*this, realize(narrow, origin, keep_layout));
 }
 
 // A value with several users is stored once: in half precision where it is a widened half value

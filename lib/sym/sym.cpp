@@ -386,6 +386,22 @@ Expr floordiv_sym(Expr a, Expr b) {
     }
   }
   if (auto k = exact_multiple(a, b)) return Expr(*k);
+  // b = k m with a constant k >= 2 and m >= 1: a // b == (a // k) // m, taken where a // k leaves
+  // no division (a = k q + r with 0 <= r < k: an index flattened as 768 x0 + x1, x1 < 768, over
+  // a dimension of 768 s rows).
+  if (bounds(b).lo > 0) {
+    const Poly pb = poly(b);
+    if (pb.c == 0 && pb.t.size() == 1 && pb.t.begin()->second >= 2) {
+      const int64_t k = pb.t.begin()->second;
+      Poly pm;
+      pm.t.emplace(pb.t.begin()->first, 1);
+      const Expr m = from(pm), q = floordiv(a, Expr(k));
+      bool divides = true;
+      for (const auto& [mono, coeff] : poly(q).t)
+        for (const Node* f : mono.f) divides = divides && f->kind != Kind::FloorDiv && f->kind != Kind::Mod;
+      if (divides && bounds(m).lo >= 1) return floordiv(q, m);
+    }
+  }
   return make_binary(Kind::FloorDiv, a, b);
 }
 
