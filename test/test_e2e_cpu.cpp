@@ -454,13 +454,16 @@ TEST_CASE("linear layers run on oneDNN's matmul or ptc's GEMM as PTC_CPU_ONEDNN_
   CHECK(own_gemms > 0);
 }
 
-// --precision bf16 rounds a linear layer's result, and again after its activation, as autocast
-// does: epilogues oneDNN's post-ops cannot express. The product still runs on oneDNN's matmul and
-// the generated epilogue follows it on each row (MatmulArgs::ep); ptc's own GEMM with the same
-// epilogue (PTC_CPU_ONEDNN_MATMUL=0) and, on AMX CPUs, ptc's AMX kernel (PTC_CPU_AMX=1) agree up
-// to the order of the sums.
-TEST_CASE("bf16 precision: linear layers with autocast's roundings in their epilogues run on oneDNN and agree with ptc's GEMM", "[e2e][onednn]") {
+// --precision bf16 keeps linear layers in bf16 (MatmulArgs::bf16_io): bf16 operands and results,
+// with autocast's bias, rounding and activation run once as the primitive's post-ops. Every one
+// runs on oneDNN (whatever PTC_CPU_ONEDNN_MATMUL says); oneDNN's bf16 matmul (PTC_CPU_BF16=1),
+// the fp32 matmul on widened operands (PTC_CPU_BF16=0) and, on AMX CPUs, ptc's AMX kernel
+// (PTC_CPU_AMX=1) agree up to the order of the sums.
+TEST_CASE("bf16 precision: linear layers stay in bf16 on oneDNN; its bf16 and fp32 paths and ptc's AMX kernel agree", "[e2e][onednn]") {
   if (!kSanitize.empty()) return;
+  const std::string cpuinfo = test::read_file("/proc/cpuinfo");
+  const bool has_bf16 = cpuinfo.find("avx512_bf16") != std::string::npos || cpuinfo.find("amx_bf16") != std::string::npos;
+  const bool has_amx = cpuinfo.find("amx_bf16") != std::string::npos;
   for (const char* name : {"mlp_dyn", "tfm_dyn"}) {
     INFO(name);
     const std::string report = test::temp_dir() + "/" + name + ".bf16ep.json";
@@ -472,19 +475,21 @@ TEST_CASE("bf16 precision: linear layers with autocast's roundings in their epil
     CHECK(gemms > 0);
     CHECK(on_onednn == gemms);
     const std::string in = test::fixture(std::string("ref/") + name + ".case0.in0.npy"), dir = test::temp_dir() + "/bf16ep_" + name;
-    auto run = [&](const std::string& force, const std::string& env = "PTC_CPU_BF16=0 ") {
-      auto r = test::run_ptc_env("ONEDNN_VERBOSE=1 " + env + "PTC_CPU_ONEDNN_MATMUL=" + force + " ",
-                                 "run " + so + " --inputs " + in + " --outputs " + dir + "/" + force + env.substr(0, 12));
+    auto run = [&](const std::string& tag, const std::string& env) {
+      auto r = test::run_ptc_env("ONEDNN_VERBOSE=1 PTC_CPU_ONEDNN_MATMUL=0 " + env + " ", "run " + so + " --inputs " + in + " --outputs " + dir + "/" + tag);
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
       return r.output;
     };
-    CHECK(run("1").find("matmul") != std::string::npos);
-    CHECK(run("0").find("matmul") == std::string::npos);
-    // Every product on ptc's AMX kernel where the CPU has AMX (else oneDNN's bf16 or fp32 kernels):
-    // no oneDNN matmul runs then.
-    const std::string amx = run("1", "PTC_CPU_AMX=1");
-    const bool has_amx = test::read_file("/proc/cpuinfo").find("amx_bf16") != std::string::npos;
+    const std::string f32 = run("f32", "PTC_CPU_BF16=0"), bf16 = run("bf16", "PTC_CPU_BF16=1 PTC_CPU_AMX=0");
+    CHECK(f32.find("matmul") != std::string::npos);  // (PTC_CPU_ONEDNN_MATMUL=0 does not apply)
+    CHECK(f32.find("src_bf16") == std::string::npos);
+    if (has_bf16) {
+      CHECK(bf16.find("src_bf16") != std::string::npos);
+      CHECK(bf16.find("dst_bf16") != std::string::npos);
+    }
+    // Every product on ptc's AMX kernel where the CPU has AMX: no oneDNN matmul runs then.
+    const std::string amx = run("amx", "PTC_CPU_AMX=1");
     if (has_amx) CHECK(amx.find("matmul") == std::string::npos);
     auto worst = [&](const std::string& p, const std::string& q) {
       NpyArray a = read_npy(dir + "/" + p + "/out0.npy"), b = read_npy(dir + "/" + q + "/out0.npy");
@@ -496,8 +501,8 @@ TEST_CASE("bf16 precision: linear layers with autocast's roundings in their epil
       return w / scale;
     };
     // bf16 roundings that flip between the sums' orders (and propagate), relative to the largest output
-    CHECK(worst("1PTC_CPU_BF16", "0PTC_CPU_BF16") < 2e-2);
-    CHECK(worst("1PTC_CPU_BF16", "1PTC_CPU_AMX=") < 2e-2);
+    CHECK(worst("f32", "bf16") < 2e-2);
+    CHECK(worst("f32", "amx") < 2e-2);
   }
 }
 

@@ -69,6 +69,8 @@ struct CodegenOptions {
 // Whether CPU kernel `k` is a channels-last convolution or a linear layer's GEMM that oneDNN runs
 // (the library it calls, for the report).
 bool cpu_kernel_on_onednn(const loop::Program& p, const sched::Kernel& k);
+// The activations oneDNN's matmul runs as post-ops (GELU, tanh GELU, SiLU; ReLU always).
+sched::LibraryActs cpu_onednn_gemm_acts();
 
 LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
                            const std::string& part = "", const CodegenOptions& opts = {});

@@ -178,7 +178,10 @@ bool library_f32_arg(const Node& n, size_t arg);
 // float32 accumulation); the others get float32 operands from library_ops_f32.
 struct HalfLibraryOps {
   bool gemm = false, conv = false, attention = false;
-  bool float16 = true;  // false: bfloat16 only (the CPU's oneDNN convolutions)
+  bool float16 = true;  // false: bfloat16 only (the CPU's oneDNN kernels)
+  // GEMMs only as linear layers (linear, addmm) of a constant weight: the CPU's library GEMMs
+  // (LowerOptions::library_gemm); the others compute in float32.
+  bool gemm_constant_weight = false;
   bool native(LibraryClass c) const {
     return (c == LibraryClass::Gemm && gemm) || (c == LibraryClass::Conv && conv) || (c == LibraryClass::Attention && attention);
   }

@@ -270,8 +270,9 @@ TensorRef gemm(Lowering& L, const TensorRef& a, const TensorRef& b, DType dt) {
   out.back() = b.sizes.back();
   View va = gemm_operand(L, ac), vb = gemm_operand(L, bc);
   GemmAttrs attrs;
-  attrs.library = L.options.library_gemm && out.size() == 2 && dt == DType::Float32 &&
-                  L.prog_.buffers[vb.buffer].kind == Buffer::Kind::Weight && L.prog_.buffers[vb.buffer].dtype == DType::Float32;
+  // (bfloat16 where library_ops_f32 left a linear layer so: Backend::half_native)
+  attrs.library = L.options.library_gemm && out.size() == 2 && (dt == DType::Float32 || dt == DType::BFloat16) &&
+                  L.prog_.buffers[vb.buffer].kind == Buffer::Kind::Weight && L.prog_.buffers[vb.buffer].dtype == dt;
   return emit_extern(L, ExternKind::Gemm, dt, out, {std::move(va), std::move(vb)}, attrs);
 }
 

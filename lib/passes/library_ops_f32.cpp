@@ -8,6 +8,7 @@
 // The conversions of weights (the usual case: a half-precision model's parameters) are constant
 // folded by the next pass, so a GEMM reads a float32 copy of its weight made at compile time. The
 // conversions of activations are pointwise nodes that fuse with their producers and consumers.
+#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
@@ -31,8 +32,30 @@ bool touches_half(const Node& n) {
 // Whether the backend computes `n` as it is: its class is native in half precision and every
 // floating tensor it reads or writes has one half dtype (an attention's float32 mask aside:
 // library_f32_arg).
-bool native_half(const Node& n, const HalfLibraryOps& native) {
+// A model weight (a parameter, buffer the program does not update, or constant), or autocast's
+// conversion of one.
+bool constant_weight(const Graph& g, const Value* v) {
+  if (v && v->producer && v->producer->kind == OpKind::ToDtype && !v->producer->inputs().empty()) v = v->producer->inputs()[0];
+  if (!v || v->producer) return false;
+  for (const GraphInput& in : g.inputs)
+    if (in.value == v)
+      return in.role != GraphInput::Role::User &&
+             std::find(g.updated_buffers.begin(), g.updated_buffers.end(), in.target) == g.updated_buffers.end();
+  return false;
+}
+
+bool native_half(const Graph& g, const Node& n, const HalfLibraryOps& native) {
   if (!native.native(library_class(n.kind))) return false;
+  if (library_class(n.kind) == LibraryClass::Gemm && native.gemm_constant_weight) {
+    const Arg* w = n.kind == OpKind::Linear ? n.arg("weight") : n.kind == OpKind::Addmm ? n.arg("mat2") : nullptr;
+    if (!w || !std::holds_alternative<Value*>(*w) || !constant_weight(g, std::get<Value*>(*w))) return false;
+    if (n.kind == OpKind::Addmm) {  // alpha = beta = 1 (GPT-2's Conv1D): the bias is the library's
+      for (const char* s : {"alpha", "beta"}) {
+        const Arg* x = n.arg(s);
+        if (x && !std::holds_alternative<std::monostate>(*x) && arg_number(*x) != std::optional<double>(1.0)) return false;
+      }
+    }
+  }
   // The fused multi-head attention's projections lower as float32 GEMMs (lower_extern.cpp):
   // widened here, its weights convert once, at compile time.
   if (n.kind == OpKind::UnderscoreNativeMultiHeadAttention) return false;
@@ -58,15 +81,15 @@ bool native_half(const Node& n, const HalfLibraryOps& native) {
 }
 
 // The nodes library_ops_f32 converts.
-bool converts(const Node& n, const HalfLibraryOps& native) {
-  return library_class(n.kind) != LibraryClass::None && touches_half(n) && !native_half(n, native);
+bool converts(const Graph& g, const Node& n, const HalfLibraryOps& native) {
+  return library_class(n.kind) != LibraryClass::None && touches_half(n) && !native_half(g, n, native);
 }
 
 }  // namespace
 
 std::unique_ptr<Graph> library_ops_f32(const Graph& g, const HalfLibraryOps& native) {
   bool any = false;
-  for (const auto& np : g.nodes()) any = any || converts(*np, native);
+  for (const auto& np : g.nodes()) any = any || converts(g, *np, native);
   if (!any) return clone_graph(g);
 
   rewrite::GraphRewriter rw(g);
@@ -74,7 +97,7 @@ std::unique_ptr<Graph> library_ops_f32(const Graph& g, const HalfLibraryOps& nat
   std::unordered_map<const Value*, Value*> widened;  // new-graph value -> its float32 conversion
   auto half = [](const Value* v) { return v->type.is_tensor() && dtype_is_half(v->type.dtype); };
   for (const auto& np : g.nodes()) {
-    if (converts(*np, native))
+    if (converts(g, *np, native))
       convert_operands(rw, b, *np, DType::Float32, [&](const Value* v, size_t) { return half(v); }, half, widened, "_f32");
     else
       rw.copy_node(*np);

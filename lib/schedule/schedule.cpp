@@ -144,9 +144,13 @@ bool fits_epilogue(const loop::Program& p, const Computation& gemm, const Comput
   // float32; or, for a library's epilogue (cuBLASLt's, cuDNN's), bfloat16 / float16 in and out:
   // the library adds bias and residual to its float32 accumulator and rounds once (or a
   // half-precision GEMM writes float32: match_library_epilogue checked it).
-  const DType dt = p.buffers[gemm.out].dtype;
-  if (mode != Epilogues::Library && p.buffers[e.out].dtype != dt) return false;
-  if (!(dt == DType::Float32 || (mode == Epilogues::Library && dtype_is_half(dt)))) return false;
+  // A half-precision library GEMM with a generated epilogue (the CPU's bf16 linear layers): the
+  // epilogue runs on its float32 rows and writes float32 or the GEMM's type.
+  const DType dt = p.buffers[gemm.out].dtype, et = p.buffers[e.out].dtype;
+  const bool half_gemm = mode == Epilogues::Any && gemm.extern_kind == loop::ExternKind::Gemm && gemm.as<loop::GemmAttrs>().library &&
+                         dtype_is_half(dt) && (et == dt || et == DType::Float32);
+  if (mode != Epilogues::Library && et != dt && !half_gemm) return false;
+  if (!(dt == DType::Float32 || (mode == Epilogues::Library && dtype_is_half(dt)) || half_gemm)) return false;
   // Read elsewhere too: a convolution still runs it (stored as well, Kernel::epilogue_keeps) on
   // the CPU, where the epilogue reads the rows the convolution just wrote, e.g. the batch norm +
   // ReLU after a training forward's convolution, whose output the backward keeps.
@@ -234,6 +238,14 @@ void plan_in_place(const loop::Program& p, Schedule& s, const std::vector<std::v
   }
 }
 
+// The epilogues extern `c` may take: channels-last convolutions run on a library
+// (nhwc_conv_epilogues).
+Epilogues extern_epilogue_mode(const Computation& c, const ScheduleOptions& opts) {
+  if (opts.extern_epilogues == Epilogues::None) return Epilogues::None;
+  const bool nhwc_conv = c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc;
+  return nhwc_conv ? opts.nhwc_conv_epilogues : opts.extern_epilogues;
+}
+
 }  // namespace
 
 Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
@@ -299,8 +311,7 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
       add_origin(k, p.comps[j]);
     };
     if (c.kind == Computation::Kind::Extern && !reserved[i]) {
-      const bool nhwc_conv = c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc;
-      const Epilogues mode = nhwc_conv && opts.extern_epilogues != Epilogues::None ? opts.nhwc_conv_epilogues : opts.extern_epilogues;
+      const Epilogues mode = extern_epilogue_mode(c, opts);
       const size_t j = next_free(i + 1);
       const bool library = c.extern_kind == loop::ExternKind::Gemm || c.extern_kind == loop::ExternKind::Convolution;
       if (library && !(j < p.comps.size() && !reserved[j] && fits_epilogue(p, c, p.comps[j], readers, mode, opts.library_gemm_acts)) &&
@@ -322,8 +333,7 @@ Schedule schedule(const loop::Program& p, const ScheduleOptions& opts) {
       const bool epilogue_kind = c.extern_kind == loop::ExternKind::Gemm || c.extern_kind == loop::ExternKind::Convolution ||
                                  ((c.extern_kind == loop::ExternKind::ConvInputGrad || c.extern_kind == loop::ExternKind::MaxPoolGrad) &&
                                   opts.extern_epilogues == Epilogues::Any);
-      const bool nhwc_conv = c.extern_kind == loop::ExternKind::Convolution && c.as<loop::ConvAttrs>().nhwc;
-      const Epilogues mode = nhwc_conv && opts.extern_epilogues != Epilogues::None ? opts.nhwc_conv_epilogues : opts.extern_epilogues;
+      const Epilogues mode = extern_epilogue_mode(c, opts);
       if (epilogue_kind && j < p.comps.size() && (ci != i || !reserved[j]) &&
           fits_epilogue(p, c, p.comps[j], readers, mode, opts.library_gemm_acts)) {
         k.epilogue = static_cast<int>(j);

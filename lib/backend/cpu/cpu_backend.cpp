@@ -55,15 +55,19 @@ class CpuBackend final : public Backend {
   // bf16 / fp16: autocast's rounding of the library operations' operands and results, computed
   // by the float32 kernels (library_ops_f32), except as half_native says.
   bool supports(Precision p) const override { return p == Precision::FP32 || p == Precision::BF16 || p == Precision::FP16; }
-  // Channels-last convolutions stay in bfloat16 (oneDNN's bf16 primitives where the CPU has AMX,
-  // else widened per call: ConvNhwcArgs::bf16_io), so the activations between them are stored in
-  // bf16 and their epilogues (bias, residual, ReLU / ReLU6) fuse into the primitive.
-  HalfLibraryOps half_native(const CompileOptions&, bool channels_last) const override {
+  // Channels-last convolutions and linear layers on oneDNN stay in bfloat16 (oneDNN's bf16
+  // primitives where the CPU has them, else widened per call: ConvNhwcArgs::bf16_io,
+  // MatmulArgs::bf16_io), so the activations between them are stored in bf16 and their
+  // epilogues (bias, residual, activation) fuse into the primitive. Inference only.
+  HalfLibraryOps half_native(const CompileOptions& o, bool channels_last) const override {
     HalfLibraryOps h;
     h.conv = channels_last && kHaveOneDnn;
+    h.gemm = library_gemm(o) && !o.train;
+    h.gemm_constant_weight = true;
     h.float16 = false;
     return h;
   }
+  static bool library_gemm(const CompileOptions& o) { return kHaveOneDnn && o.build.sanitize.empty() && !o.no_library_gemm; }
 
   LowerOptions lower_options(bool channels_last, const CompileOptions& opts) const override {
     PTC_CHECK(!channels_last || kHaveOneDnn, "the CPU backend's channels-last convolutions need oneDNN");
@@ -73,7 +77,7 @@ class CpuBackend final : public Backend {
     // Linear layers on oneDNN's matmul (constant weights reordered once into its blocked layout:
     // 1.1-1.2x ptc's own GEMM at transformer shapes, docs/benchmarks.md). Not in sanitized
     // builds, for the reason channels_last_pays gives.
-    o.library_gemm = kHaveOneDnn && opts.build.sanitize.empty() && !opts.no_library_gemm;
+    o.library_gemm = library_gemm(opts);
     return o;
   }
   std::string kernel_library(const loop::Program& p, const sched::Kernel& k) const override {
@@ -82,6 +86,7 @@ class CpuBackend final : public Backend {
   sched::ScheduleOptions schedule_options() const override {
     sched::ScheduleOptions o;
     o.extern_epilogues = sched::Epilogues::Any;  // the GEMM's and convolution's epilogues are generated code
+    o.library_gemm_acts = cpu_onednn_gemm_acts();  // (bf16 linear layers take library epilogues only)
     return o;
   }
 

@@ -40,6 +40,8 @@ bool kernel_prepares(const loop::Program& p, const sched::Kernel& k);
 // pointer is the call site's state (conv2d_nhwc_prepare / conv2d_nhwc_release), and its
 // function returns oneDNN's failure as the run's error.
 bool kernel_on_onednn(const loop::Program& p, const sched::Kernel& k);
+// The activations oneDNN's matmul runs as eltwise post-ops (besides ReLU).
+sched::LibraryActs onednn_gemm_acts();
 void emit_prepare_function(std::ostream& os, const loop::Program& p, const sched::Schedule& s, size_t index);
 std::string prepare_function_name(size_t index);
 

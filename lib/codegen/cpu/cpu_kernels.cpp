@@ -621,6 +621,11 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
   const Computation& c = p.comps[k.comps.front()];
   const loop::View &A = c.operands[0], &B = c.operands[1];
   const Computation* ep = k.epilogue >= 0 ? &p.comps[k.epilogue] : nullptr;
+  // bfloat16 operands and result (MatmulArgs::bf16_io; the result float32 where the epilogue
+  // widens it): only oneDNN's call, which also serves the sizes ptc's own GEMM takes in float32.
+  const bool bf16_io = p.buffers[c.out].dtype == DType::BFloat16;
+  if (bf16_io && (p.buffers[A.buffer].dtype != DType::BFloat16 || p.buffers[B.buffer].dtype != DType::BFloat16))
+    user_error("the CPU's bfloat16 linear layer needs bfloat16 operands (", c.origin, ")");
   os << indent << "{\n" << indent << "  ptc_rt::MatmulArgs a{};\n";
   os << indent << "  a.M = " << cpp_index(c.domain[0]) << "; a.N = " << cpp_index(c.domain[1]) << "; a.K = " << cpp_index(A.sizes[1]) << ";\n";
   os << indent << "  a.a = b" << A.buffer << " + " << cpp_index(A.offset) << "; a.lda_m = " << cpp_index(A.strides[0]) << "; a.lda_k = "
@@ -629,7 +634,9 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
      << cpp_index(B.strides[1]) << ";\n";
   os << indent << "  a.weight_constant = true;\n";
   if (bf16_values) os << indent << "  a.bf16_values = true;\n";
+  if (bf16_io) os << indent << "  a.bf16_io = true;\n";
   std::optional<sched::LibraryEpilogue> m = ep ? sched::match_library_epilogue(p, c, *ep, kOneDnnGemmActs) : std::nullopt;
+  if (bf16_io && ep && p.buffers[ep->out].dtype == DType::Float32) os << indent << "  a.y_f32 = true;\n";
   if (ep && !m) {
     // Not bias / residual / activation alone: the whole step runs on the product's rows after it.
     PTC_CHECK(!k.epilogue_keeps, "a oneDNN CPU GEMM whose general epilogue keeps the product");
@@ -648,6 +655,10 @@ void emit_gemm(std::ostream& os, const loop::Program& p, const sched::Kernel& k,
     if (act) os << indent << "  a.act = " << act << ";\n";
   }
   os << indent << "  a.y = b" << (ep ? ep->out : c.out) << ";\n";
+  if (bf16_io) {
+    os << indent << "  if (const char* e = ptc_rt::matmul_call(" << prepared << ", a)) return e;\n" << indent << "}\n";
+    return;
+  }
   os << indent << "  if (!ptc_rt::matmul_runs(a.M, a.N, a.K) || ptc_rt::matmul_call(" << prepared << ", a) != nullptr)\n";
   emit_gemm_own(os, p, k, indent + "  ");
   os << indent << "}\n";
@@ -882,6 +893,8 @@ bool kernel_checks_indices(const loop::Program& p, const sched::Kernel& k) {
     if (has(p.comps[ci].body)) return true;
   return false;
 }
+
+sched::LibraryActs onednn_gemm_acts() { return kOneDnnGemmActs; }
 
 bool kernel_on_onednn(const loop::Program& p, const sched::Kernel& k) {
   const Computation& c = p.comps[k.comps.front()];

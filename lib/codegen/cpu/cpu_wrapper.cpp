@@ -53,6 +53,7 @@ WeightLayout layout_weight_names(const std::vector<std::string>& names, const Gr
 using loop::Buffer;
 
 bool cpu_kernel_on_onednn(const loop::Program& p, const sched::Kernel& k) { return cpu::kernel_on_onednn(p, k); }
+sched::LibraryActs cpu_onednn_gemm_acts() { return cpu::onednn_gemm_acts(); }
 
 LibrarySource generate_cpu(const loop::Program& p, const sched::Schedule& s, const Graph& g, const WeightLayout& weights,
                            const std::string& part, const CodegenOptions& opts) {

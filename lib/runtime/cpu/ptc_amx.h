@@ -221,13 +221,14 @@ inline PackedWeight pack_weight(const float* w, int64_t sk, int64_t sn, int64_t 
   return p;
 }
 
-// C[M, N] (row stride ldc) = A[M, K] B for A holding bf16 values (element strides lda_m, lda_k)
-// and B packed, then ep(C + m ldc + n0, m, n0, count) on each finished run of a row. A is
-// converted into tile order first; then blocks of 32 x 32 (16 x 32 for a last block of 16 rows),
-// the threads splitting the 64-column groups; blocks past the bottom or right edge go through a
-// scratch block.
-template <class Ep>
-void gemm(const float* A, int64_t lda_m, int64_t lda_k, int64_t M, const PackedWeight& B, float* C, int64_t ldc, Ep&& ep) {
+// C[M, N] (row stride ldc) = A[M, K] B for A holding bf16 values (float, or the bf16 bits as
+// uint16_t; element strides lda_m, lda_k) and B packed, then ep(C + m ldc + n0, m, n0, count) on
+// each finished run of a row. A is converted into tile order first; then blocks of 32 x 32 (16 x
+// 32 for a last block of 16 rows), the threads splitting the 64-column groups; blocks past the
+// bottom or right edge go through a scratch block.
+inline uint32_t bits_of(uint16_t b) { return b; }
+template <class T, class Ep>
+void gemm(const T* A, int64_t lda_m, int64_t lda_k, int64_t M, const PackedWeight& B, float* C, int64_t ldc, Ep&& ep) {
   const int64_t M16 = (M + 15) / 16 * 16, K32 = B.K32, K = B.K, N = B.N, kt = K32 / 32, groups = B.N64 / 64;
   thread_local std::vector<uint16_t> a_buf;  // (the calling thread's: its workers only read it)
   if (a_buf.size() < static_cast<size_t>(M16 * K32)) a_buf.resize(static_cast<size_t>(M16 * K32));
@@ -240,11 +241,13 @@ void gemm(const float* A, int64_t lda_m, int64_t lda_k, int64_t M, const PackedW
       for (int64_t t = 0; t < kt; ++t) std::memset(row + t * 512, 0, 64);
       continue;
     }
-    const float* am = A + m * lda_m;
+    const T* am = A + m * lda_m;
     for (int64_t t = 0; t < kt; ++t) {
       uint16_t* dst = row + t * 512;
       const int64_t k0 = t * 32, n = std::min<int64_t>(32, K - k0);
-      if (lda_k == 1 && n == 32) {
+      if (lda_k == 1 && n == 32 && sizeof(T) == 2) {
+        std::memcpy(dst, am + k0, 64);
+      } else if (lda_k == 1 && n == 32) {
         uint32_t u[32];
         std::memcpy(u, am + k0, sizeof u);
 #pragma omp simd

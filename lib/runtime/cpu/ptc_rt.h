@@ -146,16 +146,22 @@ const char* conv2d_nhwc_call(void* site, const ConvNhwcArgs& a);
 enum { kMatmulActNone = 0, kMatmulActRelu = 1, kMatmulActGelu = 2, kMatmulActGeluTanh = 3, kMatmulActSilu = 4 };
 struct MatmulArgs {
   int64_t M, N, K;
-  const float* a; int64_t lda_m, lda_k;
-  const float* w; int64_t ldw_k, ldw_n;
-  const float* bias = nullptr;
-  const float* residual = nullptr;
+  const void* a; int64_t lda_m, lda_k;
+  const void* w; int64_t ldw_k, ldw_n;
+  const void* bias = nullptr;
+  const void* residual = nullptr;
   int act = kMatmulActNone;
-  float* y;
+  void* y;
   bool weight_constant = false;
   // a and w hold bfloat16 values (--precision bf16): with a constant weight, the product may run
   // on bf16 operands with fp32 accumulation (matmul_bf16()), as ConvNhwcArgs::bf16_values.
   bool bf16_values = false;
+  // The tensors are stored in bfloat16 (a linear layer the backend keeps in bf16; the weight a
+  // constant): y rounds once, after the bias, residual and act; y_f32: y is float32 instead (no
+  // bias or residual then). Any size runs here (no ptc GEMM fallback); where matmul_bf16() is
+  // false the call widens the operands and runs the float32 primitive.
+  bool bf16_io = false;
+  bool y_f32 = false;
   // Optional, after the bias, residual and act: ep(y + m N, 0, m, 0, N) on each row m, in place
   // (a fused pointwise step that oneDNN's post-ops cannot express, such as autocast's roundings).
   GemmEpilogue ep;

@@ -73,7 +73,7 @@ struct Site {
   static constexpr size_t kMaxEntries = 16;
   // The constant weight in AMX tiles (products on ptc's AMX kernel), made on first use.
   std::shared_ptr<const amx::PackedWeight> amx_weight;
-  const float* amx_of = nullptr;
+  const void* amx_of = nullptr;
   // A bf16_io convolution run in float32 (conv2d_nhwc_bf16() false): its constant weight widened
   // once, dense KRSC.
   std::vector<float> w32;
@@ -82,7 +82,15 @@ struct Site {
   std::shared_ptr<const amx::PackedWeight> packed(const MatmulArgs& a) {
     std::lock_guard<std::mutex> lock(mu);
     if (!amx_weight || amx_of != a.w || amx_weight->K != a.K || amx_weight->N != a.N) {
-      amx_weight = std::make_shared<const amx::PackedWeight>(amx::pack_weight(a.w, a.ldw_k, a.ldw_n, a.K, a.N));
+      if (a.bf16_io) {  // (widened first: exact)
+        const uint16_t* wb = static_cast<const uint16_t*>(a.w);
+        std::vector<float> w32(static_cast<size_t>(a.K * a.N));
+        for (int64_t k = 0; k < a.K; ++k)
+          for (int64_t n = 0; n < a.N; ++n) w32[k * a.N + n] = bfloat16_bits_to_float(wb[k * a.ldw_k + n * a.ldw_n]);
+        amx_weight = std::make_shared<const amx::PackedWeight>(amx::pack_weight(w32.data(), a.N, 1, a.K, a.N));
+      } else {
+        amx_weight = std::make_shared<const amx::PackedWeight>(amx::pack_weight(static_cast<const float*>(a.w), a.ldw_k, a.ldw_n, a.K, a.N));
+      }
       amx_of = a.w;
     }
     return amx_weight;
@@ -214,6 +222,16 @@ void to_bf16_2d(const float* a, int64_t M, int64_t K, int64_t lda_m, int64_t lda
     for (int64_t k = 0; k < K; ++k) y[m * K + k] = float_to_bfloat16_bits(a[m * lda_m + k * lda_k]);
 }
 
+// Thread-local float32 scratch of at least n elements, one per `slot`.
+float* scratch_f32(int slot, int64_t n) {
+  static thread_local std::vector<float> bufs[5];
+  std::vector<float>& v = bufs[slot];
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+const uint16_t* bf16_bits(const void* p) { return static_cast<const uint16_t*>(p); }
+
 // The call's source as entry `e` reads it: x [rows, cols] (element strides ld_row, ld_col) rounded
 // into this thread's bf16 scratch for a bf16 entry, else x as it is (e.src describes it).
 memory source(const Entry& e, const float* x, int64_t rows, int64_t cols, int64_t ld_row, int64_t ld_col) {
@@ -285,24 +303,28 @@ std::shared_ptr<const Entry> make_conv(Site& site, const ConvNhwcArgs& a, bool b
 
 // A product in bf16: its operands hold bf16 values, the process runs such products in bf16, and
 // the weight is a constant (reordered into bf16 once).
-bool runs_bf16(const MatmulArgs& a) { return a.bf16_values && a.weight_constant && matmul_bf16(); }
+// (bf16_io: in bf16 exactly where matmul_bf16(); conv2d... / matmul_call widen the others.)
+bool runs_bf16(const MatmulArgs& a) { return (a.bf16_values || a.bf16_io) && a.weight_constant && matmul_bf16(); }
 
 std::vector<int64_t> matmul_key(const MatmulArgs& a) {
-  return {a.M, a.N, a.K, a.lda_m, a.lda_k, a.ldw_k, a.ldw_n, a.bias != nullptr, a.residual != nullptr, a.act, runs_bf16(a)};
+  return {a.M,     a.N,  a.K,        a.lda_m,         a.lda_k,   a.ldw_k, a.ldw_n, a.bias != nullptr, a.residual != nullptr, a.act,
+          runs_bf16(a), a.bf16_io, a.y_f32, a.ep.fn != nullptr};
 }
 
 std::shared_ptr<const Entry> make_matmul(Site& site, const MatmulArgs& a, bool bf16) {
   auto e = std::make_shared<Entry>();
   e->key = matmul_key(a);
-  e->bf16 = bf16;
+  e->bf16 = bf16 && !a.bf16_io;  // (bf16_io: no conversion, the tensors are bf16 already)
   const auto f32 = memory::data_type::f32;
   const auto in_t = bf16 ? memory::data_type::bf16 : f32;
-  e->src = bf16 ? memory::desc({a.M, a.K}, in_t, tag::ab) : memory::desc({a.M, a.K}, f32, memory::dims{a.lda_m, a.lda_k});
-  e->user_wts = memory::desc({a.K, a.N}, f32, memory::dims{a.ldw_k, a.ldw_n});
+  const auto io_t = a.bf16_io ? memory::data_type::bf16 : f32;
+  e->src = e->bf16 ? memory::desc({a.M, a.K}, in_t, tag::ab) : memory::desc({a.M, a.K}, in_t, memory::dims{a.lda_m, a.lda_k});
+  e->user_wts = memory::desc({a.K, a.N}, io_t, memory::dims{a.ldw_k, a.ldw_n});
   // A constant weight in the layout oneDNN picks (reordered once); another as it is.
   e->wts = a.weight_constant ? memory::desc({a.K, a.N}, in_t, tag::any) : e->user_wts;
-  e->dst = memory::desc({a.M, a.N}, f32, tag::ab);
-  if (a.bias) e->bias = memory::desc({1, a.N}, f32, tag::ab);
+  // (bf16_io: the result in float32 where it is (y_f32) or where the generated epilogue follows)
+  e->dst = memory::desc({a.M, a.N}, a.bf16_io && !a.y_f32 && !a.ep.fn ? io_t : f32, tag::ab);
+  if (a.bias) e->bias = memory::desc({1, a.N}, io_t, tag::ab);
   dnnl::algorithm act = dnnl::algorithm::undef;
   float alpha = 0.f;
   switch (a.act) {
@@ -335,14 +357,36 @@ void matmul_release(void* site) { delete static_cast<Site*>(site); }
 
 // A bf16 product on ptc's AMX kernel (ptc_amx.h), with the epilogue per finished row run: bias,
 // residual and activation as oneDNN's post-ops would apply them, then the generated step.
+// bf16_io: the product in a float32 scratch, each finished run rounded into y.
 void matmul_amx(Site& site, const MatmulArgs& a) {
   const std::shared_ptr<const amx::PackedWeight> w = site.packed(a);
   const int64_t N = a.N;
-  amx::gemm(a.a, a.lda_m, a.lda_k, a.M, *w, a.y, N, [&](float* c, int64_t m, int64_t n0, int64_t count) {
-    if (a.bias)
-      for (int64_t j = 0; j < count; ++j) c[j] += a.bias[n0 + j];
-    if (a.residual)
-      for (int64_t j = 0; j < count; ++j) c[j] += a.residual[m * N + n0 + j];
+  const bool io = a.bf16_io, y16 = io && !a.y_f32;
+  static thread_local std::vector<float> c_buf;
+  float* C = static_cast<float*>(a.y);
+  if (y16) {
+    if (c_buf.size() < static_cast<size_t>(a.M * N)) c_buf.resize(static_cast<size_t>(a.M * N));
+    C = c_buf.data();
+  }
+  auto run = [&](auto* A) { amx::gemm(A, a.lda_m, a.lda_k, a.M, *w, C, N, [&](float* c, int64_t m, int64_t n0, int64_t count) {
+    if (a.bias) {
+      if (io) {
+        const uint16_t* b = static_cast<const uint16_t*>(a.bias) + n0;
+        for (int64_t j = 0; j < count; ++j) c[j] += bfloat16_bits_to_float(b[j]);
+      } else {
+        const float* b = static_cast<const float*>(a.bias) + n0;
+        for (int64_t j = 0; j < count; ++j) c[j] += b[j];
+      }
+    }
+    if (a.residual) {
+      if (io) {
+        const uint16_t* r = static_cast<const uint16_t*>(a.residual) + m * N + n0;
+        for (int64_t j = 0; j < count; ++j) c[j] += bfloat16_bits_to_float(r[j]);
+      } else {
+        const float* r = static_cast<const float*>(a.residual) + m * N + n0;
+        for (int64_t j = 0; j < count; ++j) c[j] += r[j];
+      }
+    }
     switch (a.act) {
       case kMatmulActRelu:
         for (int64_t j = 0; j < count; ++j) c[j] = relu(c[j]);
@@ -359,7 +403,15 @@ void matmul_amx(Site& site, const MatmulArgs& a) {
       default: break;
     }
     if (a.ep.fn) a.ep.fn(a.ep.obj, c, 0, m, n0, count);
-  });
+    if (y16) {
+      uint16_t* y = static_cast<uint16_t*>(a.y) + m * N + n0;
+      for (int64_t j = 0; j < count; ++j) y[j] = float_to_bfloat16_bits(c[j]);
+    }
+  }); };
+  if (io)
+    run(static_cast<const uint16_t*>(a.a));
+  else
+    run(static_cast<const float*>(a.a));
 }
 
 // Products in bf16 on ptc's AMX kernel where the process may run AMX (ptc_amx.h) and the shape is
@@ -371,9 +423,16 @@ bool runs_amx(const MatmulArgs& a) {
   return amx::forced() == 1 || (a.K >= 2048 && a.M >= 16);
 }
 
+namespace {
+// A bf16_io product where this process runs products in float32 (matmul_bf16() false): the
+// operands widened (exact), the float32 primitive with its epilogue, the result rounded once.
+const char* matmul_widened(Site& site, const MatmulArgs& a);
+}  // namespace
+
 const char* matmul_call(void* site_ptr, const MatmulArgs& a) {
   if (!site_ptr) return "linear (oneDNN): the call site was not prepared (out of memory when the model was opened)";
   if (a.M <= 0 || a.N <= 0) return nullptr;
+  if (a.bf16_io && !matmul_bf16()) return matmul_widened(*static_cast<Site*>(site_ptr), a);
   if (runs_amx(a)) {
     try {
       matmul_amx(*static_cast<Site*>(site_ptr), a);
@@ -384,14 +443,27 @@ const char* matmul_call(void* site_ptr, const MatmulArgs& a) {
   }
   return guarded("linear", [&] {
     Site& site = *static_cast<Site*>(site_ptr);
-    std::shared_ptr<const Entry> e =
-        site.find(matmul_key(a), [&] { return bf16_or_f32(runs_bf16(a), [&](bool bf16) { return make_matmul(site, a, bf16); }); });
+    std::shared_ptr<const Entry> e = site.find(matmul_key(a), [&] {
+      if (a.bf16_io) return make_matmul(site, a, true);
+      return bf16_or_f32(runs_bf16(a), [&](bool bf16) { return make_matmul(site, a, bf16); });
+    });
     dnnl::stream s(cpu_engine());
-    execute(*e, s, source(*e, a.a, a.M, a.K, a.lda_m, a.lda_k), a.y, a.w, a.weight_constant, a.bias, a.residual);
+    const memory src = a.bf16_io ? memory(e->src, cpu_engine(), const_cast<void*>(a.a))
+                                 : source(*e, static_cast<const float*>(a.a), a.M, a.K, a.lda_m, a.lda_k);
+    // (a bf16 result the generated epilogue writes: float32 rows first, rounded after it)
+    const bool rows16 = a.bf16_io && !a.y_f32 && a.ep.fn;
+    const int64_t M = a.M, N = a.N;
+    float* y = rows16 ? scratch_f32(3, M * N) : static_cast<float*>(a.y);
+    execute(*e, s, src, rows16 ? static_cast<void*>(y) : a.y, a.w, a.weight_constant, a.bias, a.residual);
     if (a.ep.fn) {
-      const int64_t M = a.M, N = a.N;
 #pragma omp parallel for schedule(static) if (M * N > 16384)
-      for (int64_t m = 0; m < M; ++m) a.ep.fn(a.ep.obj, a.y + m * N, 0, m, 0, N);
+      for (int64_t m = 0; m < M; ++m) {
+        a.ep.fn(a.ep.obj, y + m * N, 0, m, 0, N);
+        if (rows16) {
+          uint16_t* y16 = static_cast<uint16_t*>(a.y) + m * N;
+          for (int64_t j = 0; j < N; ++j) y16[j] = float_to_bfloat16_bits(y[m * N + j]);
+        }
+      }
     }
   });
 }
@@ -426,16 +498,6 @@ void* conv2d_nhwc_prepare() { return new (std::nothrow) Site; }
 void conv2d_nhwc_release(void* site) { delete static_cast<Site*>(site); }
 
 namespace {
-
-// Thread-local float32 scratch of at least n elements, one per `slot`.
-float* scratch_f32(int slot, int64_t n) {
-  static thread_local std::vector<float> bufs[5];
-  std::vector<float>& v = bufs[slot];
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
-const uint16_t* bf16_bits(const void* p) { return static_cast<const uint16_t*>(p); }
 
 // A bf16_io convolution where this process runs convolutions in float32 (conv2d_nhwc_bf16()
 // false: no AMX, or PTC_CPU_BF16=0): the operands widened (exact), the float32 primitive with its
@@ -528,6 +590,54 @@ const char* conv2d_nhwc_widened(Site& site, const ConvNhwcArgs& a) {
   uint16_t* yb = static_cast<uint16_t*>(a.y);
 #pragma omp parallel for schedule(static) if (ny > 65536)
   for (int64_t i = 0; i < ny; ++i) yb[i] = float_to_bfloat16_bits(y[i]);
+  return nullptr;
+}
+
+const char* matmul_widened(Site& site, const MatmulArgs& a) {
+  MatmulArgs f = a;
+  f.bf16_io = f.y_f32 = false;
+  float* x = scratch_f32(0, a.M * a.K);
+  const uint16_t* xb = bf16_bits(a.a);
+#pragma omp parallel for schedule(static) if (a.M * a.K > 65536)
+  for (int64_t m = 0; m < a.M; ++m)
+    for (int64_t k = 0; k < a.K; ++k) x[m * a.K + k] = bfloat16_bits_to_float(xb[m * a.lda_m + k * a.lda_k]);
+  f.a = x, f.lda_m = a.K, f.lda_k = 1;
+  {  // the constant weight, dense [K, N], once per site
+    std::lock_guard<std::mutex> lock(site.mu);
+    if (site.w32_of != a.w || site.w32.size() != static_cast<size_t>(a.K * a.N)) {
+      try {
+        site.w32.assign(static_cast<size_t>(a.K * a.N), 0.f);
+      } catch (const std::bad_alloc&) {
+        return "linear (oneDNN): out of memory";
+      }
+      const uint16_t* wb = bf16_bits(a.w);
+      for (int64_t k = 0; k < a.K; ++k)
+        for (int64_t n = 0; n < a.N; ++n) site.w32[k * a.N + n] = bfloat16_bits_to_float(wb[k * a.ldw_k + n * a.ldw_n]);
+      site.w32_of = a.w;
+    }
+    f.w = site.w32.data(), f.ldw_k = a.N, f.ldw_n = 1;
+  }
+  const int64_t ny = a.M * a.N;
+  if (a.bias) {
+    float* b = scratch_f32(2, a.N);
+    for (int64_t n = 0; n < a.N; ++n) b[n] = bfloat16_bits_to_float(bf16_bits(a.bias)[n]);
+    f.bias = b;
+  }
+  if (a.residual) {
+    float* r = scratch_f32(4, ny);
+    const uint16_t* rb = bf16_bits(a.residual);
+#pragma omp parallel for schedule(static) if (ny > 65536)
+    for (int64_t i = 0; i < ny; ++i) r[i] = bfloat16_bits_to_float(rb[i]);
+    f.residual = r;
+  }
+  float* y = a.y_f32 ? static_cast<float*>(a.y) : scratch_f32(3, ny);
+  f.y = y;
+  if (const char* e = matmul_call(&site, f)) return e;
+  if (!a.y_f32) {
+    uint16_t* yb = static_cast<uint16_t*>(a.y);
+#pragma omp parallel for schedule(static) if (ny > 65536)
+    for (int64_t i = 0; i < ny; ++i) yb[i] = float_to_bfloat16_bits(y[i]);
+  }
   return nullptr;
 }
 
