@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -603,19 +602,16 @@ __device__ inline void stage_half(T* smem, int rows, int ld, int width, const T*
 }
 
 constexpr int kHBK = 64;  // keys per tile
-template <int KD, int KV, int WARPS, int MT>
+template <int KD, int KV, int WARPS>
 constexpr size_t half_smem_bytes() {  // Q, and two buffers each of K and V (2-byte elements)
-  return 2 * (static_cast<size_t>(16 * MT * WARPS) * (16 * KD + 8) + 2 * static_cast<size_t>(kHBK) * ((16 * KD + 8) + (16 * KV + 8)));
+  return 2 * (static_cast<size_t>(16 * WARPS) * (16 * KD + 8) + 2 * static_cast<size_t>(kHBK) * ((16 * KD + 8) + (16 * KV + 8)));
 }
 
-// MT: 16-row tiles per warp. With MT = 2 a warp computes 32 query rows, and each K and V
-// fragment it loads from shared memory feeds two mma instead of one: at long sequences the
-// kernel is bound by those loads (one ldmatrix.x4 per two m16n8k16 with MT = 1).
-template <typename T, int KD, int KV, int WARPS, int MT>  // D <= 16 KD, Dv <= 16 KV
+template <typename T, int KD, int KV, int WARPS>  // D <= 16 KD, Dv <= 16 KV
 __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a, bool qvec, bool kvec, bool vvec) {
   using H = HalfOps<T>;
-  constexpr int WR = 16 * MT, BQ = WR * WARPS, NT = kHBK / 8, LDK = 16 * KD + 8, LDV = 16 * KV + 8;
-  constexpr bool kQInRegisters = KD * MT <= 8;
+  constexpr int BQ = 16 * WARPS, NT = kHBK / 8, LDK = 16 * KD + 8, LDV = 16 * KV + 8;
+  constexpr bool kQInRegisters = KD <= 8;
   extern __shared__ __align__(16) unsigned char hsm[];
   T* sq = reinterpret_cast<T*>(hsm);  // [BQ][LDK]
   T* sk = sq + BQ * LDK;              // [2][kHBK][LDK]
@@ -626,11 +622,8 @@ __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a,
   const int64_t b = blk.b, h = blk.h, i0 = blk.i0;
   const int nq = blk.nq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t wr0 = i0 + warp * WR;  // the warp's first row
-  int64_t row[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) row[mt][0] = wr0 + mt * 16 + g, row[mt][1] = wr0 + mt * 16 + g + 8;
-  const bool active = warp * WR < nq;
+  const int64_t row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
+  const bool active = warp * 16 < nq;
   const T *qbase = blk.q, *kbase = blk.k, *vbase = blk.v;
   const int64_t kend = a.causal ? std::min<int64_t>(a.Tk, i0 + nq) : a.Tk;  // causal: later keys add nothing
   const int64_t ntiles = (kend + kHBK - 1) / kHBK;
@@ -646,32 +639,22 @@ __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a,
   cp_async_commit();
   cp_async_wait<1>();  // Q is here (the first key tile may still be on its way)
   __syncthreads();
-  // The A fragment of Q for the warp's row tile mt and head-size step ks: rows g and g + 8,
-  // columns 2t.. and 2t + 8..
-  const T* qw = sq + warp * WR * LDK + g * LDK + 2 * t;
-  auto q_fragment = [&](int mt, int ks, uint32_t (&f)[4]) {
-    const T* r0 = qw + mt * 16 * LDK + 16 * ks;
+  // The warp's A fragment of Q for head-size step ks: rows g and g + 8, columns 2t.. and 2t + 8..
+  const T* qw = sq + warp * 16 * LDK + g * LDK + 2 * t;
+  auto q_fragment = [&](int ks, uint32_t (&f)[4]) {
+    const T* r0 = qw + 16 * ks;
     f[0] = *reinterpret_cast<const uint32_t*>(r0);
     f[1] = *reinterpret_cast<const uint32_t*>(r0 + 8 * LDK);
     f[2] = *reinterpret_cast<const uint32_t*>(r0 + 8);
     f[3] = *reinterpret_cast<const uint32_t*>(r0 + 8 * LDK + 8);
   };
-  constexpr int QR = kQInRegisters ? MT : 1, QK = kQInRegisters ? KD : 1;
-  uint32_t qf[QR][QK][4];
+  uint32_t qf[kQInRegisters ? KD : 1][4];
   if (kQInRegisters)
 #pragma unroll
-    for (int mt = 0; mt < QR; ++mt)
+    for (int ks = 0; ks < (kQInRegisters ? KD : 1); ++ks) q_fragment(ks, qf[ks]);
+  float o[2 * KV][4], m[2] = {ninf, ninf}, l[2] = {0.f, 0.f};
 #pragma unroll
-      for (int ks = 0; ks < QK; ++ks) q_fragment(mt, ks, qf[mt][ks]);
-  float o[MT][2 * KV][4], m[MT][2], l[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    m[mt][0] = m[mt][1] = ninf;
-    l[mt][0] = l[mt][1] = 0.f;
-#pragma unroll
-    for (int nv = 0; nv < 2 * KV; ++nv) o[mt][nv][0] = o[mt][nv][1] = o[mt][nv][2] = o[mt][nv][3] = 0.f;
-  }
-  const bool bool_mask = a.mask_kind == kMaskKeep || a.mask_kind == kMaskDrop;
+  for (int nv = 0; nv < 2 * KV; ++nv) o[nv][0] = o[nv][1] = o[nv][2] = o[nv][3] = 0.f;
   for (int64_t it = 0; it < ntiles; ++it) {
     const int64_t j0 = it * kHBK;
     const int nk = static_cast<int>(std::min<int64_t>(kHBK, kend - j0));
@@ -681,98 +664,67 @@ __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a,
     cp_async_wait<1>();  // this tile's copies are done
     __syncthreads();
     // A warp computes only where it has rows inside Tq and, under a causal mask, keys at or
-    // before its last row; the others still stage and meet the barriers. Within a computing warp
-    // every row tile computes: one that alone would skip the key tile sees only masked scores,
-    // which add nothing.
-    bool compute = active && (!a.causal || j0 <= wr0 + WR - 1);
-    bool full[MT];
-    uint32_t keep[MT];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      full[mt] = tile_unmasked(a, wr0 + mt * 16, j0, nk, kHBK);
-      keep[mt] = 0;
-    }
+    // before its last row; the others still stage and meet the barriers.
+    bool compute = active && (!a.causal || j0 <= i0 + warp * 16 + 15);
+    bool full = tile_unmasked(a, i0 + warp * 16, j0, nk, kHBK);
+    const bool bool_mask = a.mask_kind == kMaskKeep || a.mask_kind == kMaskDrop;
+    uint32_t keep = 0;
     if (compute && bool_mask) {
       // A warp's tile that the mask drops whole is skipped (a causal mask given as a bool
       // tensor); one it keeps whole takes the unmasked path. Rows past Tq count as either.
+      keep = mask_bits<NT>(a, b, h, row, j0, nk, t);
+      const uint32_t past = (row[0] >= a.Tq ? 0x33333333u : 0u) | (row[1] >= a.Tq ? 0xccccccccu : 0u);
       constexpr uint32_t all = NT * 4 == 32 ? 0xffffffffu : (1u << (NT * 4)) - 1;
-      bool any = false;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        keep[mt] = mask_bits<NT>(a, b, h, row[mt], j0, nk, t);
-        const uint32_t past = (row[mt][0] >= a.Tq ? 0x33333333u : 0u) | (row[mt][1] >= a.Tq ? 0xccccccccu : 0u);
-        any = any || !__all_sync(0xffffffffu, keep[mt] == 0);
-        full[mt] = nk == kHBK && (!a.causal || j0 + kHBK - 1 <= wr0 + mt * 16) && __all_sync(0xffffffffu, ((keep[mt] | past) & all) == all);
-      }
-      compute = any;
+      compute = !__all_sync(0xffffffffu, keep == 0);
+      full = nk == kHBK && (!a.causal || j0 + kHBK - 1 <= i0 + warp * 16) && __all_sync(0xffffffffu, ((keep | past) & all) == all);
     }
     if (compute) {
       const T* kt = sk + cur * kHBK * LDK;
       const T* vt = sv + cur * kHBK * LDV;
-      float s[MT][NT][4];
+      float s[NT][4];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+      for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
       // ldmatrix row addresses for K: lane -> key 8 (lane >> 4) + (lane & 7), columns 8 ((lane >> 3) & 1)..;
       // r[0], r[1] are the B fragments (columns 2t.. and 2t + 8..) of keys 16 np + g, r[2], r[3] of 16 np + 8 + g.
       const T* kl = kt + ((lane >> 4) * 8 + (lane & 7)) * LDK + ((lane >> 3) & 1) * 8;
 #pragma unroll
       for (int ks = 0; ks < KD; ++ks) {
-        uint32_t f[MT][4];
+        uint32_t f[4];
+        if (kQInRegisters) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          if (kQInRegisters) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) f[mt][e] = qf[kQInRegisters ? mt : 0][kQInRegisters ? ks : 0][e];
-          } else {
-            q_fragment(mt, ks, f[mt]);
-          }
+          for (int e = 0; e < 4; ++e) f[e] = qf[kQInRegisters ? ks : 0][e];
+        } else {
+          q_fragment(ks, f);
         }
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
           if (16 * np >= nk) break;  // keys past the tile's end: masked below
           uint32_t r[4];
           ldmatrix_x4(r, kl + 16 * np * LDK + 16 * ks);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            H::mma(s[mt][2 * np], f[mt], r[0], r[1]);
-            H::mma(s[mt][2 * np + 1], f[mt], r[2], r[3]);
-          }
+          H::mma(s[2 * np], f, r[0], r[1]);
+          H::mma(s[2 * np + 1], f, r[2], r[3]);
         }
       }
+      float corr[2];
+      online_softmax_tile(a, s, m, l, corr, b, h, row, j0, nk, t, full, bool_mask, keep);
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        float corr[2];
-        online_softmax_tile(a, s[mt], m[mt], l[mt], corr, b, h, row[mt], j0, nk, t, full[mt], bool_mask, keep[mt]);
-#pragma unroll
-        for (int nv = 0; nv < 2 * KV; ++nv) {
-          o[mt][nv][0] *= corr[0], o[mt][nv][1] *= corr[0];
-          o[mt][nv][2] *= corr[1], o[mt][nv][3] *= corr[1];
-        }
+      for (int nv = 0; nv < 2 * KV; ++nv) {
+        o[nv][0] *= corr[0], o[nv][1] *= corr[0];
+        o[nv][2] *= corr[1], o[nv][3] *= corr[1];
       }
       // ldmatrix row addresses for V: lane -> key (lane & 7) + 8 ((lane >> 3) & 1), columns 8 (lane >> 4)..
       const T* vl = vt + ((lane & 7) + ((lane >> 3) & 1) * 8) * LDV + (lane >> 4) * 8;
 #pragma unroll
       for (int kk = 0; kk < kHBK / 16; ++kk) {
         if (16 * kk >= nk) break;  // zero probabilities and zero rows of V
-        uint32_t p[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          p[mt][0] = H::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-          p[mt][1] = H::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-          p[mt][2] = H::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-          p[mt][3] = H::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-        }
+        const uint32_t p[4] = {H::pack(s[2 * kk][0], s[2 * kk][1]), H::pack(s[2 * kk][2], s[2 * kk][3]),
+                               H::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), H::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
         for (int nv = 0; nv < KV; ++nv) {  // 16 columns of V: B fragments of its two 8-column blocks
           uint32_t r[4];
           ldmatrix_x4_trans(r, vl + 16 * kk * LDV + 16 * nv);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            H::mma(o[mt][2 * nv], p[mt], r[0], r[1]);
-            H::mma(o[mt][2 * nv + 1], p[mt], r[2], r[3]);
-          }
+          H::mma(o[2 * nv], p, r[0], r[1]);
+          H::mma(o[2 * nv + 1], p, r[2], r[3]);
         }
       }
     }
@@ -781,26 +733,24 @@ __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a,
   // Tk = 0: zeros (an empty matmul); l = 0: every key of the row masked: zeros or NaN.
   const float fill = a.Tk == 0 ? 0.f : a.masked_rows_zero ? 0.f : NAN;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = row[r];
+    if (i >= a.Tq) continue;
+    T* orow = static_cast<T*>(a.o) + (a.o_heads_inner ? (b * a.Tq + i) * a.H + h : (b * a.H + h) * a.Tq + i) * a.Dv;
+    const bool empty = a.Tk == 0 || l[r] == 0.f;
+    const float inv = empty ? 0.f : 1.f / l[r];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t i = row[mt][r];
-      if (i >= a.Tq) continue;
-      T* orow = static_cast<T*>(a.o) + (a.o_heads_inner ? (b * a.Tq + i) * a.H + h : (b * a.H + h) * a.Tq + i) * a.Dv;
-      const bool empty = a.Tk == 0 || l[mt][r] == 0.f;
-      const float inv = empty ? 0.f : 1.f / l[mt][r];
-#pragma unroll
-      for (int nv = 0; nv < 2 * KV; ++nv) {
-        const int d = 8 * nv + 2 * t;
-        const float x0 = empty ? fill : o[mt][nv][2 * r] * inv, x1 = empty ? fill : o[mt][nv][2 * r + 1] * inv;
-        if (d + 1 < Dv && (Dv & 1) == 0) {
-          *reinterpret_cast<uint32_t*>(orow + d) = H::pack(x0, x1);
-        } else {
-          if (d < Dv) orow[d] = H::from(x0);
-          if (d + 1 < Dv) orow[d + 1] = H::from(x1);
-        }
+    for (int nv = 0; nv < 2 * KV; ++nv) {
+      const int d = 8 * nv + 2 * t;
+      const float x0 = empty ? fill : o[nv][2 * r] * inv, x1 = empty ? fill : o[nv][2 * r + 1] * inv;
+      if (d + 1 < Dv && (Dv & 1) == 0) {
+        *reinterpret_cast<uint32_t*>(orow + d) = H::pack(x0, x1);
+      } else {
+        if (d < Dv) orow[d] = H::from(x0);
+        if (d + 1 < Dv) orow[d + 1] = H::from(x1);
       }
     }
+  }
 }
 
 // 16-byte copies of an operand's rows of 2-byte elements: unit element stride, 8-aligned row,
@@ -809,32 +759,19 @@ bool rows_vec8(const void* p, const int64_t (&s)[4], int64_t len) {
   return s[3] == 1 && len % 8 == 0 && s[0] % 8 == 0 && s[1] % 8 == 0 && s[2] % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-template <typename T, int KD, int KV, int WARPS, int MT = 1>
+template <typename T, int KD, int KV, int WARPS>
 const char* attention_half_launch(const Attention& a, cudaStream_t stream) {
-  constexpr int BQ = 16 * MT * WARPS;
-  const int64_t blocks = a.B * a.H * ((a.Tq + BQ - 1) / BQ);
+  const int64_t blocks = a.B * a.H * ((a.Tq + 16 * WARPS - 1) / (16 * WARPS));
   if (blocks > 0x7fffffff) return "attention over too many (batch, head, query tile) blocks";
-  constexpr size_t smem = half_smem_bytes<KD, KV, WARPS, MT>();
+  constexpr size_t smem = half_smem_bytes<KD, KV, WARPS>();
   if (smem > 48 * 1024) {  // above the default: opt in (165 KiB at head size 256)
-    cudaError_t e =
-        cudaFuncSetAttribute(attention_half_kernel<T, KD, KV, WARPS, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    cudaError_t e = cudaFuncSetAttribute(attention_half_kernel<T, KD, KV, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return cuda_error("the attention kernel's shared memory", e);
   }
-  attention_half_kernel<T, KD, KV, WARPS, MT><<<static_cast<unsigned>(blocks), 32 * WARPS, smem, stream>>>(
+  attention_half_kernel<T, KD, KV, WARPS><<<static_cast<unsigned>(blocks), 32 * WARPS, smem, stream>>>(
       a, rows_vec8(a.q, a.qs, a.D), rows_vec8(a.k, a.ks, a.D), rows_vec8(a.v, a.vs, a.Dv));
   cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? nullptr : cuda_error("the attention kernel", e);
-}
-
-// Whether a head of at most 64 takes blocks of 128 query rows (two row tiles per warp):
-// PTC_CUDA_ATTENTION_WIDE=1. Off by default until it is checked and timed on a GPU; the intent is
-// to take it where the keys are many (Tk >= 256) and the blocks still fill the GPU twice.
-bool wide_query_blocks(const Attention&) {
-  static const bool on = [] {
-    const char* e = std::getenv("PTC_CUDA_ATTENTION_WIDE");
-    return e && *e && std::atoi(e) != 0;
-  }();
-  return on;
 }
 
 template <typename T>
@@ -844,7 +781,7 @@ const char* attention_half(const Attention& a, cudaStream_t stream) {
   // kernel's math on zero padding.
   if (head <= 16) return attention_half_launch<T, 1, 1, 4>(a, stream);
   if (head <= 32) return attention_half_launch<T, 2, 2, 4>(a, stream);
-  if (head <= 64) return wide_query_blocks(a) ? attention_half_launch<T, 4, 4, 4, 2>(a, stream) : attention_half_launch<T, 4, 4, 4>(a, stream);
+  if (head <= 64) return attention_half_launch<T, 4, 4, 4>(a, stream);
   if (head <= 128) return attention_half_launch<T, 8, 8, 4>(a, stream);
   return attention_half_launch<T, 16, 16, 4>(a, stream);
 }
@@ -854,7 +791,7 @@ const char* attention_half(const Attention& a, cudaStream_t stream) {
 bool half_mma_available() {
   static const bool ok = [] {
     cudaFuncAttributes fa{};
-    return cudaFuncGetAttributes(&fa, attention_half_kernel<__nv_bfloat16, 4, 4, 4, 1>) == cudaSuccess && fa.ptxVersion >= 80 &&
+    return cudaFuncGetAttributes(&fa, attention_half_kernel<__nv_bfloat16, 4, 4, 4>) == cudaSuccess && fa.ptxVersion >= 80 &&
            fa.binaryVersion >= 80;
   }();
   return ok;
