@@ -54,6 +54,37 @@ dnnl::engine& cpu_engine() {
   return eng;
 }
 
+// Thread-local float32 scratch of at least n elements, one per `slot`.
+float* scratch_f32(int slot, int64_t n) {
+  static thread_local std::vector<float> bufs[5];
+  std::vector<float>& v = bufs[slot];
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+const uint16_t* bf16_bits(const void* p) { return static_cast<const uint16_t*>(p); }
+
+// n contiguous bf16 values widened into scratch `slot` (exact).
+float* widened(int slot, const void* src, int64_t n) {
+  float* out = scratch_f32(slot, n);
+  const uint16_t* b = bf16_bits(src);
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) out[i] = bfloat16_bits_to_float(b[i]);
+  return out;
+}
+// n float32 values rounded into bf16 `dst`.
+void rounded(void* dst, const float* src, int64_t n) {
+  uint16_t* d = static_cast<uint16_t*>(dst);
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) d[i] = float_to_bfloat16_bits(src[i]);
+}
+// A bf16 [K, N] matrix (element strides ldk, ldn) widened into dense [K, N] `out`.
+void widen_kn(const void* w, int64_t ldk, int64_t ldn, int64_t K, int64_t N, float* out) {
+  const uint16_t* b = bf16_bits(w);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) out[k * N + n] = bfloat16_bits_to_float(b[k * ldk + n * ldn]);
+}
+
 // One primitive and what a call needs to run it.
 struct Entry {
   std::vector<int64_t> key;  // the shape, strides and epilogue it was made for
@@ -74,20 +105,33 @@ struct Site {
   // The constant weight in AMX tiles (products on ptc's AMX kernel), made on first use.
   std::shared_ptr<const amx::PackedWeight> amx_weight;
   const void* amx_of = nullptr;
-  // A bf16_io convolution run in float32 (conv2d_nhwc_bf16() false): its constant weight widened
-  // once, dense KRSC.
+  // A bf16_io call run in float32 (conv2d_nhwc_bf16() / matmul_bf16() false): its constant
+  // weight widened once, n elements written by fill(out); nullptr when out of memory.
   std::vector<float> w32;
   const void* w32_of = nullptr;
+  template <class Fill>
+  const float* widened_weight(const void* w, int64_t n, Fill&& fill) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (w32_of != w || w32.size() != static_cast<size_t>(n)) {
+      try {
+        w32.assign(static_cast<size_t>(n), 0.f);
+      } catch (const std::bad_alloc&) {
+        w32_of = nullptr;
+        return nullptr;
+      }
+      fill(w32.data());
+      w32_of = w;
+    }
+    return w32.data();
+  }
 
   std::shared_ptr<const amx::PackedWeight> packed(const MatmulArgs& a) {
     std::lock_guard<std::mutex> lock(mu);
     if (!amx_weight || amx_of != a.w || amx_weight->K != a.K || amx_weight->N != a.N) {
       if (a.bf16_io) {  // (widened first: exact)
-        const uint16_t* wb = static_cast<const uint16_t*>(a.w);
-        std::vector<float> w32(static_cast<size_t>(a.K * a.N));
-        for (int64_t k = 0; k < a.K; ++k)
-          for (int64_t n = 0; n < a.N; ++n) w32[k * a.N + n] = bfloat16_bits_to_float(wb[k * a.ldw_k + n * a.ldw_n]);
-        amx_weight = std::make_shared<const amx::PackedWeight>(amx::pack_weight(w32.data(), a.N, 1, a.K, a.N));
+        std::vector<float> wk(static_cast<size_t>(a.K * a.N));
+        widen_kn(a.w, a.ldw_k, a.ldw_n, a.K, a.N, wk.data());
+        amx_weight = std::make_shared<const amx::PackedWeight>(amx::pack_weight(wk.data(), a.N, 1, a.K, a.N));
       } else {
         amx_weight = std::make_shared<const amx::PackedWeight>(amx::pack_weight(static_cast<const float*>(a.w), a.ldw_k, a.ldw_n, a.K, a.N));
       }
@@ -221,16 +265,6 @@ void to_bf16_2d(const float* a, int64_t M, int64_t K, int64_t lda_m, int64_t lda
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) y[m * K + k] = float_to_bfloat16_bits(a[m * lda_m + k * lda_k]);
 }
-
-// Thread-local float32 scratch of at least n elements, one per `slot`.
-float* scratch_f32(int slot, int64_t n) {
-  static thread_local std::vector<float> bufs[5];
-  std::vector<float>& v = bufs[slot];
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
-const uint16_t* bf16_bits(const void* p) { return static_cast<const uint16_t*>(p); }
 
 // The call's source as entry `e` reads it: x [rows, cols] (element strides ld_row, ld_col) rounded
 // into this thread's bf16 scratch for a bf16 entry, else x as it is (e.src describes it).
@@ -553,17 +587,8 @@ const char* conv2d_nhwc_widened(Site& site, const ConvNhwcArgs& a) {
             dst[o * per_o + (kh * a.KW + kw) * Cg + c] = bfloat16_bits_to_float(wb[o * a.ws[0] + c * a.ws[1] + kh * a.ws[2] + kw * a.ws[3]]);
   };
   if (a.weight_constant) {
-    std::lock_guard<std::mutex> lock(site.mu);
-    if (site.w32_of != a.w || site.w32.size() != static_cast<size_t>(a.O * per_o)) {
-      try {
-        site.w32.assign(static_cast<size_t>(a.O * per_o), 0.f);
-      } catch (const std::bad_alloc&) {
-        return "convolution (oneDNN): out of memory";
-      }
-      widen_w(site.w32.data());
-      site.w32_of = a.w;
-    }
-    f.w = site.w32.data();
+    f.w = site.widened_weight(a.w, a.O * per_o, widen_w);
+    if (!f.w) return "convolution (oneDNN): out of memory";
   } else {
     float* w = scratch_f32(1, a.O * per_o);
     widen_w(w);
@@ -572,24 +597,12 @@ const char* conv2d_nhwc_widened(Site& site, const ConvNhwcArgs& a) {
   const int64_t ws[4] = {per_o, 1, a.KW * Cg, Cg};
   std::memcpy(f.ws, ws, sizeof ws);
   const int64_t ny = a.N * a.OH * a.OW * a.O;
-  if (a.bias) {
-    float* b = scratch_f32(2, a.O);
-    for (int64_t o = 0; o < a.O; ++o) b[o] = bfloat16_bits_to_float(bf16_bits(a.bias)[o]);
-    f.bias = b;
-  }
-  if (a.residual) {  // laid out as y
-    float* r = scratch_f32(4, ny);
-    const uint16_t* rb = bf16_bits(a.residual);
-#pragma omp parallel for schedule(static) if (ny > 65536)
-    for (int64_t i = 0; i < ny; ++i) r[i] = bfloat16_bits_to_float(rb[i]);
-    f.residual = r;
-  }
+  if (a.bias) f.bias = widened(2, a.bias, a.O);
+  if (a.residual) f.residual = widened(4, a.residual, ny);  // (laid out as y)
   float* y = scratch_f32(3, ny);
   f.y = y;
   if (const char* e = conv2d_nhwc_call(&site, f)) return e;
-  uint16_t* yb = static_cast<uint16_t*>(a.y);
-#pragma omp parallel for schedule(static) if (ny > 65536)
-  for (int64_t i = 0; i < ny; ++i) yb[i] = float_to_bfloat16_bits(y[i]);
+  rounded(a.y, y, ny);
   return nullptr;
 }
 
@@ -602,42 +615,17 @@ const char* matmul_widened(Site& site, const MatmulArgs& a) {
   for (int64_t m = 0; m < a.M; ++m)
     for (int64_t k = 0; k < a.K; ++k) x[m * a.K + k] = bfloat16_bits_to_float(xb[m * a.lda_m + k * a.lda_k]);
   f.a = x, f.lda_m = a.K, f.lda_k = 1;
-  {  // the constant weight, dense [K, N], once per site
-    std::lock_guard<std::mutex> lock(site.mu);
-    if (site.w32_of != a.w || site.w32.size() != static_cast<size_t>(a.K * a.N)) {
-      try {
-        site.w32.assign(static_cast<size_t>(a.K * a.N), 0.f);
-      } catch (const std::bad_alloc&) {
-        return "linear (oneDNN): out of memory";
-      }
-      const uint16_t* wb = bf16_bits(a.w);
-      for (int64_t k = 0; k < a.K; ++k)
-        for (int64_t n = 0; n < a.N; ++n) site.w32[k * a.N + n] = bfloat16_bits_to_float(wb[k * a.ldw_k + n * a.ldw_n]);
-      site.w32_of = a.w;
-    }
-    f.w = site.w32.data(), f.ldw_k = a.N, f.ldw_n = 1;
-  }
+  // the constant weight, dense [K, N], once per site
+  f.w = site.widened_weight(a.w, a.K * a.N, [&](float* out) { widen_kn(a.w, a.ldw_k, a.ldw_n, a.K, a.N, out); });
+  if (!f.w) return "linear (oneDNN): out of memory";
+  f.ldw_k = a.N, f.ldw_n = 1;
   const int64_t ny = a.M * a.N;
-  if (a.bias) {
-    float* b = scratch_f32(2, a.N);
-    for (int64_t n = 0; n < a.N; ++n) b[n] = bfloat16_bits_to_float(bf16_bits(a.bias)[n]);
-    f.bias = b;
-  }
-  if (a.residual) {
-    float* r = scratch_f32(4, ny);
-    const uint16_t* rb = bf16_bits(a.residual);
-#pragma omp parallel for schedule(static) if (ny > 65536)
-    for (int64_t i = 0; i < ny; ++i) r[i] = bfloat16_bits_to_float(rb[i]);
-    f.residual = r;
-  }
+  if (a.bias) f.bias = widened(2, a.bias, a.N);
+  if (a.residual) f.residual = widened(4, a.residual, ny);
   float* y = a.y_f32 ? static_cast<float*>(a.y) : scratch_f32(3, ny);
   f.y = y;
   if (const char* e = matmul_call(&site, f)) return e;
-  if (!a.y_f32) {
-    uint16_t* yb = static_cast<uint16_t*>(a.y);
-#pragma omp parallel for schedule(static) if (ny > 65536)
-    for (int64_t i = 0; i < ny; ++i) yb[i] = float_to_bfloat16_bits(y[i]);
-  }
+  if (!a.y_f32) rounded(a.y, y, ny);
   return nullptr;
 }
 
