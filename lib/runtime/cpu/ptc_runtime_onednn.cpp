@@ -78,9 +78,11 @@ void rounded(void* dst, const float* src, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) d[i] = float_to_bfloat16_bits(src[i]);
 }
-// A bf16 [K, N] matrix (element strides ldk, ldn) widened into dense [K, N] `out`.
+// A bf16 [K, N] matrix (element strides ldk, ldn) widened into dense [K, N] `out` (a weight, or
+// a product's A as [M, K]).
 void widen_kn(const void* w, int64_t ldk, int64_t ldn, int64_t K, int64_t N, float* out) {
   const uint16_t* b = bf16_bits(w);
+#pragma omp parallel for schedule(static) if (K * N > 65536)
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) out[k * N + n] = bfloat16_bits_to_float(b[k * ldk + n * ldn]);
 }
@@ -610,10 +612,7 @@ const char* matmul_widened(Site& site, const MatmulArgs& a) {
   MatmulArgs f = a;
   f.bf16_io = f.y_f32 = false;
   float* x = scratch_f32(0, a.M * a.K);
-  const uint16_t* xb = bf16_bits(a.a);
-#pragma omp parallel for schedule(static) if (a.M * a.K > 65536)
-  for (int64_t m = 0; m < a.M; ++m)
-    for (int64_t k = 0; k < a.K; ++k) x[m * a.K + k] = bfloat16_bits_to_float(xb[m * a.lda_m + k * a.lda_k]);
+  widen_kn(a.a, a.lda_m, a.lda_k, a.M, a.K, x);
   f.a = x, f.lda_m = a.K, f.lda_k = 1;
   // the constant weight, dense [K, N], once per site
   f.w = site.widened_weight(a.w, a.K * a.N, [&](float* out) { widen_kn(a.w, a.ldw_k, a.ldw_n, a.K, a.N, out); });
