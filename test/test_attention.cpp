@@ -4,8 +4,9 @@
 // broadcast (stride 0) masks, strided q / k / v, rows whose keys are all masked (zeros, as
 // torch's scaled_dot_product_attention gives, or NaN, as its fused multi-head attention gives),
 // masks that keep a window of keys per row (the key range is narrowed to what a block keeps) and
-// grouped-query attention (kv_group). The same cases on AMX bf16 tiles (attention_amx), where
-// this CPU has AMX.
+// grouped-query attention (kv_group), and outputs stored [B, T, H, Dv] or [T, B, H, Dv]. The same
+// cases on AMX bf16 tiles (attention_amx), where this CPU has AMX, with float or bf16 buffers, and
+// on bf16 buffers widened to the float32 kernel (the path of CPUs without AMX).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -27,9 +28,16 @@ struct Problem {
   bool window = false;  // bool masks keep (drop) a window of keys per row, some rows none
 };
 
+enum class Path { F32, Amx, AmxBf16Io, WidenedBf16Io };
+enum { kBHTD = 0, kBTHD = 1, kTBHD = 2 };  // o's layouts: contiguous, o_heads_inner, o_time_outer
+
 // max |got - ref| / max |ref|; NaN where the reference is NaN must be NaN.
-// amx: q, k and v hold bf16 values, and the AMX kernel (attention_amx) computes.
-double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, bool masked_rows_zero = false, bool amx = false) {
+// Amx: q, k and v hold bf16 values, and the AMX kernel (attention_amx) computes; AmxBf16Io and
+// WidenedBf16Io: q, k, v and o are bf16 buffers (AttentionArgs::bf16_io) on the AMX kernel or the
+// float32 one on widened operands.
+double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, bool masked_rows_zero = false, Path path = Path::F32,
+           int layout = kBHTD) {
+  const bool amx = path != Path::F32;
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   auto fill = [&](std::vector<float>& v, size_t n) {
     v.resize(n);
@@ -59,6 +67,8 @@ double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, boo
   a.v = v.data(); strides(p.Tk, p.Dv, Hkv, a.vs);
   a.kv_group = p.group;
   a.o = o.data();
+  a.o_heads_inner = layout == kBTHD;
+  a.o_time_outer = layout == kTBHD;
   a.B = p.B; a.H = p.H; a.Tq = p.Tq; a.Tk = p.Tk; a.D = p.D; a.Dv = p.Dv;
   a.scale = 1.f / std::sqrt(static_cast<float>(p.D));
   a.causal = p.causal;
@@ -83,10 +93,26 @@ double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, boo
       for (int64_t j = 0; j < p.Tk; ++j) bmask[static_cast<size_t>(p.Tk + j)] = p.mask_kind == ptc_rt::kMaskKeep ? 0 : 1;
     a.mask = bmask.data();
   }
-  if (amx)
+  std::vector<uint16_t> qh, kh, vh, oh;
+  if (path == Path::AmxBf16Io || path == Path::WidenedBf16Io) {
+    auto narrow = [](const std::vector<float>& x, std::vector<uint16_t>& h) {
+      h.resize(x.size());
+      for (size_t i = 0; i < x.size(); ++i) h[i] = ptc_rt::float_to_bfloat16_bits(x[i]);
+    };
+    narrow(q, qh), narrow(k, kh), narrow(v, vh), narrow(o, oh);
+    a.q = qh.data(), a.k = kh.data(), a.v = vh.data(), a.o = oh.data();
+    a.bf16_io = true;
+  }
+  if (path == Path::Amx)
     ptc_rt::attention_amx(a);
+  else if (path == Path::AmxBf16Io)
+    ptc_rt::attention_amx(a);
+  else if (path == Path::WidenedBf16Io)
+    ptc_rt::attention_detail::attention_widened(a);
   else
     ptc_rt::attention(a);
+  if (a.bf16_io)
+    for (size_t i = 0; i < o.size(); ++i) o[i] = ptc_rt::bfloat16_bits_to_float(oh[i]);
 
   double worst = 0, scale = 0;
   for (int64_t b = 0; b < p.B; ++b)
@@ -113,7 +139,10 @@ double run(const Problem& p, std::mt19937& rng, bool all_masked_row = false, boo
           double ref = 0;
           for (int64_t j = 0; j < p.Tk; ++j)
             ref += s[static_cast<size_t>(j)] * v[b * a.vs[0] + (h / p.group) * a.vs[1] + j * a.vs[2] + d];
-          const float got = o[static_cast<size_t>(((b * p.H + h) * p.Tq + i) * p.Dv + d)];
+          const int64_t at = layout == kBTHD ? ((b * p.Tq + i) * p.H + h) * p.Dv
+                             : layout == kTBHD ? ((i * p.B + b) * p.H + h) * p.Dv
+                                               : ((b * p.H + h) * p.Tq + i) * p.Dv;
+          const float got = o[static_cast<size_t>(at + d)];
           if (sum == 0) {  // a row with no key: zeros (SDPA) or NaN (fused MHA)
             if (masked_rows_zero ? got != 0.f : !std::isnan(got)) return INFINITY;
             continue;
@@ -173,12 +202,43 @@ TEST_CASE("fused attention on AMX bf16 tiles matches softmax(q k^T * scale + mas
   std::vector<Problem> amx_cases = cases();
   amx_cases.push_back({1, 12, 128, 128, 64, 64, ptc_rt::kMaskNone, false, false});  // BERT-base's heads
   amx_cases.push_back({1, 2, 197, 197, 80, 72, ptc_rt::kMaskNone, false, true});    // D, Dv not multiples of 32 / 64, strided
+  amx_cases.push_back({2, 2, 40, 50, 7, 5, ptc_rt::kMaskNone, true, false});    // odd D and Dv, causal
   for (const Problem& p : amx_cases) {
     INFO("B H Tq Tk D Dv = " << p.B << " " << p.H << " " << p.Tq << " " << p.Tk << " " << p.D << " " << p.Dv << ", mask "
                              << p.mask_kind << ", causal " << p.causal << ", strided " << p.strided << ", group " << p.group
                              << ", window " << p.window);
-    CHECK(run(p, rng, false, p.window, true) < 1e-2);
+    CHECK(run(p, rng, false, p.window, Path::Amx) < 1e-2);
+    CHECK(run(p, rng, false, p.window, Path::AmxBf16Io) < 1e-2);  // bf16 buffers (AttentionArgs::bf16_io)
   }
-  CHECK(run({1, 2, 5, 300, 8, 8, ptc_rt::kMaskKeep, false, false}, rng, true, false, true) < 1e-2);
-  CHECK(run({1, 2, 5, 40, 8, 8, ptc_rt::kMaskDrop, false, false}, rng, true, true, true) < 1e-2);
+  CHECK(run({1, 2, 5, 300, 8, 8, ptc_rt::kMaskKeep, false, false}, rng, true, false, Path::Amx) < 1e-2);
+  CHECK(run({1, 2, 5, 40, 8, 8, ptc_rt::kMaskDrop, false, false}, rng, true, true, Path::Amx) < 1e-2);
+  CHECK(run({1, 2, 5, 40, 8, 8, ptc_rt::kMaskDrop, false, false}, rng, true, true, Path::AmxBf16Io) < 1e-2);
+}
+
+// Outputs stored [B, T, H, Dv] (o_heads_inner) or [T, B, H, Dv] (o_time_outer: nn.MultiheadAttention's
+// layout), on the float32 kernel and, where this CPU has AMX, on the tiles.
+TEST_CASE("fused attention writes its output in the three layouts", "[attention]") {
+  std::mt19937 rng(9);
+  for (int layout : {kBTHD, kTBHD}) {
+    INFO("layout " << layout);
+    CHECK(run({2, 3, 70, 300, 16, 24, ptc_rt::kMaskNone, false, true}, rng, false, true, Path::F32, layout) < 1e-5);
+    CHECK(run({2, 2, 33, 70, 16, 16, ptc_rt::kMaskAdd, true, false}, rng, false, true, Path::F32, layout) < 1e-5);
+    CHECK(run({3, 2, 33, 70, 16, 16, ptc_rt::kMaskKeep, false, true}, rng, false, true, Path::WidenedBf16Io, layout) < 1e-2);
+    if (ptc_rt::amx::ready()) {
+      CHECK(run({2, 3, 70, 300, 16, 24, ptc_rt::kMaskNone, false, true}, rng, false, true, Path::Amx, layout) < 1e-2);
+      CHECK(run({2, 3, 130, 197, 64, 64, ptc_rt::kMaskNone, false, true}, rng, false, true, Path::AmxBf16Io, layout) < 1e-2);
+    }
+  }
+}
+
+// bf16 q, k, v and o (AttentionArgs::bf16_io, --precision bf16 on the CPU) on the float32 kernel
+// after widening (every CPU without AMX): the same cases.
+TEST_CASE("fused attention on bf16 buffers, widened to the float32 kernel, matches the reference", "[attention]") {
+  std::mt19937 rng(11);
+  for (const Problem& p : cases()) {
+    INFO("B H Tq Tk D Dv = " << p.B << " " << p.H << " " << p.Tq << " " << p.Tk << " " << p.D << " " << p.Dv << ", mask "
+                             << p.mask_kind << ", causal " << p.causal << ", strided " << p.strided << ", group " << p.group);
+    CHECK(run(p, rng, false, p.window, Path::WidenedBf16Io) < 1e-2);
+  }
+  CHECK(run({1, 2, 5, 300, 8, 8, ptc_rt::kMaskKeep, false, false}, rng, true, false, Path::WidenedBf16Io) < 1e-2);
 }

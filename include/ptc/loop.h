@@ -171,6 +171,9 @@ struct AttentionAttrs {
   // Over [B, H, T, D]: the output is stored [B, T, H, Dv] (the domain in that order; the result
   // is a permuted view), so merging the heads back is a view.
   bool heads_inner = false;
+  // Over [B, H, T, D]: the output is stored [T, B, H, Dv] (nn.MultiheadAttention's layout for
+  // its output projection; the result is a permuted view).
+  bool time_outer = false;
   // Grouped-query attention (rank 4): k and v have H / kv_group heads; query head h reads key and
   // value head h / kv_group.
   int64_t kv_group = 1;

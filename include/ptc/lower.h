@@ -37,6 +37,10 @@ struct LowerOptions {
   // (AttentionAttrs::heads_inner; the result is a permuted view): merging the heads back,
   // [B, T, H*Dv] for the output projection, is then a view instead of a copy.
   bool attention_heads_inner = false;
+  // The same, but the stored order follows q's: [B, T, H, Dv] (heads_inner) or [T, B, H, Dv]
+  // (time_outer) where q's strides fall in that order, else [B, H, T, Dv]. The output then has
+  // the layout the model's q projection had, which is the one its output projection reads.
+  bool attention_layout_like_q = false;
   // Forward convolutions write NHWC buffers (domain [N, OH, OW, O], ConvAttrs::nhwc; the result
   // is a permuted view) and read their input as it is laid out; a 4-d value realized from an NHWC
   // buffer is stored NHWC too (realize), so the pointwise kernels between convolutions run in

@@ -346,7 +346,7 @@ std::string print_attrs(const ExternAttrs& attrs) {
        << " groups=" << c->groups << (c->nhwc ? " nhwc" : "");
   } else if (const auto* a = std::get_if<AttentionAttrs>(&attrs)) {
     os << " mask_kind=" << a->mask_kind << " scale=" << a->scale << (a->causal ? " causal" : "")
-       << (a->masked_rows_zero ? " masked_rows_zero" : "") << (a->heads_inner ? " heads_inner" : "")
+       << (a->masked_rows_zero ? " masked_rows_zero" : "") << (a->heads_inner ? " heads_inner" : "") << (a->time_outer ? " time_outer" : "")
        << (a->kv_group > 1 ? " kv_group=" + std::to_string(a->kv_group) : "");
   } else if (const auto* sa = std::get_if<ScatterAttrs>(&attrs)) {
     os << " dim=" << sa->dim << (sa->accumulate ? " accumulate" : "") << (sa->in_place ? " in_place" : "");

@@ -383,10 +383,12 @@ class Interp {
     const double scale = a.scale;
     std::vector<double> prob(static_cast<size_t>(Tk));
     size_t pos = 0;
-    // heads_inner: the output is stored [B, T, H, Dv]; the operands are indexed [B, H, T, .].
-    const bool heads_inner = a.heads_inner;
+    // heads_inner / time_outer: the output is stored [B, T, H, Dv] / [T, B, H, Dv]; the operands
+    // are indexed [B, H, T, .].
     for_each(c.domain, 'x', [&](const std::vector<int64_t>& stored) {
-      const std::vector<int64_t> idx = heads_inner ? std::vector<int64_t>{stored[0], stored[2], stored[1], stored[3]} : stored;
+      const std::vector<int64_t> idx = a.heads_inner  ? std::vector<int64_t>{stored[0], stored[2], stored[1], stored[3]}
+                                       : a.time_outer ? std::vector<int64_t>{stored[1], stored[2], stored[0], stored[3]}
+                                                      : stored;
       if (idx[r - 1] == 0) {  // a new query row: its probabilities
         const int64_t i = idx[r - 2];
         double mx = -INFINITY;

@@ -402,12 +402,22 @@ Attention attention(Lowering& L, const TensorRef& q, const TensorRef& k, const T
     attrs.scale = scale;
     attrs.masked_rows_zero = masked_rows_zero;
     attrs.kv_group = kv_group;
-    if (L.options.attention_heads_inner && r == 4) {  // stored [B, T, H, Dv], returned as [B, H, T, Dv]
+    if (r == 4 && L.options.attention_layout_like_q) {  // q's dims by stride: [B, T, H, D] or [T, B, H, D]
+      const std::vector<sym::Expr>& s = ops[0].strides;
+      const bool h_inner = sym::prove_le(s[3], s[1]) && sym::prove_le(s[1], s[2]) && sym::prove_le(s[1], s[0]);
+      attrs.time_outer = h_inner && sym::prove_le(s[0], s[2]);
+      attrs.heads_inner = h_inner && !attrs.time_outer && sym::prove_le(s[2], s[0]);
+    } else if (r == 4 && L.options.attention_heads_inner) {
       attrs.heads_inner = true;
+    }
+    if (attrs.heads_inner)  // stored [B, T, H, Dv], returned as [B, H, T, Dv]
       return {permute(L, emit_extern(L, ExternKind::Attention, q.dtype, {out[0], out[2], out[1], out[3]}, std::move(ops), attrs),
                       {0, 2, 1, 3}),
               std::nullopt};
-    }
+    if (attrs.time_outer)  // stored [T, B, H, Dv], returned as [B, H, T, Dv]
+      return {permute(L, emit_extern(L, ExternKind::Attention, q.dtype, {out[2], out[0], out[1], out[3]}, std::move(ops), attrs),
+                      {1, 2, 0, 3}),
+              std::nullopt};
     return {emit_extern(L, ExternKind::Attention, q.dtype, out, std::move(ops), attrs), std::nullopt};
   }
   TensorRef s = gemm(L, q, transpose_last(L, k), compute);

@@ -58,11 +58,13 @@ class CpuBackend final : public Backend {
   // Channels-last convolutions and linear layers on oneDNN stay in bfloat16 (oneDNN's bf16
   // primitives where the CPU has them, else widened per call: ConvNhwcArgs::bf16_io,
   // MatmulArgs::bf16_io), so the activations between them are stored in bf16 and their
-  // epilogues (bias, residual, activation) fuse into the primitive. Inference only.
+  // epilogues (bias, residual, activation) fuse into the primitive. The fused attention reads and
+  // writes bf16 too (AMX tiles, else widened per call: AttentionArgs::bf16_io). Inference only.
   HalfLibraryOps half_native(const CompileOptions& o, bool channels_last) const override {
     HalfLibraryOps h;
     h.conv = channels_last && kHaveOneDnn;
     h.gemm = library_gemm(o) && !o.train;
+    h.attention = !o.train;
     h.gemm_constant_weight = true;
     h.float16 = false;
     return h;
@@ -78,6 +80,8 @@ class CpuBackend final : public Backend {
     // 1.1-1.2x ptc's own GEMM at transformer shapes, docs/benchmarks.md). Not in sanitized
     // builds, for the reason channels_last_pays gives.
     o.library_gemm = library_gemm(opts);
+    o.half_attention = !opts.train;  // (bf16 only: half_native leaves fp16 attention in float32)
+    o.attention_layout_like_q = true;  // (the output projection then reads the attention's output)
     return o;
   }
   std::string kernel_library(const loop::Program& p, const sched::Kernel& k) const override {

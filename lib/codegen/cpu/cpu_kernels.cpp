@@ -458,14 +458,20 @@ void emit_loops(std::ostream& os, const loop::Program& p, const sched::Kernel& k
 
 // Fused attention (ptc_attention.h): up to two leading dims become (B, H); a missing one has
 // size 1 and stride 0. bf16_values (--precision bf16): q, k and v hold bf16 values (autocast
-// rounded them), so AMX CPUs may compute on bf16 tiles (AttentionArgs::bf16_values).
+// rounded them), so AMX CPUs may compute on bf16 tiles (AttentionArgs::bf16_values). A bf16
+// result (the CPU backend's half_native attention) reads and writes bf16 buffers
+// (AttentionArgs::bf16_io).
 void emit_attention(std::ostream& os, const loop::Program& p, const sched::Kernel& k, const std::string& indent, bool bf16_values) {
   const Computation& c = p.comps[k.comps.front()];
-  if (p.buffers[c.out].dtype != DType::Float32) user_error("the CPU attention supports float32 only so far (", c.origin, ")");
+  const DType dt = p.buffers[c.out].dtype;
+  if (dt != DType::Float32 && dt != DType::BFloat16) user_error("the CPU attention supports float32 and bfloat16 only (", c.origin, ")");
+  for (size_t i = 0; i < 3 && i < c.operands.size(); ++i)
+    PTC_CHECK(p.buffers[c.operands[i].buffer].dtype == dt, "attention operands of mixed dtypes (", c.origin, ")");
   os << indent << "{\n" << indent << "  ptc_rt::AttentionArgs a{};\n";
   os << wrapper::attention_fields(c, indent + "  ", [](size_t, const loop::View& v) { return "b" + std::to_string(v.buffer); });
   os << indent << "  a.o = b" << c.out << ";\n";
-  if (bf16_values) os << indent << "  a.bf16_values = true;\n";
+  if (bf16_values || dt == DType::BFloat16) os << indent << "  a.bf16_values = true;\n";
+  if (dt == DType::BFloat16) os << indent << "  a.bf16_io = true;\n";
   os << indent << "  ptc_rt::attention_call(a);\n" << indent << "}\n";
 }
 

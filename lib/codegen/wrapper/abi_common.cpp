@@ -43,10 +43,14 @@ std::string attention_fields(const loop::Computation& c, const std::string& inde
                              const std::function<std::string(size_t, const loop::View&)>& base) {
   const size_t r = c.domain.size(), lead = r - 2;
   const loop::AttentionAttrs& at = c.as<loop::AttentionAttrs>();
-  PTC_CHECK(r >= 2 && lead <= 2 && (!at.heads_inner || r == 4), "malformed attention extern (", c.origin, ")");
-  // heads_inner: the output is stored [B, T, H, Dv] (the domain), the operands are [B, H, T, .].
+  PTC_CHECK(r >= 2 && lead <= 2 && (!(at.heads_inner || at.time_outer) || r == 4) && !(at.heads_inner && at.time_outer),
+            "malformed attention extern (", c.origin, ")");
+  // heads_inner / time_outer: the output is stored [B, T, H, Dv] / [T, B, H, Dv] (the domain),
+  // the operands are [B, H, T, .].
   const bool heads_inner = at.heads_inner;
-  const std::vector<sym::Expr> dom = heads_inner ? std::vector<sym::Expr>{c.domain[0], c.domain[2], c.domain[1], c.domain[3]} : c.domain;
+  const std::vector<sym::Expr> dom = heads_inner     ? std::vector<sym::Expr>{c.domain[0], c.domain[2], c.domain[1], c.domain[3]}
+                                     : at.time_outer ? std::vector<sym::Expr>{c.domain[1], c.domain[2], c.domain[0], c.domain[3]}
+                                                     : c.domain;
   std::ostringstream os;
   const char* names[] = {"q", "k", "v", "mask"};
   const char* fields[] = {"qs", "ks", "vs", "ms"};
@@ -62,7 +66,7 @@ std::string attention_fields(const loop::Computation& c, const std::string& inde
   for (size_t d = 0; d < lead; ++d) dims[2 - lead + d] = cpp_index(dom[d]);
   os << indent << "a.mask_kind = " << at.mask_kind << "; a.causal = " << (at.causal ? "true" : "false")
      << "; a.scale = " << codegen::literal(at.scale, DType::Float32) << "; a.masked_rows_zero = " << (at.masked_rows_zero ? "true" : "false")
-     << (heads_inner ? "; a.o_heads_inner = true" : "") << (at.kv_group > 1 ? "; a.kv_group = " + std::to_string(at.kv_group) : "") << ";\n";
+     << (heads_inner ? "; a.o_heads_inner = true" : "") << (at.time_outer ? "; a.o_time_outer = true" : "") << (at.kv_group > 1 ? "; a.kv_group = " + std::to_string(at.kv_group) : "") << ";\n";
   os << indent << "a.B = " << dims[0] << "; a.H = " << dims[1] << "; a.Tq = " << cpp_index(dom[r - 2])
      << "; a.Tk = " << cpp_index(c.operands[1].sizes[r - 2]) << "; a.D = " << cpp_index(c.operands[0].sizes[r - 1])
      << "; a.Dv = " << cpp_index(dom[r - 1]) << ";\n";

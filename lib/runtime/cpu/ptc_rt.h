@@ -40,23 +40,29 @@ struct GemmEpilogue {
   void (*fn)(const void*, float*, int64_t, int64_t, int64_t, int64_t) = nullptr;  // nullptr: none
 };
 // Fused attention (ptc_attention.h): q [B, H, Tq, D], k [B, H, Tk, D], v [B, H, Tk, Dv] and the
-// mask [B, H, Tq, Tk] with element strides (0 broadcasts); o [B, H, Tq, Dv] contiguous.
+// mask [B, H, Tq, Tk] with element strides (0 broadcasts); o [B, H, Tq, Dv] contiguous, or stored
+// [B, Tq, H, Dv] (o_heads_inner) or [Tq, B, H, Dv] (o_time_outer). q, k, v and o are float
+// buffers, or bfloat16 ones where bf16_io holds; a float mask is always float.
 enum { kMaskNone = 0, kMaskKeep = 1, kMaskDrop = 2, kMaskAdd = 3 };  // bool: keep / drop where true; float: added
 struct AttentionArgs {
-  const float* q; int64_t qs[4];
-  const float* k; int64_t ks[4];
-  const float* v; int64_t vs[4];
+  const void* q; int64_t qs[4];
+  const void* k; int64_t ks[4];
+  const void* v; int64_t vs[4];
   const void* mask = nullptr; int64_t ms[4] = {0, 0, 0, 0};
   int mask_kind = kMaskNone;
-  float* o;
+  void* o;
   int64_t B, H, Tq, Tk, D, Dv;
   float scale;
   bool causal = false;
   bool masked_rows_zero = false;  // a row with every key masked: zeros (SDPA) or NaN (fused MHA)
   int64_t kv_group = 1;           // grouped-query attention: head h reads k / v head h / kv_group
+  bool o_heads_inner = false, o_time_outer = false;
   // q, k and v hold bf16 values (--precision bf16): on AMX CPUs the products run on bf16 tiles,
   // P rounded to bf16 as torch's CPU flash attention does (ptc_attention.h's attention_amx).
   bool bf16_values = false;
+  // q, k, v and o are bfloat16 buffers (--precision bf16; implies bf16_values): AMX CPUs read and
+  // write them as they are, other CPUs widen the operands, compute in float32 and round o once.
+  bool bf16_io = false;
 };
 void attention_call(const AttentionArgs& a);
 

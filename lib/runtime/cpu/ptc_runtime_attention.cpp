@@ -6,7 +6,9 @@
 namespace ptc_rt {
 
 void attention_call(const AttentionArgs& a) {
-  if (a.bf16_values && amx::ready())
+  if (a.bf16_io)
+    attention_bf16_io(a);
+  else if (a.bf16_values && amx::ready())
     attention_amx(a);
   else
     attention(a);
