@@ -279,14 +279,14 @@ std::optional<DType> half_valued(const TensorRef& t) {
   return half_valued(t.at(loop_vars(t.sizes)), 0);
 }
 
+}  // namespace
+
 // The float32 widening of stored half values, which a conversion back returns as they are.
 TensorRef widened(Lowering& L, const TensorRef& stored) {
   TensorRef w = map1(L, stored, DType::Float32, [](ExprRef v) { return cast(v, DType::Float32); });
   w.widened_from = std::make_shared<const TensorRef>(stored);
   return w;
 }
-
-}  // namespace
 
 TensorRef Lowering::realize_narrow(const TensorRef& t, const std::string& origin, bool keep_layout) {
   if (t.widened_from) return t;  // stored in half precision already

@@ -200,6 +200,9 @@ ElementCost element_cost(const TensorRef& x, size_t max_loads);
 TensorRef stored_if_costly(Lowering& L, const TensorRef& x, const std::string& origin, size_t max_loads, bool transcendental_ok,
                            bool keep_layout);
 TensorRef map1(Lowering& L, const TensorRef& x, DType dt, const std::function<ExprRef(ExprRef)>& f);
+// The float32 widening of half values stored in `stored` (a view), which a conversion back to
+// their dtype returns as they are (TensorRef::widened_from).
+TensorRef widened(Lowering& L, const TensorRef& stored);
 // v == w, or both NaN (lower_reduce.cpp).
 ExprRef same_or_both_nan(ExprRef v, ExprRef w);
 // x sorted along dim, stably (NaN last, or first when descending): {values, int64 indices}

@@ -541,6 +541,18 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       // With indices, the input is stored once: the maxima and the equality tests must see the
       // same values (an inline recomputation may round differently in two kernels, e.g. FMA).
       if (n.kind == OpKind::MaxPool2dWithIndices) x = L.realize(x, L.origin());
+      // Overlapping windows (ResNet's 3x3 stride-2 stem pool reads each input 2.25 times) would
+      // recompute an input computed from several loads (a convolution's bias and ReLU) per
+      // window: it is stored first, which a convolution's epilogue then does.
+      const std::vector<int64_t> kk = two(a.ints("kernel_size"), 1), ss = a.ints("stride").empty() ? kk : two(a.ints("stride"), 1);
+      if (ss[0] < kk[0] || ss[1] < kk[1]) x = stored_if_costly(L, x, L.origin(), /*max_loads=*/1, /*transcendental_ok=*/true, /*keep_layout=*/true);
+      if (n.kind == OpKind::MaxPool2d && x.widened_from && a.out_dtype() == DType::Float32) {
+        // The maxima of half values stored in half precision (--precision bf16's activations):
+        // exact, and the next library operation reads them as they are.
+        const TensorRef& h = *x.widened_from;
+        return one(widened(L, pool2d(L, h, a.out_sizes(), a.ints("kernel_size"), a.ints("stride"), a.ints("padding"),
+                                     a.ints("dilation"), ReduceOp::Max, h.dtype)));
+      }
       TensorRef y = pool2d(L, x, a.out_sizes(), a.ints("kernel_size"), a.ints("stride"), a.ints("padding"), a.ints("dilation"),
                            ReduceOp::Max, a.out_dtype());
       if (n.kind == OpKind::MaxPool2d) return one(y);
