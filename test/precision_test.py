@@ -20,6 +20,8 @@ operations in float32, where autocast runs them in the widest input dtype.) Outp
 Prints one line per check and 'N passed, N failed'; exit code 0 when all passed, 1 otherwise.
 """
 import argparse
+import json
+import math
 import os
 import sys
 import tempfile
@@ -97,6 +99,20 @@ class MatmulAttention(torch.nn.Module):
         s = torch.matmul(q, k.transpose(-1, -2)) * 32 ** -0.5
         p = torch.softmax(s, dim=-1)
         return x + self.proj(torch.bmm(p, v)), torch.log_softmax(s, dim=-1)
+
+
+class GPT2MLP(torch.nn.Module):
+    """GPT-2's MLP: the tanh-GELU written out (transformers' gelu_new), which reads the first
+    linear layer's result three times; on the CPU it runs as that layer's oneDNN post-op."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.proj = torch.nn.Linear(64, 256), torch.nn.Linear(256, 64)
+
+    def forward(self, x):  # [b, 10, 64]
+        h = self.fc(x)
+        h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        return x + self.proj(h)
 
 
 class Classifier(torch.nn.Module):
@@ -199,7 +215,10 @@ CASES = {
     "cnn": (CNN, (3, 16, 16), (1, 4)),
     "encoder": (Encoder, (12, 64), (1, 3)),
     "matmul_attention": (MatmulAttention, (10, 32), (2, 5)),
+    "gpt2_mlp": (GPT2MLP, (10, 64), (1, 3)),
 }
+# Ops that must run inside a GEMM kernel (as its epilogue) on the CPU, per case.
+FUSED_INTO_GEMM = {"gpt2_mlp": "aten::tanh"}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -224,7 +243,13 @@ def check(args, name, precision, libs, work):
         torch.export.save(ep, pt2)
         libs[name] = {}
     so = os.path.join(work, f"{name}_{precision}.so")
-    ptc.compile(pt2, so, device=args.device, precision=precision, ptc=args.ptc_binary)
+    report = os.path.join(work, f"{name}_{precision}.json")
+    ptc.compile(pt2, so, device=args.device, precision=precision, ptc=args.ptc_binary, report=report)
+    if args.device == "cpu" and name in FUSED_INTO_GEMM:
+        with open(report) as f:
+            for k in json.load(f)["kernels"]:
+                if any(n["op"] == FUSED_INTO_GEMM[name] for n in k.get("nodes", [])) and k["kind"] != "gemm":
+                    raise AssertionError(f"{FUSED_INTO_GEMM[name]} runs in {k['kind']} kernel {k['name']}, not in a GEMM's epilogue")
     lib = ptc.load(so)
     dev = args.device
     model = model.to(dev)

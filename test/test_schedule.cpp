@@ -312,6 +312,42 @@ TEST_CASE("library GEMM epilogues: GELU (erf and tanh forms) and SiLU join a GEM
   }
 }
 
+TEST_CASE("library GEMM epilogues: a bf16 GEMM's tanh-GELU matches through autocast's intermediate roundings", "[schedule]") {
+  // GPT-2's gelu_new under --precision bf16: 0.5 x and the result rounded to bf16 (autocast's
+  // fall-through ops), x^3 and the tanh in float32; the library computes it from its float32
+  // accumulator and rounds once.
+  using Act = sched::LibraryEpilogue::Act;
+  GemmCase t;
+  for (int buf : {t.a, t.w, t.bias, t.y, t.out}) t.b.p.buffers[buf].dtype = DType::BFloat16;
+  auto c = [](double v) { return f32(v); };
+  auto mul = [](ExprRef a, ExprRef b) { return binary(Op::Mul, a, b); };
+  auto add = [](ExprRef a, ExprRef b) { return binary(Op::Add, a, b); };
+  auto round = [](ExprRef v) { return cast(cast(v, DType::BFloat16), DType::Float32); };
+  auto x = [&] {
+    return add(cast(load(t.y, DType::BFloat16, Builder::flat(t.dom)), DType::Float32),
+               cast(load(t.bias, DType::BFloat16, loop_var(1, 16)), DType::Float32));
+  };
+  ExprRef inner = mul(add(x(), mul(mul(mul(x(), x()), x()), c(0.044715))), c(0.7978845608028654));
+  ExprRef body = cast(mul(round(mul(x(), c(0.5))), add(unary(Op::Tanh, inner), c(1.0))), DType::BFloat16);
+  const sched::LibraryActs acts = sched::LibraryEpilogue::act_bit(Act::GeluTanh);
+  t.run(body, sched::Epilogues::Any);
+  auto m = sched::match_library_epilogue(t.b.p, t.b.p.comps[0], t.b.p.comps[1], acts);
+  REQUIRE(m.has_value());
+  CHECK(m->act == Act::GeluTanh);
+  CHECK(m->bias == t.bias);
+  // a rounding that changes the form (x^3 taken of a value rounded to float16) does not match
+  GemmCase u;
+  for (int buf : {u.a, u.w, u.bias, u.y, u.out}) u.b.p.buffers[buf].dtype = DType::BFloat16;
+  auto xu = [&] {
+    return add(cast(load(u.y, DType::BFloat16, Builder::flat(u.dom)), DType::Float32),
+               cast(load(u.bias, DType::BFloat16, loop_var(1, 16)), DType::Float32));
+  };
+  auto r16 = [](ExprRef v) { return cast(cast(v, DType::Float16), DType::Float32); };
+  ExprRef inner_u = mul(add(xu(), mul(r16(mul(mul(xu(), xu()), xu())), c(0.044715))), c(0.7978845608028654));
+  u.run(cast(mul(mul(xu(), c(0.5)), add(unary(Op::Tanh, inner_u), c(1.0))), DType::BFloat16), sched::Epilogues::Any);
+  CHECK_FALSE(sched::match_library_epilogue(u.b.p, u.b.p.comps[0], u.b.p.comps[1], acts).has_value());
+}
+
 TEST_CASE("library GEMM epilogues: a bf16 GEMM writes its float32 accumulator where only a widening (and ReLU) follows",
           "[schedule]") {
   // The GEMM computes in bf16 (its operands, its result y); the program's output is float32.

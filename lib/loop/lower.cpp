@@ -224,6 +224,17 @@ ElementCost element_cost(const TensorRef& x, size_t max_loads) {
   return cost;
 }
 
+// Element-wise graph ops (what a value read only by them may stay inlined into).
+bool elementwise_kind(OpKind k) {
+  switch (k) {
+    case OpKind::AddTensor: case OpKind::AddScalar: case OpKind::SubTensor: case OpKind::SubScalar: case OpKind::RsubScalar:
+    case OpKind::MulTensor: case OpKind::MulScalar: case OpKind::DivTensor: case OpKind::DivScalar: case OpKind::PowTensorScalar:
+    case OpKind::Neg: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf: case OpKind::Exp: case OpKind::Relu:
+    case OpKind::Gelu: case OpKind::Silu: case OpKind::ToDtype: return true;
+    default: return false;
+  }
+}
+
 TensorRef stored_if_costly(Lowering& L, const TensorRef& x, const std::string& origin, size_t max_loads, bool transcendental_ok,
                            bool keep_layout) {
   if (x.view) return x;
@@ -520,8 +531,9 @@ Program Lowering::run() {
     for (const Value* v : n->inputs()) {
       uses_[v]++;
       if (library_class(n->kind) != LibraryClass::None) read_by_library_.insert(v);
+      if (!elementwise_kind(n->kind)) read_by_other_.insert(v);
     }
-  for (const Value* o : graph.outputs) uses_[o]++;
+  for (const Value* o : graph.outputs) uses_[o]++, read_by_other_.insert(o);
 
   // Only nodes that contribute to an output are lowered (dead code, e.g. size arithmetic a
   // TorchScript trace keeps as 0-d tensors after its sizes were folded, costs nothing).
@@ -559,7 +571,12 @@ Program Lowering::run() {
       // expression (an arange of positions, an all-true mask). One that a library operation reads
       // is stored once all the same, its expression kept beside (stored_from: the attention
       // lowering reads a mask's).
-      if (uses_[v] > 1 && !t.view) {
+      // A cheap value that only element-wise ops read (a GEMM's result plus its bias, which
+      // GPT-2's tanh-GELU reads three times) stays an expression: those ops inline it, and when
+      // they end in one computation over the GEMM's rows, the GEMM runs that as its epilogue
+      // (a library activation) instead of storing the sum for a separate kernel.
+      const ElementCost cost = uses_[v] > 1 && !t.view && !read_by_other_.count(v) ? element_cost(t, 2) : ElementCost{3, 0};
+      if (uses_[v] > 1 && !t.view && !(cost.loads <= 2 && cost.transcendental == 0)) {
         const bool cheap = recomputable(t);
         if (!cheap || (read_by_library_.count(v) && !uniform_value(t))) {
           TensorRef stored = realize_shared(*n, i, t);

@@ -129,6 +129,7 @@ class Lowering {
   std::map<const Value*, TensorRef> env_;
   std::map<const Value*, int> uses_;
   std::set<const Value*> read_by_library_;  // inputs of GEMMs, convolutions, attention
+  std::set<const Value*> read_by_other_;    // values read by some op that is not element-wise (elementwise_kind), or returned
   int temp_count_ = 0;
 };
 
@@ -199,6 +200,7 @@ ElementCost element_cost(const TensorRef& x, size_t max_loads);
 // `transcendental_ok`, any transcendental operation; else `x` itself.
 TensorRef stored_if_costly(Lowering& L, const TensorRef& x, const std::string& origin, size_t max_loads, bool transcendental_ok,
                            bool keep_layout);
+bool elementwise_kind(OpKind k);
 TensorRef map1(Lowering& L, const TensorRef& x, DType dt, const std::function<ExprRef(ExprRef)>& f);
 // The float32 widening of half values stored in `stored` (a view), which a conversion back to
 // their dtype returns as they are (TensorRef::widened_from).

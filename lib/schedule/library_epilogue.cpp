@@ -27,6 +27,17 @@ ExprRef strip_casts(ExprRef e, DType dt) {
   return e;
 }
 
+// `e` with every such conversion removed, at every level: a half-precision activation that
+// autocast computes with roundings in between (GPT-2's tanh-GELU rounds 0.5 x, x^3, ... to bf16)
+// as the library computes it, in float32 from the accumulator and rounded once.
+ExprRef strip_all_casts(const ExprRef& e, DType dt) {
+  const ExprRef s = strip_casts(e, dt);
+  if (s->args.empty()) return s;
+  auto n = std::make_shared<loop::Expr>(*s);
+  for (auto& a : n->args) a = strip_all_casts(a, dt);
+  return n;
+}
+
 // The terms of a (possibly nested) sum.
 void add_terms(const ExprRef& e, DType dt, std::vector<ExprRef>& out) {
   const ExprRef x = strip_casts(e, dt);
@@ -151,7 +162,7 @@ std::optional<LibraryEpilogue> match_library_epilogue(const loop::Program& p, co
              conv && lo && is_const(body->args[1], 6) && lo->op == Op::Max && is_const(lo->args[1], 0)) {
     m.act = Act::Relu6;
     body = lo->args[0];
-  } else if (ExprRef x; gemm && gemm_acts && (m.act = extended_act(body, gemm_acts, &x)) != Act::None) {
+  } else if (ExprRef x; gemm && gemm_acts && (m.act = extended_act(strip_all_casts(body, dt), gemm_acts, &x)) != Act::None) {
     body = x;
   }
   std::vector<ExprRef> terms;
