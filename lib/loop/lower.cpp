@@ -575,8 +575,12 @@ Program Lowering::run() {
       // GPT-2's tanh-GELU reads three times) stays an expression: those ops inline it, and when
       // they end in one computation over the GEMM's rows, the GEMM runs that as its epilogue
       // (a library activation) instead of storing the sum for a separate kernel.
-      const ElementCost cost = uses_[v] > 1 && !t.view && !read_by_other_.count(v) ? element_cost(t, 2) : ElementCost{3, 0};
-      if (uses_[v] > 1 && !t.view && !(cost.loads <= 2 && cost.transcendental == 0)) {
+      auto inlined = [&] {
+        if (read_by_other_.count(v)) return false;
+        const ElementCost cost = element_cost(t, 2);
+        return cost.loads <= 2 && cost.transcendental == 0;
+      };
+      if (uses_[v] > 1 && !t.view && !inlined()) {
         const bool cheap = recomputable(t);
         if (!cheap || (read_by_library_.count(v) && !uniform_value(t))) {
           TensorRef stored = realize_shared(*n, i, t);

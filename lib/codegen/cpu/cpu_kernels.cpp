@@ -189,36 +189,15 @@ void emit_pointwise(std::ostream& os, const loop::Program& p, const sched::Kerne
     return;
   }
   size_t r = dom.size();
-  if (tiny_inner(dom)) {
-    // A tiny innermost dim (an NHWC image's 3 channels): blocks of the dim above it carry the
-    // simd loop, and the tiny loop unrolls inside (16 positions a vector instead of 3 lanes).
-    std::vector<std::string> par(n.begin(), n.end() - 2);
-    os << indent << "const int64_t nb = (" << n[r - 2] << " + " << kInnerBlock - 1 << ") / " << kInnerBlock << ";\n";
-    os << indent << "#pragma omp parallel for collapse(" << par.size() + 1 << ") schedule(static) if (" << cpp_product(n) << " * "
-       << k.comps.size() << " > 32768)\n";
-    open_loops(os, par, 0, 'x', indent);
-    os << indent << "for (int64_t xb = 0; xb < nb; ++xb) {\n";
-    indent += "  ";
-    os << indent << "const int64_t lo = xb * " << kInnerBlock << ", hi = std::min<int64_t>(" << n[r - 2] << ", lo + " << kInnerBlock << ");\n";
-    const std::string xm = "x" + std::to_string(r - 2), xi = "x" + std::to_string(r - 1);
-    for (int ci : k.comps) {
-      const Computation& c = p.comps[ci];
-      os << indent << "{\n" << indent << "  #pragma omp simd\n";
-      os << indent << "  for (int64_t " << xm << " = lo; " << xm << " < hi; ++" << xm << ") {\n";
-      os << indent << "    for (int64_t " << xi << " = 0; " << xi << " < " << n[r - 1] << "; ++" << xi << ") {\n";
-      std::string in = indent + "      ";
-      ExprPrinter pr(os, in);
-      std::string v = pr.print(c.body);
-      os << in << "b" << c.out << "[" << out_index(r, 'x', n) << "] = " << v << ";\n";
-      os << indent << "    }\n" << indent << "  }\n" << indent << "}\n";
-    }
-    close_loops(os, par.size() + 1, indent);
-    return;
-  }
-  auto inner = dom.back().as_const();
-  bool blocked = !inner || *inner > kInnerBlock;
-  std::vector<std::string> par(n.begin(), n.end() - 1);
-  if (blocked) os << indent << "const int64_t nb = (" << n.back() << " + " << kInnerBlock - 1 << ") / " << kInnerBlock << ";\n";
+  // The simd loop runs over the innermost dim; over the one above it where the innermost is tiny
+  // (an NHWC image's 3 channels: 16 positions a vector instead of 3 lanes), that tiny loop
+  // unrolled inside.
+  const bool tiny = tiny_inner(dom);
+  const size_t sd = tiny ? r - 2 : r - 1;
+  auto inner = dom[sd].as_const();
+  bool blocked = tiny || !inner || *inner > kInnerBlock;
+  std::vector<std::string> par(n.begin(), n.begin() + static_cast<long>(sd));
+  if (blocked) os << indent << "const int64_t nb = (" << n[sd] << " + " << kInnerBlock - 1 << ") / " << kInnerBlock << ";\n";
   size_t nloops = par.size() + (blocked ? 1 : 0);
   if (nloops > 0)
     os << indent << "#pragma omp parallel for collapse(" << nloops << ") schedule(static) if (" << cpp_product(n) << " * "
@@ -228,23 +207,28 @@ void emit_pointwise(std::ostream& os, const loop::Program& p, const sched::Kerne
     os << indent << "for (int64_t xb = 0; xb < nb; ++xb) {\n";
     indent += "  ";
   }
-  std::string lo = "0", hi = n.back();
+  std::string lo = "0", hi = n[sd];
   if (blocked) {
-    os << indent << "const int64_t lo = xb * " << kInnerBlock << ", hi = std::min<int64_t>(" << n.back() << ", lo + "
+    os << indent << "const int64_t lo = xb * " << kInnerBlock << ", hi = std::min<int64_t>(" << n[sd] << ", lo + "
        << kInnerBlock << ");\n";
     lo = "lo";
     hi = "hi";
   }
-  std::string xi = "x" + std::to_string(r - 1);
+  const std::string xs = "x" + std::to_string(sd), xi = "x" + std::to_string(r - 1);
   for (int ci : k.comps) {
     const Computation& c = p.comps[ci];
     os << indent << "{\n";
     os << indent << "  #pragma omp simd\n";
-    os << indent << "  for (int64_t " << xi << " = " << lo << "; " << xi << " < " << hi << "; ++" << xi << ") {\n";
+    os << indent << "  for (int64_t " << xs << " = " << lo << "; " << xs << " < " << hi << "; ++" << xs << ") {\n";
     std::string in = indent + "    ";
+    if (tiny) {
+      os << in << "for (int64_t " << xi << " = 0; " << xi << " < " << n[r - 1] << "; ++" << xi << ") {\n";
+      in += "  ";
+    }
     ExprPrinter pr(os, in);
     std::string v = pr.print(c.body);
     os << in << "b" << c.out << "[" << out_index(r, 'x', n) << "] = " << v << ";\n";
+    if (tiny) os << indent << "    }\n";
     os << indent << "  }\n" << indent << "}\n";
   }
   close_loops(os, nloops, indent);
