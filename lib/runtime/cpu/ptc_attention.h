@@ -151,17 +151,19 @@ inline float exp_round_sum(const float* row, int64_t n, float scale, float m, ui
 }
 #endif
 
-// The online softmax's step for one query row and key block: row (nk scores) becomes
-// exp(score - m_new), the row's running maximum m and sum l move on, and its partial output orow
-// (dv values) is rescaled by exp(m_old - m_new). False, with nothing changed, while every key so
-// far is masked (the caller adds nothing for the row).
-inline bool softmax_step(float* row, int64_t nk, float block_max, float* m, float* l, float* orow, int64_t dv) {
+// The online softmax's step for one query row and key block: exps(m_new) turns the block's
+// scores into exp(score - m_new) (in place, or rounded into P) and returns their sum; the row's
+// running maximum m and sum l move on, and its partial output orow (dv values) is rescaled by
+// exp(m_old - m_new) (while no key came before, it is zeros and stays so). False, with nothing
+// changed, while every key so far is masked (the caller adds nothing for the row).
+template <class Exps>
+inline bool softmax_step(float block_max, float* m, float* l, float* orow, int64_t dv, Exps&& exps) {
   const float ninf = -std::numeric_limits<float>::infinity();
   const float mnew = maxnan(block_max, *m);
   if (mnew == ninf) return false;
-  const float sum = exp_sum(row, nk, mnew);
+  const float sum = exps(mnew);
   const float corr = *m == ninf ? 0.f : exp_f(*m - mnew);
-  if (corr != 1.f) {
+  if (corr != 1.f && *m != ninf) {
 #pragma omp simd
     for (int64_t d = 0; d < dv; ++d) orow[d] *= corr;
   }
@@ -286,7 +288,8 @@ inline void attention(const AttentionArgs& a) {
             mask_block(a, b, h, i0, nq, j0, nk, s, bm);
             for (int64_t r = 0; r < nq; ++r) {
               float* row = s + r * BK;
-              if (!softmax_step(row, nk, bm[r], m + r, l + r, o + r * ldo, a.Dv)) std::fill(row, row + nk, 0.f);
+              if (!softmax_step(bm[r], m + r, l + r, o + r * ldo, a.Dv, [&](float mnew) { return exp_sum(row, nk, mnew); }))
+                std::fill(row, row + nk, 0.f);
             }
             GemmArgs pv{};  // O += P V
             pv.M = nq; pv.N = a.Dv; pv.K = nk;
@@ -435,19 +438,9 @@ void attention_amx(const AttentionArgs& a) {
                 // plain: keys past the causal limit are dropped from the row's end
                 const int64_t n = plain && a.causal ? std::max<int64_t>(0, std::min(nk, i0 + r - j0 + 1)) : nk;
                 const float bmax = plain ? (n ? row_max(row, n, ninf) * a.scale : ninf) : bm[r];
-                const float mnew = maxnan(bmax, m[r]);
-                if (mnew != ninf) {
-                  const float sum = exp_round_sum(row, n, plain ? a.scale : 1.f, mnew, prow);
-                  const float corr = m[r] == ninf ? 0.f : exp_f(m[r] - mnew);
-                  if (corr != 1.f && m[r] != ninf) {  // (before any key the row is zeros)
-                    float* orow = ob + r * Dv64;
-#pragma omp simd
-                    for (int64_t d = 0; d < a.Dv; ++d) orow[d] *= corr;
-                  }
-                  l[r] = l[r] * corr + sum;
-                  m[r] = mnew;
+                if (softmax_step(bmax, m + r, l + r, ob + r * Dv64, a.Dv,
+                                 [&](float mnew) { return exp_round_sum(row, n, plain ? a.scale : 1.f, mnew, prow); }))
                   kept = n;
-                }
               }
               std::fill(prow + kept, prow + nk32, uint16_t{0});
             }
