@@ -77,6 +77,7 @@ def main():
     sys.path.insert(0, str(ROOT / "scripts"))
     import ptc
     from export_models import HFWrapper  # input_ids -> logits
+    from cuda_check import eager_on
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
     from transformers.integrations.executorch import convert_and_export_with_cache
 
@@ -113,13 +114,13 @@ def main():
         compile_s[name] = time.perf_counter() - t0
         libs[name] = ptc.load(str(work / f"{name}.so"))
 
-    eager_dec = ep_dec.module().to(dev)
-    eager_full = ep_full.module().to(dev)
+    eager_dec = eager_on(ep_dec, dev)
+    eager_full = eager_on(ep_full, dev)
     backends_dec = {"eager": eager_dec}
     backends_full = {"eager": eager_full}
     if not args.no_compile:
         mode = "reduce-overhead" if dev == "cuda" else "default"
-        backends_dec["torch.compile"] = torch.compile(torch.export.load(work / "decode.pt2").module().to(dev), mode=mode)
+        backends_dec["torch.compile"] = torch.compile(eager_on(torch.export.load(work / "decode.pt2"), dev), mode=mode)
         backends_full["torch.compile"] = torch.compile(eager_full, mode=mode)
 
     def step_fn(backend, tok, pos):

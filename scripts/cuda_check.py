@@ -85,21 +85,31 @@ def autocast_rule(got, auto, ref32):
     return wp, wa, ok
 
 
+def eager_on(ep, device):
+    """An ExportedProgram as a module for eager runs on `device`. The export ran on the CPU:
+    move_to_device_pass moves its weights and constants, and the device arguments of factory ops
+    (arange, ones, `to.device`, the tensor-metadata asserts that torch.compile trips on) are
+    rewritten too. A `view` runs as `reshape`: eager CUDA kernels may return other strides than
+    the CPU ones the export traced (nn.MultiheadAttention's output), where a view fails."""
+    from torch.export.passes import move_to_device_pass
+    from torch.fx.node import map_aggregate
+    mod = move_to_device_pass(ep, device).module()
+    target = torch.device(device)
+    move = lambda a: target if isinstance(a, torch.device) else a
+    for node in mod.graph.nodes:
+        node.args = map_aggregate(node.args, move)
+        node.kwargs = map_aggregate(node.kwargs, move)
+        if node.target is torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+    mod.recompile()
+    return mod
+
+
 def load_eager(name, flavour, models=MODELS):
     path = models / f"{name}{FLAVOURS[flavour]}"
     if flavour == "pt":
         return torch.jit.load(str(path), map_location="cuda").eval()
-    # The export ran on the CPU: factory ops (arange, ones, ...) carry device=cpu, which
-    # move_to_device_pass rewrites along with the weights and constants.
-    from torch.export.passes import move_to_device_pass
-    mod = move_to_device_pass(torch.export.load(str(path)), "cuda").module()
-    # ... but not the device in the module's tensor-metadata asserts, which torch.compile then
-    # trips on (GPT-2): they check nothing a run needs.
-    for node in list(mod.graph.nodes):
-        if node.target is torch.ops.aten._assert_tensor_metadata.default:
-            mod.graph.erase_node(node)
-    mod.recompile()
-    return mod
+    return eager_on(torch.export.load(str(path)), "cuda")
 
 
 def flat(out):
