@@ -87,16 +87,20 @@ def autocast_rule(got, auto, ref32):
 
 def eager_on(ep, device):
     """An ExportedProgram as a module for eager runs on `device`. The export ran on the CPU:
-    move_to_device_pass moves its weights and constants, and the device arguments of factory ops
-    (arange, ones, `to.device`, the tensor-metadata asserts that torch.compile trips on) are
-    rewritten too. A `view` runs as `reshape`: eager CUDA kernels may return other strides than
-    the CPU ones the export traced (nn.MultiheadAttention's output), where a view fails."""
+    move_to_device_pass moves its weights and constants, the device arguments of factory ops
+    (arange, ones, `to.device`) are rewritten too, and the tensor-metadata asserts, which
+    torch.compile trips on once moved (GPT-2), are dropped. A `view` runs as `reshape`: eager
+    CUDA kernels may return other strides than the CPU ones the export traced
+    (nn.MultiheadAttention's output), where a view fails."""
     from torch.export.passes import move_to_device_pass
     from torch.fx.node import map_aggregate
     mod = move_to_device_pass(ep, device).module()
     target = torch.device(device)
     move = lambda a: target if isinstance(a, torch.device) else a
-    for node in mod.graph.nodes:
+    for node in list(mod.graph.nodes):
+        if node.target is torch.ops.aten._assert_tensor_metadata.default:
+            mod.graph.erase_node(node)  # they check nothing a run needs
+            continue
         node.args = map_aggregate(node.args, move)
         node.kwargs = map_aggregate(node.kwargs, move)
         if node.target is torch.ops.aten.view.default:
