@@ -97,15 +97,17 @@ def eager_on(ep, device):
     mod = move_to_device_pass(ep, device).module()
     target = torch.device(device)
     move = lambda a: target if isinstance(a, torch.device) else a
-    for node in list(mod.graph.nodes):
-        if node.target is torch.ops.aten._assert_tensor_metadata.default:
-            mod.graph.erase_node(node)  # they check nothing a run needs
-            continue
-        node.args = map_aggregate(node.args, move)
-        node.kwargs = map_aggregate(node.kwargs, move)
-        if node.target is torch.ops.aten.view.default:
-            node.target = torch.ops.aten.reshape.default
-    mod.recompile()
+    # Every graph: the module's, and those of higher-order ops' bodies (torch.no_grad() blocks).
+    for gm in [m for m in mod.modules() if isinstance(m, torch.fx.GraphModule)]:
+        for node in list(gm.graph.nodes):
+            if node.target is torch.ops.aten._assert_tensor_metadata.default:
+                gm.graph.erase_node(node)  # they check nothing a run needs
+                continue
+            node.args = map_aggregate(node.args, move)
+            node.kwargs = map_aggregate(node.kwargs, move)
+            if node.target is torch.ops.aten.view.default:
+                node.target = torch.ops.aten.reshape.default
+        gm.recompile()
     return mod
 
 
