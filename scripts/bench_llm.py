@@ -2,7 +2,7 @@
 """Decoder LLM latency: ptc against eager and torch.compile of the same exports, in one process.
 
     OMP_NUM_THREADS=2 .venv/bin/python scripts/bench_llm.py [--threads 2] [--device cpu|cuda]
-        [--layers 12 --hidden 768 ...] [--cuda-graphs] [--json out.json]
+        [--layers 12 --hidden 768 ...] [--cuda-graphs] [--gpu-profile N] [--json out.json]
 
 The model: a Llama from transformers with random weights (default: about 100M parameters: 12
 layers, hidden 768, 12 heads with 4 key/value heads, MLP 2048, vocabulary 32000, tied embeddings).
@@ -53,6 +53,8 @@ def parse_args():
     ap.add_argument("--ptc-binary", default=str(ROOT / "build" / "ptc"))
     ap.add_argument("--work", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--gpu-profile", type=int, default=0, metavar="N",
+                    help="on CUDA, also profile each backend's decode step at the largest fill: GPU time and top N kernels")
     return ap.parse_args()
 
 
@@ -164,6 +166,10 @@ def main():
                 for b in names:
                     best[b] = min(best[b], timeit(step_fn(b, tok, p)))
             results["decode"][fill] = {"ms": best, "max_err": err}
+            if args.gpu_profile and dev == "cuda" and fill == max(args.fill):
+                from gpu_profile import gpu_profile
+                for b in names:
+                    gpu_profile(f"decode step at {fill}, {b}", step_fn(b, tok, p), sync, args.gpu_profile)
         x = torch.randint(0, args.vocab, (1, args.prefill), device=dev)
         ref = eager_full(x)
         err = (ref - libs["prefill"](x)[0]).abs().max().item()
