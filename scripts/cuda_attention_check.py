@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # the ptc package
 
-# name: (B, H, Tq, Tk, D, Dv, causal, mask: None | "bool" | "float" | "bool_allmasked" | "causal_bool", split_heads)
+# name: (B, H, Tq, Tk, D, Dv, causal, mask: None | "bool" | "float" | "bool_allmasked" | "bool_prefix" | "causal_bool",
+# split_heads)
 CASES = {
     "d64": (2, 4, 37, 37, 64, 64, False, None, False),
     "causal_d64": (2, 3, 100, 100, 64, 64, True, None, False),
@@ -75,8 +76,16 @@ CASES = {
     # Grouped-query attention (enable_gqa): k and v with H / GROUPS[case] heads.
     "gqa_d64": (2, 8, 70, 70, 64, 64, True, None, False),
     "gqa_d128": (1, 8, 33, 90, 128, 128, False, "float", False),
+    # At most 4 query rows (the row kernel of a decode step): a static cache of 512 positions
+    # filled to 200 (a bool mask keeping a prefix), grouped heads; causal over more keys than
+    # queries; a float mask at head size 256; a row with every key masked; odd head sizes.
+    "decode_gqa_prefix": (1, 12, 1, 512, 64, 64, False, "bool_prefix", False),
+    "decode_tq3_causal_d128": (2, 4, 3, 300, 128, 128, True, None, True),
+    "decode_float_d256": (1, 2, 1, 77, 256, 256, False, "float", False),
+    "decode_allmasked": (1, 2, 4, 20, 32, 32, False, "bool_allmasked", False),
+    "decode_odd_heads": (2, 3, 2, 45, 33, 20, False, "bool", False),
 }
-GROUPS = {"gqa_d64": 4, "gqa_d128": 2}
+GROUPS = {"gqa_d64": 4, "gqa_d128": 2, "decode_gqa_prefix": 3}
 
 
 class Sdpa(torch.nn.Module):
@@ -120,6 +129,8 @@ def inputs(case, seed=0, half=None):
         m = torch.rand(B, 1, Tq, Tk, generator=g) > 0.3
         m[:, :, 3] = False  # row 3: every key masked
         args.append(m)
+    elif mask == "bool_prefix":  # keys up to 200 + i kept: a static cache filled that far
+        args.append((torch.arange(Tk) <= 200 + torch.arange(Tq)[:, None]).expand(B, 1, Tq, Tk).contiguous())
     elif mask == "causal_bool":
         args.append(torch.ones(Tq, Tk, dtype=torch.bool).tril().expand(B, 1, Tq, Tk).contiguous())
     elif mask == "float":

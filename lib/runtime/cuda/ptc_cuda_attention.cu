@@ -797,6 +797,168 @@ bool half_mma_available() {
   return ok;
 }
 
+// ---- short query blocks: a decode step ------------------------------------------------------
+// With at most kRowMaxTq query rows (one new token against a KV cache), the tiled kernels would
+// have B x H blocks, each walking every key alone: 12 blocks on a 132-multiprocessor GPU. Here a
+// block of kRWarps warps takes one (b, h, query row), its warps take interleaved groups of 32 keys,
+// and each lane one key of a group: the lane's score is a dot product of q (in shared memory,
+// broadcast) with its key row (4-element loads where the strides allow). A bool mask is read first,
+// so a dropped key (the unfilled part of a static cache) costs no K or V read, and a group with
+// every key dropped is skipped. Each warp keeps its own online softmax (running max m and sum l)
+// and output row (lane: columns lane + 32 c); p.v broadcasts the live keys' probabilities and
+// reads their V rows coalesced. The warps' partial results combine through shared memory at the end.
+// Any element type: q, k and v are widened to float32, the math is float32 throughout, and o is
+// rounded once to its type.
+constexpr int kRWarps = 8, kRowMaxTq = 4;
+
+template <typename T> __device__ __forceinline__ float to_f32(T x);
+template <> __device__ __forceinline__ float to_f32(float x) { return x; }
+template <> __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_f32(float x) { return __float2half_rn(x); }
+
+// Four consecutive elements at p (aligned to four elements), widened.
+template <typename T> __device__ __forceinline__ float4 load4_f32(const T* p);
+template <> __device__ __forceinline__ float4 load4_f32(const float* p) { return *reinterpret_cast<const float4*>(p); }
+template <> __device__ __forceinline__ float4 load4_f32(const __nv_bfloat16* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+template <> __device__ __forceinline__ float4 load4_f32(const __half* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+template <typename T, int NC>  // Dv <= 32 NC
+__global__ void __launch_bounds__(32 * kRWarps) attention_row_kernel(Attention a, bool kvec) {
+  __shared__ __align__(16) float sq[kAttentionMaxHead];
+  __shared__ float sm[kRWarps], sl[kRWarps], so[kRWarps][32 * NC];
+  const float ninf = -INFINITY;
+  const int64_t i = blockIdx.x % a.Tq, bh = blockIdx.x / a.Tq, h = bh % a.H, b = bh / a.H;
+  const int D = static_cast<int>(a.D), Dv = static_cast<int>(a.Dv), Dp = (D + 3) / 4 * 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T* q = static_cast<const T*>(a.q) + b * a.qs[0] + h * a.qs[1] + i * a.qs[2];
+  const T* k = static_cast<const T*>(a.k) + b * a.ks[0] + (h / a.kv_group) * a.ks[1];
+  const T* v = static_cast<const T*>(a.v) + b * a.vs[0] + (h / a.kv_group) * a.vs[1];
+  for (int d = threadIdx.x; d < Dp; d += blockDim.x) sq[d] = d < D ? to_f32(q[d * a.qs[3]]) : 0.f;
+  __syncthreads();
+  const bool bool_mask = a.mask_kind == kMaskKeep || a.mask_kind == kMaskDrop;
+  const unsigned char* mrow =
+      bool_mask ? static_cast<const unsigned char*>(a.mask) + b * a.ms[0] + h * a.ms[1] + i * a.ms[2] : nullptr;
+  float m = ninf, l = 0.f, acc[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) acc[c] = 0.f;
+  const int64_t kend = a.causal ? std::min<int64_t>(a.Tk, i + 1) : a.Tk;  // causal: later keys add nothing
+  for (int64_t j0 = 32 * warp; j0 < kend; j0 += 32 * kRWarps) {
+    const int64_t j = j0 + lane;
+    bool live = j < kend;
+    if (live && bool_mask) live = (mrow[j * a.ms[3]] != 0) == (a.mask_kind == kMaskKeep);
+    if (__ballot_sync(0xffffffffu, live) == 0u) continue;  // every key of the group dropped
+    float dot = 0.f;
+    if (live) {
+      const T* kr = k + j * a.ks[2];
+      if (kvec) {
+#pragma unroll 8
+        for (int d = 0; d < Dp; d += 4) {
+          const float4 kv = load4_f32(kr + d), qv = *reinterpret_cast<const float4*>(sq + d);
+          dot = fmaf(qv.x, kv.x, dot);
+          dot = fmaf(qv.y, kv.y, dot);
+          dot = fmaf(qv.z, kv.z, dot);
+          dot = fmaf(qv.w, kv.w, dot);
+        }
+      } else {
+        for (int d = 0; d < D; ++d) dot = fmaf(sq[d], to_f32(kr[d * a.ks[3]]), dot);
+      }
+    }
+    const float s = masked_score(a, dot, b, h, i, j, !live);
+    float best = s;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) best = maxnan_f(best, __shfl_xor_sync(0xffffffffu, best, off));
+    if (best == ninf) continue;  // a float mask of -inf everywhere: nothing to add
+    const float mnew = maxnan_f(best, m);
+    const float p = s == ninf ? 0.f : expf(s - mnew);
+    float sum = p;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float corr = m == ninf ? 0.f : expf(m - mnew);
+    l = l * corr + sum;
+    m = mnew;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[c] *= corr;
+    // p.v, 8 keys at a time: their probabilities broadcast, then all their V rows loaded (each
+    // by the whole warp, coalesced; none for a key of probability 0), then the FMAs, so the loads
+    // are in flight together. 8-key steps without a live key are skipped.
+    const unsigned keys = __ballot_sync(0xffffffffu, p != 0.f);
+    for (int t0 = 0; t0 < 32; t0 += 8) {
+      if (((keys >> t0) & 0xffu) == 0u) continue;
+      float pj[8], vv[8][NC];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        pj[u] = __shfl_sync(0xffffffffu, p, t0 + u);
+        const T* vr = v + (j0 + t0 + u) * a.vs[2];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          const int d = lane + 32 * c;
+          vv[u][c] = pj[u] != 0.f && d < Dv ? to_f32(vr[d * a.vs[3]]) : 0.f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) acc[c] = fmaf(pj[u], vv[u][c], acc[c]);
+    }
+  }
+  if (lane == 0) sm[warp] = m, sl[warp] = l;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) so[warp][lane + 32 * c] = acc[c];
+  __syncthreads();
+  float mall = ninf;
+#pragma unroll
+  for (int w = 0; w < kRWarps; ++w) mall = maxnan_f(mall, sm[w]);
+  float lall = 0.f, f[kRWarps];
+#pragma unroll
+  for (int w = 0; w < kRWarps; ++w) {
+    f[w] = sm[w] == ninf ? 0.f : expf(sm[w] - mall);  // a warp that saw no live key adds nothing
+    lall += sl[w] * f[w];
+  }
+  // Tk = 0: zeros (an empty matmul); l = 0: every key of the row masked: zeros or NaN.
+  const float fill = a.Tk == 0 ? 0.f : a.masked_rows_zero ? 0.f : NAN;
+  const bool empty = a.Tk == 0 || lall == 0.f;
+  T* orow = static_cast<T*>(a.o) + (a.o_heads_inner ? (b * a.Tq + i) * a.H + h : (b * a.H + h) * a.Tq + i) * a.Dv;
+  for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
+    float o = 0.f;
+#pragma unroll
+    for (int w = 0; w < kRWarps; ++w) o = fmaf(so[w][d], f[w], o);
+    orow[d] = from_f32<T>(empty ? fill : o / lall);
+  }
+}
+
+template <typename T, int NC>
+const char* attention_row_launch(const Attention& a, cudaStream_t stream) {
+  const int64_t blocks = a.B * a.H * a.Tq;
+  if (blocks > 0x7fffffff) return "attention over too many (batch, head, query row) blocks";
+  const int64_t* s = a.ks;
+  const bool kvec = s[3] == 1 && a.D % 4 == 0 && s[0] % 4 == 0 && s[1] % 4 == 0 && s[2] % 4 == 0 &&
+                    reinterpret_cast<uintptr_t>(a.k) % (4 * sizeof(T)) == 0;
+  attention_row_kernel<T, NC><<<static_cast<unsigned>(blocks), 32 * kRWarps, 0, stream>>>(a, kvec);
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? nullptr : cuda_error("the attention kernel", e);
+}
+
+template <typename T>
+const char* attention_row(const Attention& a, cudaStream_t stream) {
+  if (a.Dv <= 64) return attention_row_launch<T, 2>(a, stream);
+  if (a.Dv <= 128) return attention_row_launch<T, 4>(a, stream);
+  return attention_row_launch<T, 8>(a, stream);
+}
+
 }  // namespace
 
 const char* attention(const Attention& a, cudaStream_t stream) {
@@ -805,6 +967,11 @@ const char* attention(const Attention& a, cudaStream_t stream) {
     g_error = "attention head size " + std::to_string(std::max(a.D, a.Dv)) + " is above the CUDA kernel's " +
               std::to_string(kAttentionMaxHead);
     return g_error.c_str();
+  }
+  if (a.Tq <= kRowMaxTq) {  // a decode step: one block per query row (attention_row_kernel)
+    if (a.elem == kBF16) return attention_row<__nv_bfloat16>(a, stream);
+    if (a.elem == kF16) return attention_row<__half>(a, stream);
+    return attention_row<float>(a, stream);
   }
   if (a.elem != kF32) {
     if (!half_mma_available())
