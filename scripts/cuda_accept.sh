@@ -43,7 +43,7 @@ shift 3
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(fixtures memcheck small bandwidth suite bench bench-exact)
 SUITE="resnet18 resnet50 mobilenet_v2 vit_b_16 vit_small_patch16_224 mobilenet_v3_small squeezenet1_1 shufflenet_v2_x1_0
-       densenet121 convnext_tiny resnet50d efficientnet_b0 bert gpt2 t5_encoder distilbert"
+       densenet121 convnext_tiny resnet50d efficientnet_b0 bert gpt2 t5_encoder t5 distilbert"
 SIX="mobilenet_v2 resnet18 resnet50 bert gpt2 vit_small_patch16_224"
 SIZES="mobilenet_v2:8 resnet18:8 resnet50:32 bert:8,128 gpt2:4,128 vit_small_patch16_224:8"
 SERVING="mobilenet_v2:32 resnet18:32 resnet50:32 bert:16,128 gpt2:16,128 vit_small_patch16_224:32 efficientnet_b0:32

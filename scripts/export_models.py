@@ -433,6 +433,32 @@ def _t5_encoder():
     return HFWrapper(T5EncoderModel(cfg).eval(), "last_hidden_state")
 
 
+class Seq2SeqWrapper(nn.Module):
+    """An encoder-decoder's forward: input_ids and decoder_input_ids (int64 [batch, seq] each,
+    one batch) -> logits [batch, decoder seq, vocab]; no cache."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, decoder_input_ids):
+        return self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, use_cache=False, return_dict=True).logits
+
+
+def _t5():
+    from transformers import T5Config, T5ForConditionalGeneration
+    cfg = T5Config()  # t5-small: 6 + 6 layers, cross-attention, relative position buckets, tied lm head
+    return Seq2SeqWrapper(T5ForConditionalGeneration(cfg).eval())
+
+
+def _seq2seq_cases(vocab, shapes):
+    """(input_ids, decoder_input_ids) pairs of the given (batch, source length, target length)."""
+    def make(gen):
+        return [(torch.randint(0, vocab, (b, s), generator=gen, dtype=torch.int64),
+                 torch.randint(0, vocab, (b, t), generator=gen, dtype=torch.int64)) for b, s, t in shapes]
+    return make
+
+
 def _distilbert():
     from transformers import DistilBertConfig, DistilBertModel
     return HFWrapper(DistilBertModel(DistilBertConfig()).eval(), "last_hidden_state")
@@ -497,6 +523,9 @@ _IMG_DYN = {"x": {0: Dim("batch", min=1, max=64)}}
 _IDS_DYN = {"input_ids": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=2, max=512)}}
 # GPT-2's positions go to 1024 (n_positions).
 _GPT2_DYN = {"input_ids": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=2, max=1024)}}
+_S2S_BATCH = Dim("s2s_batch", min=1, max=64)
+_S2S_DYN = {"input_ids": {0: _S2S_BATCH, 1: Dim("src", min=2, max=512)},
+            "decoder_input_ids": {0: _S2S_BATCH, 1: Dim("tgt", min=2, max=512)}}
 # The UNet's batch, shared by its three inputs (its export guards 2 <= batch <= 63).
 _UNET_BATCH = Dim("unet_batch", min=2, max=63)
 _UNET_DYN = {"sample": {0: _UNET_BATCH}, "timestep": {0: _UNET_BATCH}, "encoder_hidden_states": {0: _UNET_BATCH}}
@@ -538,6 +567,8 @@ REAL = collections.OrderedDict(
              tol=_REAL_TOL, desc="transformers GPT2LMHeadModel(GPT2Config()) -> logits"),
         Spec("t5_encoder", _t5_encoder, _ids_cases(32128, [(2, 16), (3, 40)]), dynamic=_IDS_DYN,
              tol=_REAL_TOL, desc="transformers T5EncoderModel(T5Config()) (t5-small) -> last_hidden_state"),
+        Spec("t5", _t5, _seq2seq_cases(32128, [(2, 16, 7), (3, 40, 12)]), dynamic=_S2S_DYN, tol=_REAL_TOL,
+             desc="transformers T5ForConditionalGeneration(T5Config()) (t5-small encoder-decoder) -> logits"),
         Spec("distilbert", _distilbert, _ids_cases(30522, [(2, 16), (3, 40)]), dynamic=_IDS_DYN,
              tol=_REAL_TOL, desc="transformers DistilBertModel(DistilBertConfig()) -> last_hidden_state"),
         Spec("swin_t", _tv("swin_t"), _cases([(2, 3, 224, 224)], [(1, 3, 224, 224)]),
