@@ -286,6 +286,27 @@ class TrainUpBlock(torch.nn.Module):  # derivatives: conv_transpose2d, group_nor
         return (F.interpolate(y, scale_factor=2, mode="nearest") * y.repeat(1, 1, 2, 2)).sum().reshape(1)
 
 
+class TrainUpsample(torch.nn.Module):  # derivatives: nearest and bilinear upsampling, by sizes and scale factors
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        g = torch.Generator().manual_seed(3)
+        # One fixed random weighting per output, so that every output element's gradient differs.
+        for k, shape in enumerate([(10, 12), (9, 11), (4, 4), (7, 13), (15, 18), (7, 9), (5, 6)]):
+            self.register_buffer(f"r{k}", torch.randn(2, 4, *shape, generator=g))
+
+    def forward(self, x):  # [2, 3, 5, 6]
+        y = self.conv(x)
+        outs = [F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=False),
+                F.interpolate(y, size=(9, 11), mode="bilinear", align_corners=True),
+                F.interpolate(y, size=(4, 4), mode="bilinear", align_corners=False),  # downsampling
+                F.interpolate(y, size=(7, 13), mode="nearest"),
+                F.interpolate(y, scale_factor=3, mode="nearest"),
+                F.interpolate(y, scale_factor=1.5, mode="bilinear", align_corners=False),  # a scale the taps use
+                F.interpolate(y, scale_factor=1, mode="bilinear", align_corners=True)]
+        return sum((o * getattr(self, f"r{k}")).sum() for k, o in enumerate(outs)).reshape(1)
+
+
 def export(module, make, batch=True):
     x = make(2)
     shapes = ({0: torch.export.Dim("batch", min=1, max=16)},) if batch else None
@@ -447,6 +468,8 @@ def main():
                 lambda: check_training(TrainSliceAssign, torch.randn(4, 6, 5), "train_slice_assign.so", 6))
         t.check("conv_transpose2d, group_norm and nearest upsampling gradients match torch.autograd (--train)",
                 lambda: check_training(TrainUpBlock, torch.randn(2, 4, 3, 4), "train_up_block.so", 4))
+        t.check("nearest and bilinear upsampling gradients match torch.autograd (--train)",
+                lambda: check_training(TrainUpsample, torch.randn(2, 3, 5, 6), "train_upsample.so", 10))
         t.check("no gradient flows through a torch.no_grad() block (--train)",
                 lambda: check_training(TrainGradRegions, torch.randn(4, 5), "train_grad_regions.so", 9))
 

@@ -41,26 +41,59 @@ void repeat(GradContext& c) {
   Value* g = c.b.sum(c.b.reshape(c.grad(), split), tiles, false);
   c.add_grad(x, c.b.cast(g, x->type.dtype));
 }
-// upsample_nearest2d: each input element's gradient sums the output elements that copy it. Where
-// an output dim is the input's (factor 1) or twice it (factor 2: torch reads row i / 2), that is
-// the gradient viewed [.., H, f_h, W, f_w] and summed over the factors.
-void upsample_nearest(GradContext& c) {
-  Value* x = c.in("input");
+// The scales an upsampling maps positions by, as its lowering reads them (the default overloads:
+// scales_h / scales_w; .vec: its scale_factors when no output_size is given), for the backward op.
+std::pair<Arg, Arg> upsample_scales(const GradContext& c) {
+  const bool vec = c.n.kind == OpKind::UpsampleNearest2dVec || c.n.kind == OpKind::UpsampleBilinear2dVec;
+  if (!vec) {
+    auto scale = [&](const char* name) { return c.is_none(name) ? Arg{} : Arg{c.number(name)}; };
+    return {scale("scales_h"), scale("scales_w")};
+  }
+  const Arg* sf = c.n.arg("scale_factors");
+  const auto* v = sf ? std::get_if<std::vector<double>>(sf) : nullptr;
+  if (!c.is_none("output_size") || !v || v->empty()) return {Arg{}, Arg{}};
+  return {Arg{(*v)[0]}, Arg{(*v)[std::min<size_t>(1, v->size() - 1)]}};
+}
+
+// upsample_nearest2d / upsample_bilinear2d: upsample_*2d_backward, each input element's gradient
+// gathering the output elements that read it, times their weights (lib/loop/lower_index.cpp). For
+// nearest upsampling whose output dims are the input's (factor 1) or twice them (factor 2: torch
+// reads row i / 2), which may be symbolic: the gradient viewed [.., H, f_h, W, f_w] and summed
+// over the factors.
+void upsample(GradContext& c) {
+  const bool vec = c.n.kind == OpKind::UpsampleNearest2dVec || c.n.kind == OpKind::UpsampleBilinear2dVec;
+  const bool bilinear = c.n.kind == OpKind::UpsampleBilinear2dVec || c.n.kind == OpKind::UpsampleBilinear2d;
+  Value* x = c.in(vec ? "input" : "self");
   const auto &in = x->type.sizes, &out = c.out()->type.sizes;
-  if (in.size() != 4) c.fail("--train differentiates 4-d nearest upsampling only");
-  std::vector<sym::Expr> split{in[0], in[1]};
-  std::vector<int64_t> factors;
-  for (size_t d = 2; d < 4; ++d) {
-    split.push_back(in[d]);
-    if (out[d] == in[d] * 2) {
-      factors.push_back(static_cast<int64_t>(split.size()));
-      split.push_back(sym::Expr(2));
-    } else if (!(out[d] == in[d])) {
-      c.fail("--train differentiates nearest upsampling by a factor of 1 or 2 per dimension only yet");
+  if (in.size() != 4) c.fail("--train differentiates 4-d upsampling only");
+  if (!bilinear) {
+    std::vector<sym::Expr> split{in[0], in[1]};
+    std::vector<int64_t> factors;
+    bool by_1_or_2 = true;
+    for (size_t d = 2; d < 4; ++d) {
+      split.push_back(in[d]);
+      if (!(out[d] == in[d]) && out[d] == in[d] * 2) {
+        factors.push_back(static_cast<int64_t>(split.size()));
+        split.push_back(sym::Expr(2));
+      } else if (!(out[d] == in[d])) {
+        by_1_or_2 = false;
+      }
+    }
+    if (by_1_or_2) {
+      Value* g = c.b.reshape(c.grad(), split);
+      if (!factors.empty()) g = c.b.sum(g, factors, false);
+      c.add_grad(x, c.b.cast(g, x->type.dtype));
+      return;
     }
   }
-  Value* g = c.b.reshape(c.grad(), split);
-  if (!factors.empty()) g = c.b.sum(g, factors, false);
+  auto [sh, sw] = upsample_scales(c);
+  std::vector<std::pair<std::string, Arg>> args{{"grad_output", c.grad()},
+                                                {"output_size", std::vector<sym::Expr>{out[2], out[3]}},
+                                                {"input_size", std::vector<sym::Expr>(in.begin(), in.end())}};
+  if (bilinear) args.emplace_back("align_corners", c.flag("align_corners"));
+  args.emplace_back("scales_h", sh);
+  args.emplace_back("scales_w", sw);
+  Value* g = c.b.op(bilinear ? OpKind::UpsampleBilinear2dBackward : OpKind::UpsampleNearest2dBackward, args);
   c.add_grad(x, c.b.cast(g, x->type.dtype));
 }
 
@@ -242,7 +275,8 @@ void register_view_rules(RuleTable& t_) {
   set_rule(t_, OpKind::Flip, flip);
   set_rule(t_, OpKind::Roll, roll);
   set_rule(t_, OpKind::Repeat, repeat);
-  set_rule(t_, OpKind::UpsampleNearest2dVec, upsample_nearest);
+  for (OpKind k : {OpKind::UpsampleNearest2dVec, OpKind::UpsampleNearest2d, OpKind::UpsampleBilinear2dVec, OpKind::UpsampleBilinear2d})
+    set_rule(t_, k, upsample);
   set_rule(t_, OpKind::TransposeInt, transpose);
   set_rule(t_, OpKind::T, t);
   set_rule(t_, OpKind::Expand, expand);

@@ -165,12 +165,17 @@ ExprRef upsample_scale(const std::optional<double>& factor, const sym::Expr& in,
 
 // The nearest source row of output row `dst` (torch's nearest_idx): itself when the sizes are
 // equal, dst / 2 when the output is twice the input, else min(floor(dst * scale), in - 1) in float32.
-ExprRef nearest_source(const sym::Expr& dst, const sym::Expr& in, const sym::Expr& out, const std::optional<double>& factor) {
-  if (out == in) return index_value(dst);
-  if (out == in * 2) return index_value(sym::floordiv(dst, sym::Expr(2)));
+ExprRef nearest_source(ExprRef dst, const sym::Expr& in, const sym::Expr& out, const std::optional<double>& factor) {
+  if (out == in) return dst;
+  if (out == in * 2) return binary(Op::FloorDiv, dst, index_value(2));
   ExprRef s = upsample_scale(factor, in, out, false);
-  ExprRef src = cast(unary(Op::Floor, binary(Op::Mul, cast(index_value(dst), DType::Float32), s)), DType::Int64);
+  ExprRef src = cast(unary(Op::Floor, binary(Op::Mul, cast(dst, DType::Float32), s)), DType::Int64);
   return binary(Op::Min, src, index_value(in - 1));
+}
+// (of a loop index: the halving as an index expression, which simplifies with the loop's)
+ExprRef nearest_source(const sym::Expr& dst, const sym::Expr& in, const sym::Expr& out, const std::optional<double>& factor) {
+  if (!(out == in) && out == in * 2) return index_value(sym::floordiv(dst, sym::Expr(2)));
+  return nearest_source(index_value(dst), in, out, factor);
 }
 
 // Bilinear taps along one dim (torch's area_pixel_compute_source_index and its neighbours): the
@@ -178,17 +183,88 @@ ExprRef nearest_source(const sym::Expr& dst, const sym::Expr& in, const sym::Exp
 struct LinearTaps {
   ExprRef i0, step, w1;
 };
-LinearTaps linear_taps(const sym::Expr& dst, const sym::Expr& in, const sym::Expr& out, bool align_corners,
+LinearTaps linear_taps(ExprRef dst, const sym::Expr& in, const sym::Expr& out, bool align_corners,
                        const std::optional<double>& factor) {
   const DType F = DType::Float32;
   ExprRef s = upsample_scale(factor, in, out, align_corners);
-  ExprRef d = cast(index_value(dst), F);
+  ExprRef d = cast(dst, F);
   ExprRef real = align_corners ? binary(Op::Mul, s, d)
                                : binary(Op::Max, binary(Op::Sub, binary(Op::Mul, s, binary(Op::Add, d, constant(0.5, F))), constant(0.5, F)),
                                         constant(0, F));
   ExprRef i0 = cast(real, DType::Int64);  // real >= 0: truncation is the floor
   ExprRef step = select(binary(Op::Lt, i0, index_value(in - 1)), index_value(1), index_value(0));
   return {i0, step, binary(Op::Sub, real, cast(i0, F))};
+}
+
+// One spatial dim of an upsampling's gradient (upsample_nearest2d_backward,
+// upsample_bilinear2d_backward): `g` has the forward's output size `out` along `dim`, the result
+// the input's `in`. Input row h gathers the output rows whose taps read it, each times its tap's
+// weight (nearest: 1). Those rows lie in a window of the output that starts near h times the
+// scale and whose length the scale bounds (K candidates); each candidate is checked with the
+// forward's own tap arithmetic (nearest_source, linear_taps), so the window only needs to be wide
+// enough, not exact. Needs constant sizes along `dim` for that bound.
+TensorRef upsample_grad_along(Lowering& L, const TensorRef& g, size_t dim, const sym::Expr& in, const sym::Expr& out, bool bilinear,
+                              bool align, const std::optional<double>& factor, const std::string& origin) {
+  if (out == in && (!bilinear || align || !factor || *factor == 1.0)) return g;  // every row reads itself
+  const auto ic = in.as_const(), oc = out.as_const();
+  if (!ic || !oc || *ic < 1 || *oc < 1)
+    L.fail("--train differentiates upsampling whose spatial sizes are constants (or nearest upsampling by 1 or 2) only; got ", in.str(),
+           " -> ", out.str());
+  const double I = static_cast<double>(*ic), O = static_cast<double>(*oc);
+  const bool by_factor = factor && *factor > 0 && !align;
+  const double R = by_factor ? *factor : align ? (I > 1 && O > 1 ? (O - 1) / (I - 1) : 0) : O / I;  // output rows per input row
+  // The window's first candidate, as a function of h (float32 h), and its length.
+  std::function<ExprRef(ExprRef)> lo;
+  int64_t K;
+  const DType F = DType::Float32;
+  auto floor_i = [=](ExprRef x) { return binary(Op::Sub, cast(unary(Op::Floor, x), DType::Int64), index_value(1)); };
+  if (!bilinear) {  // rows o with floor(o / R) == h: [h R, (h + 1) R)
+    lo = [=](ExprRef h) { return floor_i(binary(Op::Mul, h, constant(R, F))); };
+    K = static_cast<int64_t>(std::ceil(R)) + 3;
+  } else if (R == 0) {  // align_corners with one input or one output row: every output row reads row 0
+    lo = [](ExprRef) { return index_value(0); };
+    K = *oc;
+  } else if (!align) {  // source (o + 0.5) / R - 0.5 in (h - 1, h + 1)
+    lo = [=](ExprRef h) {
+      return floor_i(binary(Op::Sub, binary(Op::Mul, binary(Op::Sub, h, constant(0.5, F)), constant(R, F)), constant(0.5, F)));
+    };
+    K = static_cast<int64_t>(std::ceil(2 * R)) + 3;
+  } else {  // source o / R in (h - 1, h + 1)
+    lo = [=](ExprRef h) { return floor_i(binary(Op::Mul, binary(Op::Sub, h, constant(1, F)), constant(R, F))); };
+    K = static_cast<int64_t>(std::ceil(2 * R)) + 3;
+  }
+  if (K > 1024) L.fail("--train differentiates upsampling by at most 512 output rows per input row; got ", out.str(), " from ", in.str());
+  View gv = L.as_view(g, origin);
+  Index sizes = gv.sizes;
+  sizes[dim] = in;
+  const DType dt = g.dtype, acc = dtype_compute(dt);
+  const sym::Expr last = last_index(gv);
+  return L.pointwise(dt, sizes, [=](const Index& i) {
+    ExprRef h = index_value(i[dim]);
+    ExprRef first = lo(cast(h, F));
+    sym::Expr base = gv.offset;
+    for (size_t d = 0; d < i.size(); ++d)
+      if (d != dim) base = base + i[d] * gv.strides[d];
+    const ExprRef zero = constant(0, acc);
+    ExprRef sum = zero;
+    for (int64_t t = 0; t < K; ++t) {
+      ExprRef o = binary(Op::Add, first, index_value(t));
+      ExprRef o_in = binary(Op::Min, binary(Op::Max, o, index_value(0)), index_value(out - 1));  // loaded only where o is in range
+      ExprRef w;
+      if (!bilinear) {
+        w = select(binary(Op::Eq, nearest_source(o_in, in, out, factor), h), constant(1, acc), zero);
+      } else {
+        const LinearTaps tp = linear_taps(o_in, in, out, align, factor);
+        ExprRef w1 = cast(tp.w1, acc);
+        w = binary(Op::Add, select(binary(Op::Eq, tp.i0, h), binary(Op::Sub, constant(1, acc), w1), zero),
+                   select(binary(Op::Eq, binary(Op::Add, tp.i0, tp.step), h), w1, zero));
+      }
+      ExprRef v = cast(load_at(gv.buffer, dt, base, binary(Op::Mul, o_in, index_value(gv.strides[dim])), last), acc);
+      ExprRef take = binary(Op::And, binary(Op::Eq, o, o_in), binary(Op::Ne, w, zero));
+      sum = binary(Op::Add, sum, select(take, binary(Op::Mul, w, v), zero));
+    }
+    return cast(sum, dt);
+  });
 }
 
 // self with self[.., index[i], ..] = src[.., i, ..] (+= when accumulating) along `dim`: a Scatter
@@ -267,8 +343,8 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
         }));
       const bool align = a.b("align_corners");
       return one(L.pointwise(dt, out, [=](const Index& i) {
-        const LinearTaps h = linear_taps(i[2], x.sizes[2], out[2], align, factor[0]);
-        const LinearTaps w = linear_taps(i[3], x.sizes[3], out[3], align, factor[1]);
+        const LinearTaps h = linear_taps(index_value(i[2]), x.sizes[2], out[2], align, factor[0]);
+        const LinearTaps w = linear_taps(index_value(i[3]), x.sizes[3], out[3], align, factor[1]);
         const ExprRef one_f = constant(1, acc);
         ExprRef h0w = cast(binary(Op::Sub, one_f, cast(h.w1, acc)), acc), h1w = cast(h.w1, acc);
         ExprRef w0w = cast(binary(Op::Sub, one_f, cast(w.w1, acc)), acc), w1w = cast(w.w1, acc);
@@ -278,6 +354,17 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
         };
         return cast(binary(Op::Add, binary(Op::Mul, h0w, row(h.i0)), binary(Op::Mul, h1w, row(h1))), dt);
       }));
+    }
+    case OpKind::UpsampleNearest2dBackward: case OpKind::UpsampleBilinear2dBackward: {
+      // Separable: the gradient gathered along W ([N, C, Ho, Wi]), then along H.
+      TensorRef g = a.tensor("grad_output");
+      const Index in = a.syms("input_size"), out = a.syms("output_size");
+      std::optional<double> factor[2];
+      if (!a.is_none("scales_h")) factor[0] = a.f("scales_h");
+      if (!a.is_none("scales_w")) factor[1] = a.f("scales_w");
+      const bool bilinear = n.kind == OpKind::UpsampleBilinear2dBackward, align = bilinear && a.b("align_corners");
+      TensorRef gw = upsample_grad_along(L, g, 3, in[3], out[1], bilinear, align, factor[1], n.name);
+      return one(upsample_grad_along(L, gw, 2, in[2], out[0], bilinear, align, factor[0], n.name));
     }
     case OpKind::Embedding: {  // weight [V, D], indices [*] -> [*, D]
       TensorRef w = a.tensor("weight"), ids = a.tensor("indices");

@@ -51,6 +51,7 @@ bool autocast_f32_op(OpKind k) {
     case OpKind::SoftmaxInt: case OpKind::UnderscoreSoftmax: case OpKind::LogSoftmaxInt: case OpKind::UnderscoreLogSoftmax:
     case OpKind::SumDimIntList: case OpKind::Sum: case OpKind::Cumsum: case OpKind::UpsampleNearest2dVec:
     case OpKind::UpsampleBilinear2dVec: case OpKind::UpsampleNearest2d: case OpKind::UpsampleBilinear2d:
+    case OpKind::UpsampleNearest2dBackward: case OpKind::UpsampleBilinear2dBackward:
     // explicit conversions: the model asked for their dtype
     case OpKind::UnderscoreToCopy: case OpKind::ToDtype: case OpKind::ToDtypeLayout: case OpKind::TypeAs:
       return true;

@@ -448,6 +448,18 @@ std::vector<Type> upsample2d(Ctx& c) {
   return {pool_type(c, x, out, x.dtype)};
 }
 
+// upsample_nearest2d_backward / upsample_bilinear2d_backward: input_size, the gradient's dtype;
+// the gradient must have the forward's output size.
+std::vector<Type> upsample2d_backward(Ctx& c) {
+  const Type& g = c.tensor("grad_output");
+  const Exprs out = c.syms("output_size"), in = c.syms("input_size");
+  if (g.rank() != 4 || out.size() != 2 || in.size() != 4)
+    c.fail("expects a 4-d grad_output, 2 output sizes and 4 input sizes, got ", g.str(), ", ", sizes_str(out), " and ", sizes_str(in));
+  if (!(g.sizes[0] == in[0]) || !(g.sizes[1] == in[1]) || !(g.sizes[2] == out[0]) || !(g.sizes[3] == out[1]))
+    c.fail("grad_output ", g.str(), " is not the output of upsampling ", sizes_str(in), " to ", sizes_str(out));
+  return {make_contiguous(g, g.dtype, in)};
+}
+
 }  // namespace
 
 void add_data_rules(RuleTable& t) {
@@ -482,6 +494,8 @@ void add_data_rules(RuleTable& t) {
   set_rule(t, K::UpsampleBilinear2dVec, upsample2d);
   set_rule(t, K::UpsampleNearest2d, upsample2d);
   set_rule(t, K::UpsampleBilinear2d, upsample2d);
+  set_rule(t, K::UpsampleNearest2dBackward, upsample2d_backward);
+  set_rule(t, K::UpsampleBilinear2dBackward, upsample2d_backward);
 }
 
 }  // namespace ptc::shape
