@@ -36,7 +36,7 @@ view reshape _unsafe_view as_strided permute transpose.int expand expand_as cont
 flatten.using_ints unflatten.int unsqueeze squeeze.dim squeeze.dims squeeze
 slice.Tensor select.int narrow split.Tensor split_with_sizes chunk unbind.int
 cat stack roll flip constant_pad_nd pad repeat index.Tensor index_select gather scatter_add scatter.src scatter.value embedding
-im2col max_pool2d max_pool2d_with_indices max_pool2d_with_indices_backward avg_pool2d adaptive_avg_pool2d _adaptive_avg_pool2d adaptive_avg_pool1d
+im2col max_pool2d max_pool2d_with_indices max_pool2d_with_indices_backward avg_pool2d avg_pool2d_backward adaptive_avg_pool2d _adaptive_avg_pool2d _adaptive_avg_pool2d_backward adaptive_avg_pool1d
 upsample_nearest2d.vec upsample_bilinear2d.vec upsample_nearest2d upsample_bilinear2d upsample_nearest2d_backward upsample_bilinear2d_backward
 _to_copy to.dtype to.dtype_layout to.device type_as detach lift_fresh_copy _assert_tensor_metadata
 copy copy_ index_copy index_copy_ index_put index_put_ fill.Scalar fill.Tensor fill_.Scalar fill_.Tensor slice_scatter select_scatter

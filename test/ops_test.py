@@ -192,9 +192,21 @@ class GradRegions(torch.nn.Module):  # no_grad / autocast(enabled=False) blocks:
         return h + s, c * e
 
 
+def pools(x):  # average pooling: padding counted or not, ceil_mode's partial windows, a divisor override, adaptive
+    return (F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), F.avg_pool2d(x, 2, ceil_mode=True),
+            F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), F.avg_pool2d(x, (2, 3), (2, 1), divisor_override=3),
+            F.adaptive_avg_pool2d(x, (3, 5)))
+
+
+class AvgPool(torch.nn.Module):
+    def forward(self, x):  # [b, 3, 9, 10]
+        return pools(x)
+
+
 MODULES = {  # name: (module, one input of batch size b)
     "group_norm": (GroupNorm, lambda b: torch.randn(b, 8, 5, 6)),
     "upsample": (Upsample, lambda b: torch.randn(b, 3, 5, 6)),
+    "avg_pool": (AvgPool, lambda b: torch.randn(b, 3, 9, 10)),
     "repeat": (Repeat, lambda b: torch.randn(b, 3, 4)),
     "var_std": (Var, lambda b: torch.randn(b, 6, 5)),
     "conv_transpose2d": (ConvTranspose, lambda b: torch.randn(b, 4, 5, 6)),
@@ -305,6 +317,18 @@ class TrainUpsample(torch.nn.Module):  # derivatives: nearest and bilinear upsam
                 F.interpolate(y, scale_factor=1.5, mode="bilinear", align_corners=False),  # a scale the taps use
                 F.interpolate(y, scale_factor=1, mode="bilinear", align_corners=True)]
         return sum((o * getattr(self, f"r{k}")).sum() for k, o in enumerate(outs)).reshape(1)
+
+
+class TrainPool(torch.nn.Module):  # derivatives: average pooling (pools() above), adaptive to sizes other than 1x1
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        g = torch.Generator().manual_seed(4)
+        for k, shape in enumerate([(5, 5), (5, 5), (5, 5), (5, 6), (4, 8), (3, 5)]):
+            self.register_buffer(f"r{k}", torch.randn(2, 4, *shape, generator=g))
+
+    def forward(self, x):  # [2, 3, 9, 10]
+        return sum((o * getattr(self, f"r{k}")).sum() for k, o in enumerate(pools(self.conv(x)))).reshape(1)
 
 
 def export(module, make, batch=True):
@@ -470,6 +494,8 @@ def main():
                 lambda: check_training(TrainUpBlock, torch.randn(2, 4, 3, 4), "train_up_block.so", 4))
         t.check("nearest and bilinear upsampling gradients match torch.autograd (--train)",
                 lambda: check_training(TrainUpsample, torch.randn(2, 3, 5, 6), "train_upsample.so", 10))
+        t.check("average pooling gradients match torch.autograd (--train)",
+                lambda: check_training(TrainPool, torch.randn(2, 3, 9, 10), "train_pool.so", 11))
         t.check("no gradient flows through a torch.no_grad() block (--train)",
                 lambda: check_training(TrainGradRegions, torch.randn(4, 5), "train_grad_regions.so", 9))
 

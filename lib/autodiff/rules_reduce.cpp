@@ -99,14 +99,38 @@ void var(GradContext& c) {
     }
   if (dx) c.add_grad(x, b.cast(dx, x->type.dtype));
 }
-void adaptive_avg_pool2d(GradContext& c) {  // global pooling (output 1x1) only
+// Global pooling (output 1x1, over sizes that may be symbolic): the gradient divided by the count
+// and broadcast back. Other sizes: _adaptive_avg_pool2d_backward (a gather over the windows that
+// hold each input element; lib/loop/lower_reduce.cpp).
+void adaptive_avg_pool2d(GradContext& c) {
   Value* x = c.in("self");
   auto out = c.ints("output_size");
-  if (out.size() != 2 || out[0] != 1 || out[1] != 1 || x->type.rank() < 2)
-    c.fail("--train differentiates adaptive average pooling to 1x1 only yet");
+  if (out.size() != 2 || x->type.rank() < 3) c.fail("--train differentiates 2-d adaptive average pooling of 3-d or 4-d inputs only");
   size_t r = x->type.rank();
-  std::vector<int64_t> dims{static_cast<int64_t>(r - 2), static_cast<int64_t>(r - 1)};
-  c.add_grad(x, broadcast_back(c.b, divide_by_count(c, c.grad(), x, dims), x, dims, true));
+  if (out[0] == 1 && out[1] == 1) {
+    std::vector<int64_t> dims{static_cast<int64_t>(r - 2), static_cast<int64_t>(r - 1)};
+    c.add_grad(x, broadcast_back(c.b, divide_by_count(c, c.grad(), x, dims), x, dims, true));
+    return;
+  }
+  Value* g = c.b.op(OpKind::UnderscoreAdaptiveAvgPool2dBackward, {{"grad_output", c.grad()}, {"self", x}});
+  c.add_grad(x, c.b.cast(g, x->type.dtype));
+}
+
+// avg_pool2d: avg_pool2d_backward with the forward's geometry (a gather; lib/loop/lower_reduce.cpp).
+void avg_pool2d(GradContext& c) {
+  Value* x = c.in("self");
+  std::vector<std::pair<std::string, Arg>> args{{"grad_output", c.grad()}, {"self", x}};
+  const std::pair<const char*, Arg> fields[] = {{"kernel_size", Arg{}},
+                                                {"stride", Arg{std::vector<int64_t>{}}},
+                                                {"padding", Arg{std::vector<int64_t>{0}}},
+                                                {"ceil_mode", Arg{false}},
+                                                {"count_include_pad", Arg{true}},
+                                                {"divisor_override", Arg{}}};
+  for (const auto& [name, dflt] : fields) {
+    const Arg* v = c.n.arg(name);
+    args.emplace_back(name, v ? *v : dflt);
+  }
+  c.add_grad(x, c.b.cast(c.b.op(OpKind::AvgPool2dBackward, args), x->type.dtype));
 }
 
 std::vector<int64_t> last_dims(size_t rank, size_t k) {
@@ -228,6 +252,7 @@ void register_reduce_rules(RuleTable& t) {
   set_rule(t, OpKind::VarDim, var);
   set_rule(t, OpKind::VarMeanDim, var);
   set_rule(t, OpKind::StdDim, var);
+  set_rule(t, OpKind::AvgPool2d, avg_pool2d);
   set_rule(t, OpKind::AdaptiveAvgPool2d, adaptive_avg_pool2d);
   set_rule(t, OpKind::UnderscoreAdaptiveAvgPool2d, adaptive_avg_pool2d);
   set_rule(t, OpKind::LayerNorm, layer_norm);

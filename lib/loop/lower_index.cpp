@@ -197,12 +197,11 @@ LinearTaps linear_taps(ExprRef dst, const sym::Expr& in, const sym::Expr& out, b
 }
 
 // One spatial dim of an upsampling's gradient (upsample_nearest2d_backward,
-// upsample_bilinear2d_backward): `g` has the forward's output size `out` along `dim`, the result
-// the input's `in`. Input row h gathers the output rows whose taps read it, each times its tap's
-// weight (nearest: 1). Those rows lie in a window of the output that starts near h times the
-// scale and whose length the scale bounds (K candidates); each candidate is checked with the
-// forward's own tap arithmetic (nearest_source, linear_taps), so the window only needs to be wide
-// enough, not exact. Needs constant sizes along `dim` for that bound.
+// upsample_bilinear2d_backward), a gather_along: input row h gathers the output rows whose taps
+// read it, each times its tap's weight (nearest: 1). Those rows lie in a window of the output that
+// starts near h times the scale and whose length the scale bounds; each candidate is checked with
+// the forward's own tap arithmetic (nearest_source, linear_taps), so the window only needs to be
+// wide enough, not exact. Needs constant sizes along `dim` for that bound.
 TensorRef upsample_grad_along(Lowering& L, const TensorRef& g, size_t dim, const sym::Expr& in, const sym::Expr& out, bool bilinear,
                               bool align, const std::optional<double>& factor, const std::string& origin) {
   if (out == in && (!bilinear || align || !factor || *factor == 1.0)) return g;  // every row reads itself
@@ -234,6 +233,20 @@ TensorRef upsample_grad_along(Lowering& L, const TensorRef& g, size_t dim, const
     K = static_cast<int64_t>(std::ceil(2 * R)) + 3;
   }
   if (K > 1024) L.fail("--train differentiates upsampling by at most 512 output rows per input row; got ", out.str(), " from ", in.str());
+  auto weight = [=](ExprRef o, ExprRef h) {
+    const ExprRef zero = constant(0, F);
+    if (!bilinear) return select(binary(Op::Eq, nearest_source(o, in, out, factor), h), constant(1, F), zero);
+    const LinearTaps tp = linear_taps(o, in, out, align, factor);
+    return binary(Op::Add, select(binary(Op::Eq, tp.i0, h), binary(Op::Sub, constant(1, F), tp.w1), zero),
+                  select(binary(Op::Eq, binary(Op::Add, tp.i0, tp.step), h), tp.w1, zero));
+  };
+  return gather_along(L, g, dim, in, out, K, [=](ExprRef h) { return lo(cast(h, F)); }, weight, origin);
+}
+
+}  // namespace
+
+TensorRef gather_along(Lowering& L, const TensorRef& g, size_t dim, const sym::Expr& in, const sym::Expr& out, int64_t K,
+                       std::function<ExprRef(ExprRef)> first, std::function<ExprRef(ExprRef, ExprRef)> weight, const std::string& origin) {
   View gv = L.as_view(g, origin);
   Index sizes = gv.sizes;
   sizes[dim] = in;
@@ -241,24 +254,16 @@ TensorRef upsample_grad_along(Lowering& L, const TensorRef& g, size_t dim, const
   const sym::Expr last = last_index(gv);
   return L.pointwise(dt, sizes, [=](const Index& i) {
     ExprRef h = index_value(i[dim]);
-    ExprRef first = lo(cast(h, F));
+    ExprRef lo = first(h);
     sym::Expr base = gv.offset;
     for (size_t d = 0; d < i.size(); ++d)
       if (d != dim) base = base + i[d] * gv.strides[d];
     const ExprRef zero = constant(0, acc);
     ExprRef sum = zero;
     for (int64_t t = 0; t < K; ++t) {
-      ExprRef o = binary(Op::Add, first, index_value(t));
+      ExprRef o = binary(Op::Add, lo, index_value(t));
       ExprRef o_in = binary(Op::Min, binary(Op::Max, o, index_value(0)), index_value(out - 1));  // loaded only where o is in range
-      ExprRef w;
-      if (!bilinear) {
-        w = select(binary(Op::Eq, nearest_source(o_in, in, out, factor), h), constant(1, acc), zero);
-      } else {
-        const LinearTaps tp = linear_taps(o_in, in, out, align, factor);
-        ExprRef w1 = cast(tp.w1, acc);
-        w = binary(Op::Add, select(binary(Op::Eq, tp.i0, h), binary(Op::Sub, constant(1, acc), w1), zero),
-                   select(binary(Op::Eq, binary(Op::Add, tp.i0, tp.step), h), w1, zero));
-      }
+      ExprRef w = cast(weight(o_in, h), acc);
       ExprRef v = cast(load_at(gv.buffer, dt, base, binary(Op::Mul, o_in, index_value(gv.strides[dim])), last), acc);
       ExprRef take = binary(Op::And, binary(Op::Eq, o, o_in), binary(Op::Ne, w, zero));
       sum = binary(Op::Add, sum, select(take, binary(Op::Mul, w, v), zero));
@@ -266,6 +271,8 @@ TensorRef upsample_grad_along(Lowering& L, const TensorRef& g, size_t dim, const
     return cast(sum, dt);
   });
 }
+
+namespace {
 
 // self with self[.., index[i], ..] = src[.., i, ..] (+= when accumulating) along `dim`: a Scatter
 // extern whose index is the 1-d `index` broadcast over src's shape. The write goes straight into

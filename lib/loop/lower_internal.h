@@ -207,6 +207,13 @@ TensorRef map1(Lowering& L, const TensorRef& x, DType dt, const std::function<Ex
 TensorRef widened(Lowering& L, const TensorRef& stored);
 // v == w, or both NaN (lower_reduce.cpp).
 ExprRef same_or_both_nan(ExprRef v, ExprRef w);
+// The gradient of a window op along one dim (upsampling, average pooling), gathered: result row
+// h (of `in` rows, `g` having `out` along `dim`) sums g's rows o in [first(h), first(h) + K) that
+// lie in [0, out), each times weight(o, h) (float32; 0 where row o does not read h). first(h)
+// (int64) must not exceed the first row that reads h, nor first(h) + K - 1 fall short of the last
+// (lower_index.cpp).
+TensorRef gather_along(Lowering& L, const TensorRef& g, size_t dim, const sym::Expr& in, const sym::Expr& out, int64_t K,
+                       std::function<ExprRef(ExprRef)> first, std::function<ExprRef(ExprRef, ExprRef)> weight, const std::string& origin);
 // x sorted along dim, stably (NaN last, or first when descending): {values, int64 indices}
 // (lower_index.cpp; quadratic in the dim's size).
 std::vector<TensorRef> sort_along(Lowering& L, TensorRef x, size_t dim, bool descending, const std::string& origin);

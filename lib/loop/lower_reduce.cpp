@@ -167,6 +167,16 @@ TensorRef pool2d(Lowering& L, const TensorRef& x, const Index& out_sizes, std::v
   return L.reduce(windows, {static_cast<int64_t>(r), static_cast<int64_t>(r + 1)}, false, op, dt, L.origin());
 }
 
+// The divisor of average-pooling window o along one dim (torch's avg_pool2d): the window
+// [o s - p, o s - p + k) clipped to [-p, H + p) (count_include_pad; only a ceil_mode window
+// reaches past it) or to the input's [0, H).
+ExprRef avg_pool_count(ExprRef o, int64_t k, int64_t s, int64_t p, const sym::Expr& H, bool include_pad) {
+  ExprRef start = binary(Op::Sub, binary(Op::Mul, o, index_value(s)), index_value(p));
+  ExprRef end = binary(Op::Add, start, index_value(k));
+  if (include_pad) return binary(Op::Sub, binary(Op::Min, end, index_value(H + p)), start);
+  return binary(Op::Sub, binary(Op::Min, end, index_value(H)), binary(Op::Max, start, index_value(0)));
+}
+
 // max_pool2d's indices (torch's): per window, the flat input position ih * W + iw of the first
 // element in row-major window order that equals the window's max `y` (a NaN max: the first NaN).
 TensorRef max_pool2d_indices(Lowering& L, const TensorRef& x, const TensorRef& y, std::vector<int64_t> k,
@@ -610,15 +620,87 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       }));
     }
     case OpKind::AvgPool2d: {
-      if (!a.is_none("divisor_override")) L.fail("avg_pool2d with divisor_override is not supported yet");
-      if (!a.b("count_include_pad") && !a.ints("padding").empty() && a.ints("padding") != std::vector<int64_t>{0, 0})
-        L.fail("avg_pool2d with count_include_pad=False and padding is not supported yet");
-      std::vector<int64_t> k = a.ints("kernel_size");
-      if (k.size() == 1) k.push_back(k[0]);
+      TensorRef x = a.tensor("self");
+      const std::vector<int64_t> k = two(a.ints("kernel_size"), 1), s = a.ints("stride").empty() ? k : two(a.ints("stride"), 1),
+                                 p = two(a.ints("padding"), 0);
+      const bool ceil_mode = a.b("ceil_mode"), include_pad = a.b("count_include_pad");
+      std::optional<int64_t> over;
+      if (!a.is_none("divisor_override")) over = a.i("divisor_override");
+      if (over && *over == 0) L.fail("avg_pool2d's divisor_override must not be 0");
       DType dt = a.out_dtype(), acc = dtype_compute(dt);
-      TensorRef r = pool2d(L, a.tensor("self"), a.out_sizes(), k, a.ints("stride"), a.ints("padding"), {1}, ReduceOp::Sum, acc);
-      double cnt = static_cast<double>(k[0] * k[1]);
-      return one(map1(L, r, dt, [cnt, acc, dt](ExprRef v) { return cast(binary(Op::Div, v, c(cnt, acc)), dt); }));
+      TensorRef r = pool2d(L, x, a.out_sizes(), k, s, p, {1}, ReduceOp::Sum, acc);
+      if (!over && !ceil_mode && (include_pad || (p[0] == 0 && p[1] == 0))) {  // every window divides by k_h k_w
+        double cnt = static_cast<double>(k[0] * k[1]);
+        return one(map1(L, r, dt, [cnt, acc, dt](ExprRef v) { return cast(binary(Op::Div, v, c(cnt, acc)), dt); }));
+      }
+      // Windows of their own divisors: past the padding (ceil_mode), without it, or the override.
+      const size_t rk = x.rank();
+      const Index xs = x.sizes;
+      return one(L.pointwise(dt, r.sizes, [=](const Index& i) {
+        ExprRef d = over ? c(static_cast<double>(*over), acc)
+                         : cast(binary(Op::Mul, avg_pool_count(index_value(i[rk - 2]), k[0], s[0], p[0], xs[rk - 2], include_pad),
+                                       avg_pool_count(index_value(i[rk - 1]), k[1], s[1], p[1], xs[rk - 1], include_pad)),
+                                acc);
+        return cast(binary(Op::Div, r.at(i), d), dt);
+      }));
+    }
+    case OpKind::AvgPool2dBackward: {
+      // Separable: each input row gathers the windows that hold it (along W, then H), each
+      // times 1 / its divisor (the override divides once, along H).
+      TensorRef g = a.tensor("grad_output"), x = a.tensor("self");
+      const std::vector<int64_t> k = two(a.ints("kernel_size"), 1), s = a.ints("stride").empty() ? k : two(a.ints("stride"), 1),
+                                 p = two(a.ints("padding"), 0);
+      const bool include_pad = a.b("count_include_pad");
+      std::optional<int64_t> over;
+      if (!a.is_none("divisor_override")) over = a.i("divisor_override");
+      const size_t rk = x.rank();
+      const DType F = DType::Float32;
+      TensorRef t = g;
+      for (int j = 1; j >= 0; --j) {
+        const size_t dim = rk - 2 + static_cast<size_t>(j);
+        const int64_t kj = k[static_cast<size_t>(j)], sj = s[static_cast<size_t>(j)], pj = p[static_cast<size_t>(j)];
+        const sym::Expr H = x.sizes[dim];
+        const std::optional<double> fixed = over ? std::optional<double>(j == 0 ? 1.0 / static_cast<double>(*over) : 1.0) : std::nullopt;
+        t = gather_along(
+            L, t, dim, H, g.sizes[dim], (kj + sj - 1) / sj + 1,
+            // the first window that can hold h: ceil((h + p - k + 1) / s)
+            [=](ExprRef h) { return binary(Op::FloorDiv, binary(Op::Add, h, index_value(pj - kj + sj)), index_value(sj)); },
+            [=](ExprRef o, ExprRef h) {
+              ExprRef start = binary(Op::Sub, binary(Op::Mul, o, index_value(sj)), index_value(pj));
+              ExprRef inside = binary(Op::And, binary(Op::Le, start, h), binary(Op::Lt, h, binary(Op::Add, start, index_value(kj))));
+              ExprRef w = fixed ? constant(*fixed, F) : binary(Op::Div, constant(1, F), cast(avg_pool_count(o, kj, sj, pj, H, include_pad), F));
+              return select(inside, w, constant(0, F));
+            },
+            n.name);
+      }
+      return one(t);
+    }
+    case OpKind::UnderscoreAdaptiveAvgPool2dBackward: {
+      // Window o of I rows pooled to O is [floor(o I / O), ceil((o + 1) I / O)); each input row
+      // gathers the windows that hold it, each times 1 / its size (along W, then H).
+      TensorRef g = a.tensor("grad_output"), x = a.tensor("self");
+      const size_t rk = x.rank();
+      const DType F = DType::Float32;
+      TensorRef t = g;
+      for (int j = 1; j >= 0; --j) {
+        const size_t dim = rk - 2 + static_cast<size_t>(j);
+        const sym::Expr I = x.sizes[dim], O = g.sizes[dim];
+        const auto ic = I.as_const(), oc = O.as_const();
+        if (!ic || !oc || *ic < 1 || *oc < 1)
+          L.fail("--train differentiates adaptive average pooling over constant sizes only; got ", I.str(), " -> ", O.str());
+        t = gather_along(
+            L, t, dim, I, O, (*oc + *ic - 1) / *ic + 3,
+            [=](ExprRef h) { return binary(Op::Sub, binary(Op::FloorDiv, binary(Op::Mul, h, index_value(O)), index_value(I)), index_value(1)); },
+            [=](ExprRef o, ExprRef h) {
+              ExprRef start = binary(Op::FloorDiv, binary(Op::Mul, o, index_value(I)), index_value(O));
+              ExprRef end = binary(Op::FloorDiv, binary(Op::Add, binary(Op::Mul, binary(Op::Add, o, index_value(1)), index_value(I)), index_value(O - 1)),
+                                   index_value(O));
+              ExprRef inside = binary(Op::And, binary(Op::Le, start, h), binary(Op::Lt, h, end));
+              return select(inside, binary(Op::Div, constant(1, F), cast(binary(Op::Sub, end, start), F)), constant(0, F));
+            },
+            n.name);
+      }
+      return one(t);
     }
     default: return std::nullopt;
   }

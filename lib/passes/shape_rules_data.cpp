@@ -320,6 +320,13 @@ std::vector<Type> im2col(Ctx& c) {
 }
 
 // max_pool2d_with_indices_backward: the input's shape.
+// avg_pool2d_backward, _adaptive_avg_pool2d_backward: the input's shape too.
+std::vector<Type> avg_pool2d_backward(Ctx& c) {
+  const Type &g = c.tensor("grad_output"), &x = c.tensor("self");
+  if (g.rank() != x.rank() || (x.rank() != 3 && x.rank() != 4)) c.fail("grad_output ", g.str(), " and self ", x.str(), " must be 3-d or 4-d");
+  return {make_contiguous(x, g.dtype, x.sizes)};
+}
+
 std::vector<Type> max_pool2d_backward(Ctx& c) {
   const Type &g = c.tensor("grad_output"), &x = c.tensor("self");
   if (g.rank() != x.rank() || (x.rank() != 3 && x.rank() != 4)) c.fail("grad_output ", g.str(), " and self ", x.str(), " must be 3-d or 4-d");
@@ -483,6 +490,8 @@ void add_data_rules(RuleTable& t) {
   for (K k : {K::IndexPut, K::IndexPutInplace}) set_rule(t, k, index_put);
   set_rule(t, K::Im2col, im2col);
   set_rule(t, K::MaxPool2dWithIndicesBackward, max_pool2d_backward);
+  set_rule(t, K::AvgPool2dBackward, avg_pool2d_backward);
+  set_rule(t, K::UnderscoreAdaptiveAvgPool2dBackward, avg_pool2d_backward);
   set_rule(t, K::Embedding, embedding);
   set_rule(t, K::MaxPool2d, max_pool2d);
   set_rule(t, K::MaxPool2dWithIndices, max_pool2d_with_indices);
