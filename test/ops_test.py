@@ -195,7 +195,7 @@ class GradRegions(torch.nn.Module):  # no_grad / autocast(enabled=False) blocks:
 def pools(x):  # average pooling: padding counted or not, ceil_mode's partial windows, a divisor override, adaptive
     return (F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), F.avg_pool2d(x, 2, ceil_mode=True),
             F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), F.avg_pool2d(x, (2, 3), (2, 1), divisor_override=3),
-            F.adaptive_avg_pool2d(x, (3, 5)))
+            F.adaptive_avg_pool2d(x, (3, 5)), F.adaptive_avg_pool2d(x, (4, 3)))  # adaptive: windows of one size, and of several
 
 
 class AvgPool(torch.nn.Module):
@@ -221,7 +221,7 @@ MODULES = {  # name: (module, one input of batch size b)
 }
 
 
-class TrainSliceAssign(torch.nn.Module):  # derivatives through in-place slice / select updates (slice_scatter, select_scatter)
+class TrainSliceAssign(torch.nn.Module):  # derivatives through in-place slice / select updates (slice_scatter, select_scatter), strided slices
     def __init__(self):
         super().__init__()
         self.lin = torch.nn.Linear(5, 5)
@@ -234,7 +234,8 @@ class TrainSliceAssign(torch.nn.Module):  # derivatives through in-place slice /
         y = h.clone()
         y[:, 2:4] += m[:, 1:3]
         y[:, :, 1] = 0.5
-        return ((m * y).sum() + (y * y).sum()).reshape(1)
+        strided = (h[:, ::2] * h[:, 1::3].sum(1, keepdim=True)).sum() + (h[:, -5::2, 1:] ** 2).sum()  # slices with a step
+        return ((m * y).sum() + (y * y).sum() + strided).reshape(1)
 
 
 class TrainElu(torch.nn.Module):  # derivatives: elu (with selu's and celu's constants)
@@ -324,7 +325,7 @@ class TrainPool(torch.nn.Module):  # derivatives: average pooling (pools() above
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
         g = torch.Generator().manual_seed(4)
-        for k, shape in enumerate([(5, 5), (5, 5), (5, 5), (5, 6), (4, 8), (3, 5)]):
+        for k, shape in enumerate([(5, 5), (5, 5), (5, 5), (5, 6), (4, 8), (3, 5), (4, 3)]):
             self.register_buffer(f"r{k}", torch.randn(2, 4, *shape, generator=g))
 
     def forward(self, x):  # [2, 3, 9, 10]

@@ -139,7 +139,13 @@ std::optional<sym::Expr> sym_arg(const GradContext& c, const char* name) {
 void slice(GradContext& c) {
   Value* x = c.in("self");
   int64_t dim = norm_dim(c, c.integer("dim"), x->type.rank());
-  if (c.integer("step") != 1) c.fail("--train does not differentiate slices with a step yet");
+  if (c.integer("step") != 1) {  // the gradient scattered into zeros at every step-th position
+    std::vector<std::pair<std::string, Arg>> args{{"self", c.b.zeros(x->type.sizes, c.grad()->type.dtype)}, {"src", c.grad()}};
+    for (const char* name : {"dim", "start", "end", "step"})
+      if (const Arg* a = c.n.arg(name)) args.emplace_back(name, *a);
+    c.add_grad(x, c.b.cast(c.b.op(OpKind::SliceScatter, std::move(args)), x->type.dtype));
+    return;
+  }
   const sym::Expr n = x->type.sizes[dim];
   sym::Expr start = sym_arg(c, "start").value_or(sym::Expr(0));
   if (auto k = start.as_const()) {

@@ -203,7 +203,7 @@ LinearTaps linear_taps(ExprRef dst, const sym::Expr& in, const sym::Expr& out, b
 // the forward's own tap arithmetic (nearest_source, linear_taps), so the window only needs to be
 // wide enough, not exact. Needs constant sizes along `dim` for that bound.
 TensorRef upsample_grad_along(Lowering& L, const TensorRef& g, size_t dim, const sym::Expr& in, const sym::Expr& out, bool bilinear,
-                              bool align, const std::optional<double>& factor, const std::string& origin) {
+                              bool align, const std::optional<double>& factor, const std::string& origin, std::optional<DType> result_dtype) {
   if (out == in && (!bilinear || align || !factor || *factor == 1.0)) return g;  // every row reads itself
   const auto ic = in.as_const(), oc = out.as_const();
   if (!ic || !oc || *ic < 1 || *oc < 1)
@@ -232,7 +232,7 @@ TensorRef upsample_grad_along(Lowering& L, const TensorRef& g, size_t dim, const
     lo = [=](ExprRef h) { return floor_i(binary(Op::Mul, binary(Op::Sub, h, constant(1, F)), constant(R, F))); };
     K = static_cast<int64_t>(std::ceil(2 * R)) + 3;
   }
-  if (K > 1024) L.fail("--train differentiates upsampling by at most 512 output rows per input row; got ", out.str(), " from ", in.str());
+  if (K > 1024) L.fail("--train differentiates upsampling whose output rows read by one input row are at most 1024; got ", out.str(), " from ", in.str());
   auto weight = [=](ExprRef o, ExprRef h) {
     const ExprRef zero = constant(0, F);
     if (!bilinear) return select(binary(Op::Eq, nearest_source(o, in, out, factor), h), constant(1, F), zero);
@@ -240,17 +240,18 @@ TensorRef upsample_grad_along(Lowering& L, const TensorRef& g, size_t dim, const
     return binary(Op::Add, select(binary(Op::Eq, tp.i0, h), binary(Op::Sub, constant(1, F), tp.w1), zero),
                   select(binary(Op::Eq, binary(Op::Add, tp.i0, tp.step), h), tp.w1, zero));
   };
-  return gather_along(L, g, dim, in, out, K, [=](ExprRef h) { return lo(cast(h, F)); }, weight, origin);
+  return gather_along(L, g, dim, in, out, K, [=](ExprRef h) { return lo(cast(h, F)); }, weight, origin, result_dtype);
 }
 
 }  // namespace
 
 TensorRef gather_along(Lowering& L, const TensorRef& g, size_t dim, const sym::Expr& in, const sym::Expr& out, int64_t K,
-                       std::function<ExprRef(ExprRef)> first, std::function<ExprRef(ExprRef, ExprRef)> weight, const std::string& origin) {
+                       std::function<ExprRef(ExprRef)> first, std::function<ExprRef(ExprRef, ExprRef)> weight, const std::string& origin,
+                       std::optional<DType> result_dtype) {
   View gv = L.as_view(g, origin);
   Index sizes = gv.sizes;
   sizes[dim] = in;
-  const DType dt = g.dtype, acc = dtype_compute(dt);
+  const DType dt = g.dtype, acc = dtype_compute(dt), rdt = result_dtype.value_or(dt);
   const sym::Expr last = last_index(gv);
   return L.pointwise(dt, sizes, [=](const Index& i) {
     ExprRef h = index_value(i[dim]);
@@ -268,7 +269,7 @@ TensorRef gather_along(Lowering& L, const TensorRef& g, size_t dim, const sym::E
       ExprRef take = binary(Op::And, binary(Op::Eq, o, o_in), binary(Op::Ne, w, zero));
       sum = binary(Op::Add, sum, select(take, binary(Op::Mul, w, v), zero));
     }
-    return cast(sum, dt);
+    return cast(sum, rdt);
   });
 }
 
@@ -370,8 +371,11 @@ Lowered lower_index(Lowering& L, const Node& n, const Args& a) {
       if (!a.is_none("scales_h")) factor[0] = a.f("scales_h");
       if (!a.is_none("scales_w")) factor[1] = a.f("scales_w");
       const bool bilinear = n.kind == OpKind::UpsampleBilinear2dBackward, align = bilinear && a.b("align_corners");
-      TensorRef gw = upsample_grad_along(L, g, 3, in[3], out[1], bilinear, align, factor[1], n.name);
-      return one(upsample_grad_along(L, gw, 2, in[2], out[0], bilinear, align, factor[0], n.name));
+      // (the first pass kept in float32, so that half gradients round once)
+      TensorRef gw = upsample_grad_along(L, g, 3, in[3], out[1], bilinear, align, factor[1], n.name, dtype_compute(g.dtype));
+      TensorRef r = upsample_grad_along(L, gw, 2, in[2], out[0], bilinear, align, factor[0], n.name, g.dtype);
+      if (r.dtype != g.dtype) r = map1(L, r, g.dtype, [dt = g.dtype](ExprRef v) { return cast(v, dt); });
+      return one(r);
     }
     case OpKind::Embedding: {  // weight [V, D], indices [*] -> [*, D]
       TensorRef w = a.tensor("weight"), ids = a.tensor("indices");

@@ -211,9 +211,10 @@ ExprRef same_or_both_nan(ExprRef v, ExprRef w);
 // h (of `in` rows, `g` having `out` along `dim`) sums g's rows o in [first(h), first(h) + K) that
 // lie in [0, out), each times weight(o, h) (float32; 0 where row o does not read h). first(h)
 // (int64) must not exceed the first row that reads h, nor first(h) + K - 1 fall short of the last
-// (lower_index.cpp).
+// The result is of `result_dtype` (default: g's); the sum is in g's compute dtype (lower_index.cpp).
 TensorRef gather_along(Lowering& L, const TensorRef& g, size_t dim, const sym::Expr& in, const sym::Expr& out, int64_t K,
-                       std::function<ExprRef(ExprRef)> first, std::function<ExprRef(ExprRef, ExprRef)> weight, const std::string& origin);
+                       std::function<ExprRef(ExprRef)> first, std::function<ExprRef(ExprRef, ExprRef)> weight, const std::string& origin,
+                       std::optional<DType> result_dtype = std::nullopt);
 // x sorted along dim, stably (NaN last, or first when descending): {values, int64 indices}
 // (lower_index.cpp; quadratic in the dim's size).
 std::vector<TensorRef> sort_along(Lowering& L, TensorRef x, size_t dim, bool descending, const std::string& origin);

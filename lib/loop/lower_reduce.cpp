@@ -167,6 +167,20 @@ TensorRef pool2d(Lowering& L, const TensorRef& x, const Index& out_sizes, std::v
   return L.reduce(windows, {static_cast<int64_t>(r), static_cast<int64_t>(r + 1)}, false, op, dt, L.origin());
 }
 
+// Adaptive pooling's window o of I rows pooled to O: [floor(o I / O), ceil((o + 1) I / O)).
+std::pair<ExprRef, ExprRef> adaptive_window(ExprRef o, const sym::Expr& I, const sym::Expr& O) {
+  ExprRef start = binary(Op::FloorDiv, binary(Op::Mul, o, index_value(I)), index_value(O));
+  ExprRef end = binary(Op::FloorDiv, binary(Op::Add, binary(Op::Mul, binary(Op::Add, o, index_value(1)), index_value(I)), index_value(O - 1)),
+                       index_value(O));
+  return {start, end};
+}
+// 1 / the window's size where row h is inside window [start, end), else 0 (float32).
+ExprRef adaptive_weight(ExprRef h, const std::pair<ExprRef, ExprRef>& w) {
+  const DType F = DType::Float32;
+  ExprRef inside = binary(Op::And, binary(Op::Le, w.first, h), binary(Op::Lt, h, w.second));
+  return select(inside, binary(Op::Div, constant(1, F), cast(binary(Op::Sub, w.second, w.first), F)), constant(0, F));
+}
+
 // The divisor of average-pooling window o along one dim (torch's avg_pool2d): the window
 // [o s - p, o s - p + k) clipped to [-p, H + p) (count_include_pad; only a ceil_mode window
 // reaches past it) or to the input's [0, H).
@@ -524,11 +538,28 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       Index out = a.out_sizes();
       size_t sp = n.kind == OpKind::AdaptiveAvgPool1d ? 1 : 2;
       std::vector<int64_t> k;
+      bool uniform = true;  // every window of one size: a pooling with kernel = stride
       for (size_t j = 0; j < sp; ++j) {
         auto in = x.sizes[x.rank() - sp + j].as_const(), o = out[out.size() - sp + j].as_const();
-        if (!in || !o || *o == 0 || *in % *o != 0)
-          L.fail("adaptive pooling is supported when each input size is a constant multiple of the output size");
+        if (!in || !o || *o == 0 || *in == 0)
+          L.fail("adaptive pooling is supported over constant input and output sizes");
+        uniform = uniform && *in % *o == 0;
         k.push_back(*in / *o);
+      }
+      if (!uniform) {
+        // Windows of their own sizes (torch's adaptive ranges): the mean along W, then along H,
+        // each a gather over the window's rows (float32 between the two).
+        DType dt = a.out_dtype(), acc = dtype_compute(dt);
+        TensorRef t = x;
+        for (size_t j = sp; j-- > 0;) {
+          const size_t dim = x.rank() - sp + j;
+          const sym::Expr I = x.sizes[dim], O = out[dim];
+          const int64_t ic = *I.as_const(), oc = *O.as_const();
+          t = gather_along(
+              L, t, dim, O, I, (ic + oc - 1) / oc + 2, [=](ExprRef o) { return adaptive_window(o, I, O).first; },
+              [=](ExprRef h, ExprRef o) { return adaptive_weight(h, adaptive_window(o, I, O)); }, n.name, j == 0 ? dt : acc);
+        }
+        return one(t);
       }
       if (sp == 1) {
         Index s4 = x.sizes;
@@ -653,6 +684,7 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       const bool include_pad = a.b("count_include_pad");
       std::optional<int64_t> over;
       if (!a.is_none("divisor_override")) over = a.i("divisor_override");
+      if (over && *over == 0) L.fail("avg_pool2d's divisor_override must not be 0");
       const size_t rk = x.rank();
       const DType F = DType::Float32;
       TensorRef t = g;
@@ -661,6 +693,7 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
         const int64_t kj = k[static_cast<size_t>(j)], sj = s[static_cast<size_t>(j)], pj = p[static_cast<size_t>(j)];
         const sym::Expr H = x.sizes[dim];
         const std::optional<double> fixed = over ? std::optional<double>(j == 0 ? 1.0 / static_cast<double>(*over) : 1.0) : std::nullopt;
+        const DType rdt = j == 0 ? g.dtype : dtype_compute(g.dtype);  // float32 between the passes: half gradients round once
         t = gather_along(
             L, t, dim, H, g.sizes[dim], (kj + sj - 1) / sj + 1,
             // the first window that can hold h: ceil((h + p - k + 1) / s)
@@ -671,16 +704,15 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
               ExprRef w = fixed ? constant(*fixed, F) : binary(Op::Div, constant(1, F), cast(avg_pool_count(o, kj, sj, pj, H, include_pad), F));
               return select(inside, w, constant(0, F));
             },
-            n.name);
+            n.name, rdt);
       }
       return one(t);
     }
     case OpKind::UnderscoreAdaptiveAvgPool2dBackward: {
-      // Window o of I rows pooled to O is [floor(o I / O), ceil((o + 1) I / O)); each input row
-      // gathers the windows that hold it, each times 1 / its size (along W, then H).
+      // Each input row gathers the windows that hold it (adaptive_window), each times 1 / its
+      // size: along W, then H.
       TensorRef g = a.tensor("grad_output"), x = a.tensor("self");
       const size_t rk = x.rank();
-      const DType F = DType::Float32;
       TensorRef t = g;
       for (int j = 1; j >= 0; --j) {
         const size_t dim = rk - 2 + static_cast<size_t>(j);
@@ -691,14 +723,8 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
         t = gather_along(
             L, t, dim, I, O, (*oc + *ic - 1) / *ic + 3,
             [=](ExprRef h) { return binary(Op::Sub, binary(Op::FloorDiv, binary(Op::Mul, h, index_value(O)), index_value(I)), index_value(1)); },
-            [=](ExprRef o, ExprRef h) {
-              ExprRef start = binary(Op::FloorDiv, binary(Op::Mul, o, index_value(I)), index_value(O));
-              ExprRef end = binary(Op::FloorDiv, binary(Op::Add, binary(Op::Mul, binary(Op::Add, o, index_value(1)), index_value(I)), index_value(O - 1)),
-                                   index_value(O));
-              ExprRef inside = binary(Op::And, binary(Op::Le, start, h), binary(Op::Lt, h, end));
-              return select(inside, binary(Op::Div, constant(1, F), cast(binary(Op::Sub, end, start), F)), constant(0, F));
-            },
-            n.name);
+            [=](ExprRef o, ExprRef h) { return adaptive_weight(h, adaptive_window(o, I, O)); }, n.name,
+            j == 0 ? g.dtype : dtype_compute(g.dtype));
       }
       return one(t);
     }
