@@ -312,6 +312,34 @@ TEST_CASE("fold_constants handles int64, bool and dtype casts, and leaves output
   CHECK(weight_values(*out, "_folded_2") == std::vector<double>{1, 0, 1});
 }
 
+TEST_CASE("fold_constants converts float weights to bf16 / fp16 with round-to-nearest-even", "[passes]") {
+  // The converted weight owns bytes in the new dtype and the folded constant views them; a
+  // transposed (non-dense) weight goes the element-wise way. Both round as a C++ float to
+  // bfloat16 / half conversion to nearest even does.
+  Builder b;
+  Value* x = b.input("x", DType::BFloat16, {2, 3});
+  const double tie = 1.0 + 1.0 / 256;  // between bfloat16's 1 and 1 + 2^-7: to even (1)
+  const double up = 1.0 + 3.0 / 512;   // past the midpoint: 1 + 2^-7
+  Value* w = b.weight("p_w", "w", DType::Float32, {2, 3}, {tie, up, -2.5, 65504, 1e-8, 3.0});
+  Value* wb = b.op(OpKind::ToDtype, "to_bf16", {{"self", w}, {"dtype", DType::BFloat16}});
+  Value* wh = b.op(OpKind::ToDtype, "to_f16", {{"self", w}, {"dtype", DType::Float16}});
+  Value* wt = b.op(OpKind::ToDtype, "to_bf16_t", {{"self", b.op(OpKind::T, "t", {{"self", w}})}, {"dtype", DType::BFloat16}});
+  Value* y = b.op(OpKind::MulTensor, "mul", {{"self", x}, {"other", wb}});
+  Value* z = b.op(OpKind::MulTensor, "mul_1", {{"self", b.op(OpKind::ToDtype, "xf", {{"self", x}, {"dtype", DType::Float16}})}, {"other", wh}});
+  Value* u = b.op(OpKind::Mm, "mm", {{"self", x}, {"mat2", wt}});
+  b.g->outputs = {y, z, u};
+  auto out = run(fold_constants, *b.g);
+  std::vector<double> bf, hf, bt;
+  for (auto& [name, td] : out->weights) {
+    if (td.type.dtype == DType::BFloat16 && td.type.sizes.size() == 2 && td.type.sizes[0] == Expr(2)) bf = weight_values(*out, name);
+    if (td.type.dtype == DType::BFloat16 && td.type.sizes.size() == 2 && td.type.sizes[0] == Expr(3)) bt = weight_values(*out, name);
+    if (td.type.dtype == DType::Float16) hf = weight_values(*out, name);
+  }
+  CHECK(bf == std::vector<double>{1.0, 1.0 + 1.0 / 128, -2.5, 65536, 1.0011717677116394e-08, 3.0});
+  CHECK(bt == std::vector<double>{1.0, 65536, 1.0 + 1.0 / 128, 1.0011717677116394e-08, -2.5, 3.0});
+  CHECK(hf == std::vector<double>{1.00390625, 1.005859375, -2.5, 65504, 0, 3.0});
+}
+
 TEST_CASE("fold_constants leaves inexact int64 and symbolic sizes alone", "[passes]") {
   Builder b;
   Expr s0 = b.sym("s0");

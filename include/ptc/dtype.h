@@ -38,6 +38,9 @@ std::optional<DType> dtype_from_name(const std::string& name);
 // host type (complex, fp8).
 double read_element(const std::byte* p, DType t);
 void write_element(std::byte* p, DType t, double v);
+// The same for n consecutive elements (one dtype dispatch: whole weights at compile time).
+void read_elements(const std::byte* p, DType t, double* out, size_t n);
+void write_elements(std::byte* p, DType t, const double* in, size_t n);
 
 struct Device {
   enum class Type : uint8_t { CPU, CUDA, Meta, Other };

@@ -78,9 +78,14 @@ const TensorData* weight_of(const Graph& g, const Value* v);
 bool dtype_supported(DType t);
 using ptc::read_element;   // (ptc/dtype.h)
 using ptc::write_element;
+using ptc::read_elements;
+using ptc::write_elements;
 
 // The static sizes/strides/storage offset of a type; nullopt when any is symbolic or negative
 // strides/sizes occur.
+// Whether sizes / strides lay their elements out row-major without gaps (size-1 dims aside).
+bool row_major_dense(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
+
 struct StaticLayout {
   std::vector<int64_t> sizes, strides;
   int64_t offset = 0;

@@ -152,6 +152,38 @@ void write_element(std::byte* p, DType t, double v) {
   PTC_CHECK(false, "writing dtype ", dtype_name(t), " is not supported");
 }
 
+void read_elements(const std::byte* p, DType t, double* out, size_t n) {
+  switch (t) {
+    case DType::Float32:
+      for (size_t i = 0; i < n; ++i) { float v; std::memcpy(&v, p + 4 * i, 4); out[i] = v; }
+      return;
+    case DType::BFloat16:
+      for (size_t i = 0; i < n; ++i) { uint16_t b; std::memcpy(&b, p + 2 * i, 2); out[i] = ptc_rt::bfloat16_bits_to_float(b); }
+      return;
+    case DType::Float16:
+      for (size_t i = 0; i < n; ++i) { uint16_t b; std::memcpy(&b, p + 2 * i, 2); out[i] = ptc_rt::half_bits_to_float(b); }
+      return;
+    default:
+      for (size_t i = 0; i < n; ++i) out[i] = read_element(p + i * dtype_size(t), t);
+  }
+}
+
+void write_elements(std::byte* p, DType t, const double* in, size_t n) {
+  switch (t) {
+    case DType::Float32:
+      for (size_t i = 0; i < n; ++i) { float f = static_cast<float>(in[i]); std::memcpy(p + 4 * i, &f, 4); }
+      return;
+    case DType::BFloat16:
+      for (size_t i = 0; i < n; ++i) { uint16_t b = ptc_rt::float_to_bfloat16_bits(static_cast<float>(in[i])); std::memcpy(p + 2 * i, &b, 2); }
+      return;
+    case DType::Float16:
+      for (size_t i = 0; i < n; ++i) { uint16_t b = ptc_rt::float_to_half_bits(static_cast<float>(in[i])); std::memcpy(p + 2 * i, &b, 2); }
+      return;
+    default:
+      for (size_t i = 0; i < n; ++i) write_element(p + i * dtype_size(t), t, in[i]);
+  }
+}
+
 std::string Device::str() const {
   std::string s;
   switch (type) {

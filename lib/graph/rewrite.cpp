@@ -175,6 +175,15 @@ std::optional<StaticLayout> static_layout(const Type& t) {
   return l;
 }
 
+bool row_major_dense(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t expect = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && strides[d] != expect) return false;
+    expect *= sizes[d];
+  }
+  return true;
+}
+
 TensorData owned_tensor(const Type& t, const std::vector<double>& rowmajor) {
   auto l = static_layout(t);
   PTC_CHECK(l, "owned_tensor needs a static layout, got ", t.str());
@@ -190,13 +199,17 @@ TensorData owned_tensor(const Type& t, const std::vector<double>& rowmajor) {
   auto* base = reinterpret_cast<std::byte*>(bytes->data());
   const size_t rank = l->sizes.size();
   std::vector<int64_t> idx(rank, 0);
-  for (size_t k = 0; k < rowmajor.size(); ++k) {
+  if (row_major_dense(l->sizes, l->strides)) {  // one block
+    write_elements(base + static_cast<size_t>(l->offset) * item, t.dtype, rowmajor.data(), rowmajor.size());
+  } else {
+    for (size_t k = 0; k < rowmajor.size(); ++k) {
     int64_t pos = l->offset;
     for (size_t d = 0; d < rank; ++d) pos += idx[d] * l->strides[d];
     write_element(base + static_cast<size_t>(pos) * item, t.dtype, rowmajor[k]);
     for (size_t d = rank; d-- > 0;) {
       if (++idx[d] < l->sizes[d]) break;
       idx[d] = 0;
+    }
     }
   }
   TensorData td;
@@ -214,6 +227,11 @@ std::vector<double> read_all(const TensorData& td) {
   const size_t item = dtype_size(td.type.dtype);
   const size_t rank = l->sizes.size();
   std::vector<double> out(static_cast<size_t>(l->numel()));
+  if (row_major_dense(l->sizes, l->strides)) {  // one block
+    PTC_CHECK(out.empty() || static_cast<size_t>(l->offset) * item + out.size() * item <= td.storage_bytes, "weight elements out of their storage");
+    read_elements(td.storage + static_cast<size_t>(l->offset) * item, td.type.dtype, out.data(), out.size());
+    return out;
+  }
   std::vector<int64_t> idx(rank, 0);
   for (size_t k = 0; k < out.size(); ++k) {
     int64_t pos = l->offset;

@@ -84,6 +84,18 @@ double element(const CVal& v, int64_t pos) {
 // Elements of `v` in row-major order.
 std::vector<double> elements(const CVal& v) {
   std::vector<double> out(static_cast<size_t>(v.numel()));
+  if (!out.empty() && rewrite::row_major_dense(v.sizes, v.strides)) {  // one block
+    const size_t at = static_cast<size_t>(v.offset), n = out.size();
+    if (v.data) {
+      PTC_CHECK(at + n <= v.data->size(), "folded read past computed elements");
+      std::copy(v.data->begin() + static_cast<std::ptrdiff_t>(at), v.data->begin() + static_cast<std::ptrdiff_t>(at + n), out.begin());
+    } else {
+      const size_t item = dtype_size(v.dtype);
+      PTC_CHECK((at + n) * item <= v.weight->storage_bytes, "folded read past a weight's storage");
+      rewrite::read_elements(v.weight->storage + at * item, v.dtype, out.data(), n);
+    }
+    return out;
+  }
   for_each_index(v.sizes, [&](int64_t k, const std::vector<int64_t>& idx) {
     int64_t pos = v.offset;
     for (size_t d = 0; d < idx.size(); ++d) pos += idx[d] * v.strides[d];
@@ -182,6 +194,7 @@ class Evaluator {
 
   std::unordered_map<const Value*, const TensorData*> weights_;
   std::unordered_map<const Value*, CVal> env_;
+  std::vector<std::shared_ptr<TensorData>> converted_;  // weights converted to another dtype (convert)
   std::optional<StaticLayout> out_;
   DType out_dtype_ = DType::Float32;
   bool inexact_ = false;
@@ -416,6 +429,34 @@ class Evaluator {
   CVal convert(const CVal& v, DType to) {
     if (v.dtype == to) return v;
     check_size(v.numel(), to);
+    auto floating = [](DType t) { return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16; };
+    if (!v.data && floating(v.dtype) && floating(to) && v.numel() > 0 && rewrite::row_major_dense(v.sizes, v.strides)) {
+      // A weight converted between float dtypes (--precision bf16's weights): straight into
+      // bytes of the new dtype, which the folded value views (materialize then shares them),
+      // instead of a double per element. The same rounding as round_to's.
+      const size_t n = static_cast<size_t>(v.numel()), in_item = dtype_size(v.dtype), out_item = dtype_size(to);
+      const size_t at = static_cast<size_t>(v.offset) * in_item;
+      PTC_CHECK(at + n * in_item <= v.weight->storage_bytes, "folded read past a weight's storage");
+      auto bytes = std::make_shared<std::string>(n * out_item, '\0');
+      auto* dst = reinterpret_cast<std::byte*>(bytes->data());
+      std::vector<double> chunk(std::min<size_t>(n, 1 << 16));
+      for (size_t i = 0; i < n; i += chunk.size()) {
+        const size_t m = std::min(chunk.size(), n - i);
+        rewrite::read_elements(v.weight->storage + at + i * in_item, v.dtype, chunk.data(), m);
+        rewrite::write_elements(dst + i * out_item, to, chunk.data(), m);
+      }
+      auto td = std::make_shared<TensorData>();
+      td->storage = dst;
+      td->storage_bytes = bytes->size();
+      td->owner = bytes;
+      converted_.push_back(td);
+      CVal c;
+      c.dtype = to;
+      c.sizes = v.sizes;
+      c.strides = row_major(v.sizes);
+      c.weight = td.get();
+      return c;
+    }
     std::vector<double> e = checked_elements(v);
     for (double& x : e) x = round_to(x, to);
     return computed(to, v.sizes, std::move(e));
