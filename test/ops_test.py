@@ -299,37 +299,42 @@ class TrainUpBlock(torch.nn.Module):  # derivatives: conv_transpose2d, group_nor
         return (F.interpolate(y, scale_factor=2, mode="nearest") * y.repeat(1, 1, 2, 2)).sum().reshape(1)
 
 
-class TrainUpsample(torch.nn.Module):  # derivatives: nearest and bilinear upsampling, by sizes and scale factors
-    def __init__(self):
+class WeightedAfterConv(torch.nn.Module):
+    """A convolution (the parameters whose gradients are compared), ops on its result (outputs()),
+    and a loss weighting each output by a fixed random tensor, so that every output element's
+    gradient differs."""
+
+    def __init__(self, shapes, seed):
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-        g = torch.Generator().manual_seed(3)
-        # One fixed random weighting per output, so that every output element's gradient differs.
-        for k, shape in enumerate([(10, 12), (9, 11), (4, 4), (7, 13), (15, 18), (7, 9), (5, 6)]):
+        g = torch.Generator().manual_seed(seed)
+        for k, shape in enumerate(shapes):
             self.register_buffer(f"r{k}", torch.randn(2, 4, *shape, generator=g))
 
-    def forward(self, x):  # [2, 3, 5, 6]
-        y = self.conv(x)
-        outs = [F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=False),
+    def forward(self, x):
+        return sum((o * getattr(self, f"r{k}")).sum() for k, o in enumerate(self.outputs(self.conv(x)))).reshape(1)
+
+
+class TrainUpsample(WeightedAfterConv):  # derivatives: nearest and bilinear upsampling, by sizes and scale factors
+    def __init__(self):
+        super().__init__([(10, 12), (9, 11), (4, 4), (7, 13), (15, 18), (7, 9), (5, 6)], 3)
+
+    def outputs(self, y):  # x: [2, 3, 5, 6]
+        return [F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=False),
                 F.interpolate(y, size=(9, 11), mode="bilinear", align_corners=True),
                 F.interpolate(y, size=(4, 4), mode="bilinear", align_corners=False),  # downsampling
                 F.interpolate(y, size=(7, 13), mode="nearest"),
                 F.interpolate(y, scale_factor=3, mode="nearest"),
                 F.interpolate(y, scale_factor=1.5, mode="bilinear", align_corners=False),  # a scale the taps use
                 F.interpolate(y, scale_factor=1, mode="bilinear", align_corners=True)]
-        return sum((o * getattr(self, f"r{k}")).sum() for k, o in enumerate(outs)).reshape(1)
 
 
-class TrainPool(torch.nn.Module):  # derivatives: average pooling (pools() above), adaptive to sizes other than 1x1
+class TrainPool(WeightedAfterConv):  # derivatives: average pooling (pools() above), adaptive to sizes other than 1x1
     def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-        g = torch.Generator().manual_seed(4)
-        for k, shape in enumerate([(5, 5), (5, 5), (5, 5), (5, 6), (4, 8), (3, 5), (4, 3)]):
-            self.register_buffer(f"r{k}", torch.randn(2, 4, *shape, generator=g))
+        super().__init__([(5, 5), (5, 5), (5, 5), (5, 6), (4, 8), (3, 5), (4, 3)], 4)
 
-    def forward(self, x):  # [2, 3, 9, 10]
-        return sum((o * getattr(self, f"r{k}")).sum() for k, o in enumerate(pools(self.conv(x)))).reshape(1)
+    def outputs(self, y):  # x: [2, 3, 9, 10]
+        return pools(y)
 
 
 def export(module, make, batch=True):
