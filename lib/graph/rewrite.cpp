@@ -203,13 +203,13 @@ TensorData owned_tensor(const Type& t, const std::vector<double>& rowmajor) {
     write_elements(base + static_cast<size_t>(l->offset) * item, t.dtype, rowmajor.data(), rowmajor.size());
   } else {
     for (size_t k = 0; k < rowmajor.size(); ++k) {
-    int64_t pos = l->offset;
-    for (size_t d = 0; d < rank; ++d) pos += idx[d] * l->strides[d];
-    write_element(base + static_cast<size_t>(pos) * item, t.dtype, rowmajor[k]);
-    for (size_t d = rank; d-- > 0;) {
-      if (++idx[d] < l->sizes[d]) break;
-      idx[d] = 0;
-    }
+      int64_t pos = l->offset;
+      for (size_t d = 0; d < rank; ++d) pos += idx[d] * l->strides[d];
+      write_element(base + static_cast<size_t>(pos) * item, t.dtype, rowmajor[k]);
+      for (size_t d = rank; d-- > 0;) {
+        if (++idx[d] < l->sizes[d]) break;
+        idx[d] = 0;
+      }
     }
   }
   TensorData td;

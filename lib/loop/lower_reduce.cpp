@@ -191,6 +191,24 @@ ExprRef avg_pool_count(ExprRef o, int64_t k, int64_t s, int64_t p, const sym::Ex
   return binary(Op::Sub, binary(Op::Min, end, index_value(H)), binary(Op::Max, start, index_value(0)));
 }
 
+// avg_pool2d's (and its backward's) geometry arguments, with torch's defaults.
+struct AvgPoolGeometry {
+  std::vector<int64_t> k, s, p;
+  bool ceil_mode = false, include_pad = true;
+  std::optional<int64_t> divisor;  // divisor_override
+};
+AvgPoolGeometry avg_pool_geometry(Lowering& L, const Args& a) {
+  AvgPoolGeometry g;
+  g.k = two(a.ints("kernel_size"), 1);
+  g.s = a.ints("stride").empty() ? g.k : two(a.ints("stride"), 1);
+  g.p = two(a.ints("padding"), 0);
+  g.ceil_mode = a.b("ceil_mode");
+  g.include_pad = a.b("count_include_pad");
+  if (!a.is_none("divisor_override")) g.divisor = a.i("divisor_override");
+  if (g.divisor && *g.divisor == 0) L.fail("avg_pool2d's divisor_override must not be 0");
+  return g;
+}
+
 // max_pool2d's indices (torch's): per window, the flat input position ih * W + iw of the first
 // element in row-major window order that equals the window's max `y` (a NaN max: the first NaN).
 TensorRef max_pool2d_indices(Lowering& L, const TensorRef& x, const TensorRef& y, std::vector<int64_t> k,
@@ -652,12 +670,10 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
     }
     case OpKind::AvgPool2d: {
       TensorRef x = a.tensor("self");
-      const std::vector<int64_t> k = two(a.ints("kernel_size"), 1), s = a.ints("stride").empty() ? k : two(a.ints("stride"), 1),
-                                 p = two(a.ints("padding"), 0);
-      const bool ceil_mode = a.b("ceil_mode"), include_pad = a.b("count_include_pad");
-      std::optional<int64_t> over;
-      if (!a.is_none("divisor_override")) over = a.i("divisor_override");
-      if (over && *over == 0) L.fail("avg_pool2d's divisor_override must not be 0");
+      const AvgPoolGeometry geo = avg_pool_geometry(L, a);
+      const std::vector<int64_t> &k = geo.k, &s = geo.s, &p = geo.p;
+      const bool ceil_mode = geo.ceil_mode, include_pad = geo.include_pad;
+      const std::optional<int64_t> over = geo.divisor;
       DType dt = a.out_dtype(), acc = dtype_compute(dt);
       TensorRef r = pool2d(L, x, a.out_sizes(), k, s, p, {1}, ReduceOp::Sum, acc);
       if (!over && !ceil_mode && (include_pad || (p[0] == 0 && p[1] == 0))) {  // every window divides by k_h k_w
@@ -679,12 +695,10 @@ Lowered lower_reduction(Lowering& L, const Node& n, const Args& a) {
       // Separable: each input row gathers the windows that hold it (along W, then H), each
       // times 1 / its divisor (the override divides once, along H).
       TensorRef g = a.tensor("grad_output"), x = a.tensor("self");
-      const std::vector<int64_t> k = two(a.ints("kernel_size"), 1), s = a.ints("stride").empty() ? k : two(a.ints("stride"), 1),
-                                 p = two(a.ints("padding"), 0);
-      const bool include_pad = a.b("count_include_pad");
-      std::optional<int64_t> over;
-      if (!a.is_none("divisor_override")) over = a.i("divisor_override");
-      if (over && *over == 0) L.fail("avg_pool2d's divisor_override must not be 0");
+      const AvgPoolGeometry geo = avg_pool_geometry(L, a);
+      const std::vector<int64_t> &k = geo.k, &s = geo.s, &p = geo.p;
+      const bool include_pad = geo.include_pad;
+      const std::optional<int64_t> over = geo.divisor;
       const size_t rk = x.rank();
       const DType F = DType::Float32;
       TensorRef t = g;
