@@ -62,6 +62,15 @@ struct AsF32 {
   __device__ float operator()(float x) const { return x; }
 };
 
+// Row i of (b, h)'s output, [B, H, Tq, Dv] or [B, Tq, H, Dv] (o_heads_inner).
+template <typename T>
+__device__ __forceinline__ T* out_row(const Attention& a, int64_t b, int64_t h, int64_t i) {
+  return static_cast<T*>(a.o) + (a.o_heads_inner ? (b * a.Tq + i) * a.H + h : (b * a.H + h) * a.Tq + i) * a.Dv;
+}
+// What a row without keys holds: zeros for Tk = 0 (an empty matmul); for a row whose every key is
+// masked, zeros or NaN (masked_rows_zero).
+__device__ __forceinline__ float keyless_row_value(const Attention& a) { return a.Tk == 0 ? 0.f : a.masked_rows_zero ? 0.f : NAN; }
+
 // The (batch, head, block of `rows` query rows) a block of the attention kernels takes, and its
 // q, k and v heads (k and v: head h / kv_group).
 template <typename T>
@@ -203,9 +212,8 @@ __global__ void __launch_bounds__(kTThreads) attention_tiled_kernel(Attention a,
   for (int ii = 0; ii < 4; ++ii) {
     const int r = 4 * ty + ii;
     if (r >= nq) continue;
-    float* orow = static_cast<float*>(a.o) + (a.o_heads_inner ? (b * a.Tq + i0 + r) * a.H + h : (b * a.H + h) * a.Tq + i0 + r) * a.Dv;
-    // Tk = 0: zeros (an empty matmul); l = 0: every key of the row masked: zeros or NaN.
-    const float fill = a.Tk == 0 ? 0.f : a.masked_rows_zero ? 0.f : NAN;
+    float* orow = out_row<float>(a, b, h, i0 + r);
+    const float fill = keyless_row_value(a);
 #pragma unroll
     for (int c = 0; c < DVT; ++c)
 #pragma unroll
@@ -445,13 +453,12 @@ __global__ void __launch_bounds__(32 * WARPS) attention_mma_kernel(Attention a, 
       for (int nv = 0; nv < KV; ++nv) mma_tf32(o[nv], a0, a1, a2, a3, vr[8 * nv], vr[LDV + 8 * nv]);
     }
   }
-  // Tk = 0: zeros (an empty matmul); l = 0: every key of the row masked: zeros or NaN.
-  const float fill = a.Tk == 0 ? 0.f : a.masked_rows_zero ? 0.f : NAN;
+  const float fill = keyless_row_value(a);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = row[r];
     if (i >= a.Tq) continue;
-    float* orow = static_cast<float*>(a.o) + (a.o_heads_inner ? (b * a.Tq + i) * a.H + h : (b * a.H + h) * a.Tq + i) * a.Dv;
+    float* orow = out_row<float>(a, b, h, i);
 #pragma unroll
     for (int nv = 0; nv < KV; ++nv)
 #pragma unroll
@@ -730,13 +737,12 @@ __global__ void __launch_bounds__(32 * WARPS) attention_half_kernel(Attention a,
     }
     __syncthreads();  // this tile's buffers are consumed
   }
-  // Tk = 0: zeros (an empty matmul); l = 0: every key of the row masked: zeros or NaN.
-  const float fill = a.Tk == 0 ? 0.f : a.masked_rows_zero ? 0.f : NAN;
+  const float fill = keyless_row_value(a);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = row[r];
     if (i >= a.Tq) continue;
-    T* orow = static_cast<T*>(a.o) + (a.o_heads_inner ? (b * a.Tq + i) * a.H + h : (b * a.H + h) * a.Tq + i) * a.Dv;
+    T* orow = out_row<T>(a, b, h, i);
     const bool empty = a.Tk == 0 || l[r] == 0.f;
     const float inv = empty ? 0.f : 1.f / l[r];
 #pragma unroll
@@ -928,10 +934,9 @@ __global__ void __launch_bounds__(32 * kRWarps) attention_row_kernel(Attention a
     f[w] = sm[w] == ninf ? 0.f : expf(sm[w] - mall);  // a warp that saw no live key adds nothing
     lall += sl[w] * f[w];
   }
-  // Tk = 0: zeros (an empty matmul); l = 0: every key of the row masked: zeros or NaN.
-  const float fill = a.Tk == 0 ? 0.f : a.masked_rows_zero ? 0.f : NAN;
+  const float fill = keyless_row_value(a);
   const bool empty = a.Tk == 0 || lall == 0.f;
-  T* orow = static_cast<T*>(a.o) + (a.o_heads_inner ? (b * a.Tq + i) * a.H + h : (b * a.H + h) * a.Tq + i) * a.Dv;
+  T* orow = out_row<T>(a, b, h, i);
   for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
     float o = 0.f;
 #pragma unroll
